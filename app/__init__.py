@@ -1,0 +1,1 @@
+"""ServeLab app: pages, components and the i18n and lesson data they share."""

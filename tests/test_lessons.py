@@ -1,0 +1,260 @@
+"""Lessons, quiz and glossary data (app/lessons.py, lessons/): complete, valid, our own words."""
+
+import copy
+import json
+import pathlib
+import re
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app.i18n import LANGS, STRINGS  # noqa: E402
+from app.lessons import (  # noqa: E402
+    LESSON_PAGES,
+    LESSONS_DIR,
+    PAGES,
+    SWITCHES,
+    TRY_IT_HEADINGS,
+    demo_url,
+    lesson_try_it,
+    load_glossary,
+    load_lesson,
+    load_quiz,
+    parse_glossary,
+    parse_quiz,
+    search_terms,
+)
+
+CHAPTER = pathlib.Path("/work/shared/reference/chapter-6.4-zh.txt")
+CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]+")
+MAX_SHARED_RUN = 12  # no run of this many consecutive Chinese characters may come from the chapter
+
+
+def quiz_data() -> dict:
+    return json.loads((LESSONS_DIR / "quiz.json").read_text(encoding="utf-8"))
+
+
+# ---------------------------------------------------------------- pages, switches, urls
+
+
+def test_pages_and_switches_are_the_apps():
+    assert PAGES == (
+        "home",
+        "batching",
+        "paging",
+        "speculation",
+        "dashboard",
+        "beyond",
+        "quiz",
+        "glossary",
+    )
+    assert set(LESSON_PAGES) == set(PAGES) - {"quiz", "glossary"}
+    assert SWITCHES == {
+        "batching": ["static", "continuous"],
+        "kv_layout": ["contiguous", "paged"],
+        "spec": ["off", "ngram", "draft"],
+    }
+
+
+def test_demo_url_orders_switches_and_rejects_unknowns():
+    url = demo_url("paging", {"spec": "off", "batching": "static", "kv_layout": "paged"})
+    assert url == "/paging?batching=static&kv_layout=paged&spec=off"
+    assert demo_url("quiz") == "/quiz"
+    with pytest.raises(ValueError, match="unknown page"):
+        demo_url("nowhere", {})
+    with pytest.raises(ValueError, match="unknown switch"):
+        demo_url("paging", {"turbo": "on"})
+    with pytest.raises(ValueError, match="no value"):
+        demo_url("paging", {"spec": "medusa"})
+
+
+# ---------------------------------------------------------------- lessons
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("slug", LESSON_PAGES)
+def test_every_lesson_exists_and_ends_with_try_it(slug, lang):
+    text = load_lesson(slug, lang)
+    assert text.startswith("# "), f"{lang}/{slug}.md should open with a title"
+    headings = re.findall(r"^## (.+)$", text, re.M)
+    assert headings and headings[-1].strip() == TRY_IT_HEADINGS[lang], (
+        f"{lang}/{slug}.md: the last section must be '{TRY_IT_HEADINGS[lang]}', got {headings[-1:]}"
+    )
+    assert "```try-it" not in text, "load_lesson must strip the machine-readable block"
+
+
+@pytest.mark.parametrize("slug", LESSON_PAGES)
+def test_try_it_names_existing_switches_and_matches_across_languages(slug):
+    steps = {lang: lesson_try_it(slug, lang) for lang in LANGS}
+    assert steps["zh"] == steps["en"], f"{slug}: zh and en try-it steps differ"
+    for link in steps["en"]:
+        assert link.page in PAGES
+        assert link.switches, f"{slug}: a try-it step must set at least one switch"
+        for name, value in link.switches.items():
+            assert value in SWITCHES[name]
+        assert link.url.startswith(f"/{link.page}?")
+
+
+def test_a_bad_try_it_block_fails(tmp_path, monkeypatch):
+    import app.lessons as lessons
+
+    for lang in LANGS:
+        (tmp_path / lang).mkdir()
+        bad = '# T\n\n## x\n\n```try-it\n[{"switches": {"spec": "medusa"}}]\n```\n'
+        (tmp_path / lang / "home.md").write_text(bad, encoding="utf-8")
+    monkeypatch.setattr(lessons, "LESSONS_DIR", tmp_path)
+    with pytest.raises(ValueError, match="medusa"):
+        lessons.lesson_try_it("home", "zh")
+
+
+def _chapter_ngrams(n: int) -> set[str]:
+    text = CHAPTER.read_text(encoding="utf-8")
+    return {run[i : i + n] for run in CJK_RUN.findall(text) for i in range(len(run) - n + 1)}
+
+
+def _shared_runs(text: str, grams: set[str], n: int) -> list[str]:
+    return [
+        run[i : i + n]
+        for run in CJK_RUN.findall(text)
+        for i in range(len(run) - n + 1)
+        if run[i : i + n] in grams
+    ]
+
+
+@pytest.mark.skipif(not CHAPTER.exists(), reason="the chapter text is not on this machine")
+def test_chinese_text_does_not_copy_the_chapter():
+    grams = _chapter_ngrams(MAX_SHARED_RUN)
+    assert grams, "the chapter should contain long runs of Chinese"
+    ours = {f"zh/{s}.md": (LESSONS_DIR / "zh" / f"{s}.md").read_text() for s in LESSON_PAGES}
+    ours["quiz.json"] = (LESSONS_DIR / "quiz.json").read_text(encoding="utf-8")
+    ours["glossary.json"] = (LESSONS_DIR / "glossary.json").read_text(encoding="utf-8")
+    for name, text in ours.items():
+        copied = _shared_runs(text, grams, MAX_SHARED_RUN)
+        assert not copied, f"{name} copies the chapter: {copied[:3]}"
+
+
+def test_the_copy_check_can_fail():
+    grams = _chapter_ngrams(MAX_SHARED_RUN)
+    chapter = CHAPTER.read_text(encoding="utf-8") if CHAPTER.exists() else ""
+    longest = max(CJK_RUN.findall(chapter), key=len, default="")
+    if len(longest) < MAX_SHARED_RUN:
+        pytest.skip("the chapter text is not on this machine")
+    assert _shared_runs("我们说：" + longest, grams, MAX_SHARED_RUN)
+
+
+# ---------------------------------------------------------------- quiz
+
+
+def test_quiz_validates_with_both_sets():
+    quiz = load_quiz()
+    assert [q.id for q in quiz.chapter] == ["ch1", "ch2", "ch3", "ch4", "ch5"]
+    assert len(quiz.extra) >= 7
+    for q in quiz.questions:
+        assert len(q.choices) == 4 and 0 <= q.answer < 4
+        for lang in LANGS:
+            assert q.question.get(lang) and q.explanation.get(lang)
+            assert all(c.get(lang) for c in q.choices)
+        assert q.demo.page in PAGES
+        assert all(v in SWITCHES[k] for k, v in q.demo.switches.items())
+
+
+def test_chapter_questions_ask_what_the_chapter_asks():
+    """Each of the chapter's five self-test questions is there, in our words."""
+    quiz = load_quiz()
+    must_mention = {
+        "ch1": ["静态批处理"],
+        "ch2": ["PagedAttention"],
+        "ch3": ["KV", "吞吐"],
+        "ch4": ["投机解码", "质量"],
+        "ch5": ["几百", "投机解码"],
+    }
+    for qid, words in must_mention.items():
+        text = quiz.by_id(qid).question.zh
+        assert all(w in text for w in words), f"{qid}: {text}"
+    assert "min(1, p_target/p_draft)" in quiz.by_id("ch4").explanation.en
+    assert "compute-bound" in quiz.by_id("ch5").choices[quiz.by_id("ch5").answer].en
+
+
+def test_answers_are_not_all_in_one_position():
+    answers = {q.answer for q in load_quiz().questions}
+    assert len(answers) >= 3
+
+
+def _break(mutate):
+    data = copy.deepcopy(quiz_data())
+    mutate(data)
+    return data
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d["questions"][0]["choices"].pop(), "list of 4"),
+        (lambda d: d["questions"][0]["choices"][0].update(correct=True), "exactly one"),
+        (lambda d: d["questions"][1]["choices"][2].pop("correct"), "exactly one"),
+        (lambda d: d["questions"][2]["question"].pop("en"), "exactly the keys"),
+        (lambda d: d["questions"][3]["explanation"].update(zh="  "), "non-empty"),
+        (lambda d: d["questions"][4]["demo"].update(page="nowhere"), "unknown page"),
+        (lambda d: d["questions"][4]["demo"]["switches"].update(spec="medusa"), "medusa"),
+        (lambda d: d["questions"][5].update(set="bonus"), "set"),
+        (lambda d: d["questions"][6].update(id=d["questions"][0]["id"]), "duplicate"),
+        (lambda d: d.pop("questions"), "questions"),
+    ],
+)
+def test_a_broken_quiz_fails_validation(mutate, message):
+    with pytest.raises(ValueError, match=message):
+        parse_quiz(_break(mutate))
+
+
+# ---------------------------------------------------------------- glossary and strings
+
+
+def test_glossary_has_the_chapters_terms_and_search_filters():
+    terms = load_glossary()
+    names = {t.term.zh for t in terms} | {t.term.en for t in terms}
+    for needed in [
+        "连续批处理",
+        "静态批处理",
+        "分页注意力",
+        "投机解码",
+        "预填充",
+        "解码",
+        "KV 缓存",
+        "吞吐",
+        "延迟",
+        "页表",
+        "块",
+        "内部碎片",
+        "外部碎片",
+        "接受率",
+        "草稿模型",
+        "前缀缓存",
+        "抢占",
+        "分块预填充",
+        "量化",
+        "PD 分离",
+        "内存带宽受限",
+        "算力受限",
+    ]:
+        assert needed in names, f"glossary lacks {needed}"
+    assert any("TTFT" in n for n in names) and any("TPOT" in n for n in names)
+    assert len(search_terms(terms, "")) == len(terms)
+    hits = search_terms(terms, "ttft")
+    assert 0 < len(hits) < len(terms)
+    assert search_terms(terms, "预填充") and not search_terms(terms, "zzz-no-such-term")
+    with pytest.raises(ValueError):
+        parse_glossary([{"id": "x", "term": {"zh": "甲"}, "definition": {"zh": "乙", "en": "b"}}])
+
+
+def test_ui_strings_have_both_languages():
+    for key, entry in STRINGS.items():
+        assert set(entry) == set(LANGS), key
+        assert all(entry[lang].strip() for lang in LANGS), key
+    for slug in PAGES:
+        assert f"page.{slug}" in STRINGS
+    for name, values in SWITCHES.items():
+        assert f"switch.{name}" in STRINGS
+        assert all(f"switch.{name}.{v}" in STRINGS for v in values)

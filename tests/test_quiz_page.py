@@ -1,0 +1,125 @@
+"""The quiz, glossary and beyond pages driven by streamlit's AppTest (no model, no browser)."""
+
+import pathlib
+import sys
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app.lessons import load_quiz  # noqa: E402
+
+QUIZ = str(ROOT / "app/pages/quiz.py")
+GLOSSARY = str(ROOT / "app/pages/glossary.py")
+BEYOND = str(ROOT / "app/pages/beyond.py")
+
+
+def run(path: str, lang: str | None = "zh") -> AppTest:
+    at = AppTest.from_file(path, default_timeout=30)
+    if lang:
+        at.session_state["lang"] = lang
+    return at.run()
+
+
+def answer(at: AppTest, qid: str, choice: int) -> AppTest:
+    at.radio(key=f"quiz_{qid}_choice").set_value(choice)
+    at.button(key=f"quiz_{qid}_submit").click()
+    return at.run()
+
+
+def scores(at: AppTest) -> list[str]:
+    return [m.value for m in at.metric]
+
+
+def test_quiz_starts_at_zero():
+    at = run(QUIZ)
+    assert not at.exception
+    quiz = load_quiz()
+    assert scores(at) == ["0 / 5", f"0 / {len(quiz.extra)}"]
+
+
+def test_all_five_chapter_answers_right_shows_5_of_5():
+    at = run(QUIZ)
+    for q in load_quiz().chapter:
+        at = answer(at, q.id, q.answer)
+    assert not at.exception
+    assert scores(at)[0] == "5 / 5"
+    assert len(at.success) == 5
+
+
+def test_a_wrong_answer_shows_the_explanation_and_demo_link_and_can_be_retried():
+    at = run(QUIZ)
+    q = load_quiz().by_id("ch4")
+    at = answer(at, q.id, (q.answer + 1) % 4)
+    assert scores(at)[0] == "0 / 5"
+    assert any(q.explanation.zh[:30] in e.value for e in at.error)
+    assert any(q.demo.url in m.value for m in at.markdown), "the demo link is missing"
+    at.button(key=f"quiz_{q.id}_retry").click()
+    at = at.run()
+    assert not at.error
+    assert at.radio(key=f"quiz_{q.id}_choice").value is None
+    at = answer(at, q.id, q.answer)
+    assert scores(at)[0] == "1 / 5"
+
+
+def test_submit_without_a_choice_warns():
+    at = run(QUIZ)
+    at.button(key="quiz_ch1_submit").click()
+    at = at.run()
+    assert at.warning and scores(at)[0] == "0 / 5"
+
+
+def test_reset_all_clears_progress():
+    at = run(QUIZ)
+    quiz = load_quiz()
+    at = answer(at, "ch1", quiz.by_id("ch1").answer)
+    extra = quiz.extra[0]
+    at = answer(at, extra.id, extra.answer)
+    assert scores(at) == ["1 / 5", f"1 / {len(quiz.extra)}"]
+    at.button(key="quiz_reset_all").click()
+    at = at.run()
+    assert scores(at) == ["0 / 5", f"0 / {len(quiz.extra)}"]
+
+
+def test_switching_language_changes_the_quiz_text():
+    q = load_quiz().by_id("ch1")
+    at = run(QUIZ, "zh")
+    assert any(q.question.zh in m.value for m in at.markdown)
+    at.session_state["lang"] = "en"
+    at = at.run()
+    texts = [m.value for m in at.markdown]
+    assert any(q.question.en in v for v in texts)
+    assert not any(q.question.zh in v for v in texts)
+    assert at.title[0].value == "Self-test"
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_glossary_loads_and_search_filters(lang):
+    at = run(GLOSSARY, lang)
+    assert not at.exception
+    full = at.caption[-1].value
+    at.text_input(key="glossary_search").input("TTFT")
+    at = at.run()
+    filtered = at.caption[-1].value
+    assert full != filtered
+    assert "TTFT" in " ".join(m.value for m in at.markdown)
+    assert "PagedAttention" not in " ".join(m.value for m in at.markdown)
+    at.text_input(key="glossary_search").input("zzz-no-such-term")
+    at = at.run()
+    assert at.info, "an empty search result should say so"
+
+
+def test_beyond_page_renders_its_lesson_and_try_it_links():
+    at = run(BEYOND, "en")
+    assert not at.exception
+    text = " ".join(m.value for m in at.markdown)
+    assert "shelf life" in text.lower()
+    assert "/dashboard?batching=static&kv_layout=contiguous&spec=off" in text
+
+
+def test_language_defaults_to_chinese_without_a_choice():
+    at = run(QUIZ, lang=None)
+    assert not at.exception
+    assert at.session_state["lang"] == "zh"
