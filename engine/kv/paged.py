@@ -1,0 +1,130 @@
+"""Paged KV allocation (PagedAttention, Kwon et al., SOSP 2023; chapter 6.4, leak 2).
+
+Blocks of `block_size` slots are handed out one at a time as a request's tokens arrive, so a
+request never holds more than one partly-filled block. Blocks carry a reference count so
+several requests can share one (prefix caching): each full block's hash chains the previous
+block's hash with this block's token ids, as in nano-vllm and vLLM. A cached block whose
+count drops to zero keeps its content and is reused least-recently-used first.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+
+from engine.kv.allocator import BlockAllocator
+from engine.request import Request
+
+
+def block_hash(prev: int | None, tokens: list[int]) -> int:
+    return hash((prev, tuple(tokens)))
+
+
+class PagedAllocator(BlockAllocator):
+    layout = "paged"
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False):
+        super().__init__(num_blocks, block_size)
+        self.prefix_caching = enable_prefix_caching
+        self.free_blocks: deque[int] = deque(range(num_blocks))
+        self.ref_count = [0] * num_blocks
+        self.hash_of: dict[int, int] = {}  # block -> content hash (full, computed blocks only)
+        self.cached: dict[int, int] = {}  # content hash -> block
+        self.evictable: OrderedDict[int, None] = OrderedDict()  # ref 0, cached; LRU order
+        self.hashed_upto: dict[str, int] = {}  # request id -> number of its blocks hashed
+        self.prefix_queries = 0  # prompt blocks looked up
+        self.prefix_hits = 0  # of which found in the cache
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_blocks) + len(self.evictable)
+
+    def is_free(self, block: int) -> bool:
+        return self.ref_count[block] == 0
+
+    def _take(self) -> int:
+        if self.free_blocks:
+            b = self.free_blocks.popleft()
+        else:  # reuse the least recently used cached block; forget its content
+            b, _ = self.evictable.popitem(last=False)
+            del self.cached[self.hash_of.pop(b)]
+        assert self.ref_count[b] == 0, f"block {b} handed out twice"
+        self.ref_count[b] = 1
+        return b
+
+    def _release(self, b: int) -> None:
+        assert self.ref_count[b] > 0, f"block {b} freed twice"
+        self.ref_count[b] -= 1
+        if self.ref_count[b] == 0:
+            if b in self.hash_of:
+                self.evictable[b] = None  # keep the content; most recently used last
+            else:
+                self.free_blocks.append(b)
+
+    def admit(self, req: Request) -> bool:
+        assert not req.block_table, f"{req.request_id} admitted twice"
+        if self.prefix_caching and req.num_computed_tokens == 0:
+            self._match_prefix(req)
+        self.hashed_upto[req.request_id] = len(req.block_table)
+        return True
+
+    def _match_prefix(self, req: Request) -> None:
+        """Reuse cached blocks for the longest run of full prompt blocks already computed."""
+        tokens, bs = req.all_token_ids, self.block_size
+        # at least one token must still be computed, to produce the next token's logits
+        max_blocks = (len(tokens) - 1) // bs
+        prev = None
+        for i in range(max_blocks):
+            h = block_hash(prev, tokens[i * bs:(i + 1) * bs])
+            self.prefix_queries += 1
+            b = self.cached.get(h)
+            if b is None:
+                self.prefix_queries += max_blocks - i - 1
+                break
+            self.prefix_hits += 1
+            if self.ref_count[b] == 0:
+                del self.evictable[b]
+            self.ref_count[b] += 1
+            req.block_table.append(b)
+            prev = h
+        req.num_computed_tokens = len(req.block_table) * bs
+        req.num_cached_tokens = req.num_computed_tokens
+
+    def ensure_slots(self, req: Request, num_tokens: int) -> bool:
+        need = -(-num_tokens // self.block_size) - len(req.block_table)
+        if need <= 0:
+            return True
+        if need > self.num_free_blocks:
+            return False
+        req.block_table.extend(self._take() for _ in range(need))
+        return True
+
+    def free(self, req: Request) -> None:
+        # release in reverse so a request's later (less shared) blocks are evicted first
+        for b in reversed(req.block_table):
+            self._release(b)
+        req.block_table = []
+        self.hashed_upto.pop(req.request_id, None)
+
+    def truncate(self, req: Request, num_tokens: int) -> None:
+        keep = -(-num_tokens // self.block_size)
+        while len(req.block_table) > keep:
+            self._release(req.block_table.pop())
+
+    def on_computed(self, req: Request) -> None:
+        if not self.prefix_caching:
+            return
+        bs, tokens = self.block_size, req.all_token_ids
+        done = self.hashed_upto.get(req.request_id, 0)
+        full = min(req.num_computed_tokens // bs, len(req.block_table))
+        for i in range(done, full):
+            prev = self.hash_of.get(req.block_table[i - 1]) if i > 0 else None
+            h = block_hash(prev, tokens[i * bs:(i + 1) * bs])
+            b = req.block_table[i]
+            if h not in self.cached and b not in self.hash_of:
+                self.cached[h] = b
+                self.hash_of[b] = h
+        self.hashed_upto[req.request_id] = max(done, full)
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        return self.prefix_hits / self.prefix_queries if self.prefix_queries else 0.0

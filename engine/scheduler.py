@@ -1,0 +1,157 @@
+"""The scheduler: who rides this step and how many tokens each computes.
+
+Two policies (chapter 6.4, leak 1):
+  * continuous ("subway", Orca, OSDI 2022): iteration-level. Each step, running requests go
+    first, then waiting ones board into free seats while the token budget lasts. A request
+    that finishes leaves at once and its seat is filled the same step.
+  * static ("tour bus"): a batch boards only when every seat is empty. A rider who finishes
+    keeps its seat, and its row is still computed each step (as padded rows are in
+    transformers' generate()), until the whole batch is done.
+
+Every request catches `num_computed_tokens` up with its tokens (vLLM v1): a prompt, a chunk
+of it when it exceeds the budget, one decode token, or 1 + k to verify a draft. When the
+pool runs out of blocks, the most recently admitted request is preempted by recompute: its
+blocks are freed and it goes back to the front of the queue, keeping its output so far.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from engine.config import EngineConfig
+from engine.kv.allocator import BlockAllocator
+from engine.request import Request, RequestStatus
+
+
+@dataclass
+class ScheduledRequest:
+    req: Request
+    num_tokens: int  # tokens computed this step (prefill chunk, 1, or 1 + drafted)
+    idle: bool = False  # static batching: a finished rider's row, computed and thrown away
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledRequest] = field(default_factory=list)
+    admitted: list[str] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+    blocked_reason: str | None = None  # why the head of the queue could not board
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_tokens for s in self.scheduled)
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, allocator: BlockAllocator):
+        self.config = config
+        self.allocator = allocator
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []  # in admission order; static idle riders included
+        self.seats: list[Request | None] = [None] * config.max_num_seqs
+
+    def add(self, req: Request) -> None:
+        self.waiting.append(req)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting) or any(not r.idle_finished for r in self.running)
+
+    # --- seats ------------------------------------------------------------------------------
+    def _sit(self, req: Request) -> None:
+        seat = self.seats.index(None)
+        self.seats[seat] = req
+        req.seat = seat
+
+    def _stand(self, req: Request) -> None:
+        if req.seat is not None:
+            self.seats[req.seat] = None
+        req.seat = None
+
+    def _preempt(self, req: Request) -> None:
+        self.running.remove(req)
+        self._stand(req)
+        self.allocator.free(req)
+        req.status = RequestStatus.WAITING
+        req.num_computed_tokens = 0
+        req.spec_token_ids = []
+        req.num_preemptions += 1
+        self.waiting.appendleft(req)
+
+    def finish(self, req: Request) -> None:
+        """Called by the engine when req is done."""
+        if self.config.batching == "static":
+            req.idle_finished = True  # keeps its seat and blocks until the whole bus is done
+            return
+        self.running.remove(req)
+        self._stand(req)
+        self.allocator.free(req)
+
+    def _end_static_batch_if_done(self) -> None:
+        if self.running and all(r.idle_finished for r in self.running):
+            for r in self.running:
+                self._stand(r)
+                self.allocator.free(r)
+            self.running = []
+
+    # --- one step ---------------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        cfg, out = self.config, SchedulerOutput()
+        if cfg.batching == "static":
+            self._end_static_batch_if_done()
+        budget = cfg.max_num_batched_tokens
+
+        for req in list(self.running):
+            if req not in self.running:  # preempted earlier in this loop
+                continue
+            if req.idle_finished:
+                out.scheduled.append(ScheduledRequest(req, 1, idle=True))
+                continue
+            n = min(req.num_tokens + len(req.spec_token_ids) - req.num_computed_tokens, budget)
+            if n <= 0:
+                continue
+            if n < 1 + len(req.spec_token_ids) and not req.in_prefill:
+                req.spec_token_ids = req.spec_token_ids[: max(0, n - 1)]  # budget cuts the draft
+            while not self.allocator.ensure_slots(req, req.num_computed_tokens + n):
+                victim = next((r for r in reversed(self.running) if not r.idle_finished), None)
+                if victim is None:
+                    raise RuntimeError(
+                        "KV pool exhausted with nothing to preempt; raise num_kv_blocks")
+                self._preempt(victim)
+                out.preempted.append(victim.request_id)
+                out.scheduled = [s for s in out.scheduled if s.req is not victim]
+                if victim is req:
+                    break
+            if req.status != RequestStatus.RUNNING:
+                continue
+            out.scheduled.append(ScheduledRequest(req, n))
+            budget -= n
+
+        may_board = cfg.batching == "continuous" or not self.running
+        while self.waiting and may_board and len(self.running) < cfg.max_num_seqs and budget > 0:
+            req = self.waiting[0]
+            if not self.allocator.admit(req):
+                out.blocked_reason = getattr(self.allocator, "last_refusal", None)
+                break
+            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            if not self.allocator.ensure_slots(req, req.num_computed_tokens + n):
+                self.allocator.free(req)
+                req.num_computed_tokens = 0
+                out.blocked_reason = (f"KV full: {self.allocator.num_free_blocks} blocks free, "
+                                      f"{req.request_id} needs more for its first chunk")
+                break
+            self.waiting.popleft()
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            self._sit(req)
+            out.admitted.append(req.request_id)
+            out.scheduled.append(ScheduledRequest(req, n))
+            budget -= n
+        if self.waiting and not out.blocked_reason:
+            if len(self.running) >= cfg.max_num_seqs:
+                out.blocked_reason = "all seats taken"
+            elif not may_board:
+                out.blocked_reason = "static batching: the bus boards only when every seat is empty"
+            elif budget <= 0:
+                out.blocked_reason = "token budget of this step used up"
+        return out

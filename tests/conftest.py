@@ -1,0 +1,49 @@
+"""Shared fixtures: the bundled model loads once per test session (fp32, CPU)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "我最喜欢的水果是",
+    "Once upon a time, in a small village at the edge of a dark forest, there lived",
+    "<|im_start|>user\nList three primary colors.<|im_end|>\n<|im_start|>assistant\n",
+    "SELECT name, age FROM users WHERE",
+    "请用一句话解释什么是机器学习：",
+]
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from engine.model.loader import hf_folder, load_tokenizer
+
+    return load_tokenizer(hf_folder("smollm2-135m"))
+
+
+@functools.lru_cache(maxsize=1)
+def _hf_model():
+    from transformers import AutoModelForCausalLM
+
+    from engine.model.loader import hf_folder
+
+    return AutoModelForCausalLM.from_pretrained(hf_folder("smollm2-135m"), dtype=torch.float32)
+
+
+@functools.lru_cache(maxsize=64)
+def _reference(ids: tuple[int, ...], max_new_tokens: int) -> tuple[int, ...]:
+    model = _hf_model()
+    out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                         max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
+                         do_sample=False, pad_token_id=0)
+    return tuple(out[0, len(ids):].tolist())
+
+
+@pytest.fixture(scope="session")
+def hf_greedy():
+    """transformers' generate(), greedy, fp32, one prompt at a time, never stopping at EOS."""
+    return lambda ids, n: list(_reference(tuple(ids), n))

@@ -1,0 +1,100 @@
+"""Allocator and scheduler invariants under random admit/append/finish/preempt sequences."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.config import SamplingParams
+from engine.kv import ContiguousAllocator, PagedAllocator
+from engine.request import Request
+
+
+def _owners_ok(alloc, live):
+    """No block in two tables (unless shared with a matching ref count); nothing leaked."""
+    seen: dict[int, int] = {}
+    for r in live:
+        assert len(set(r.block_table)) == len(r.block_table), "a block twice in one table"
+        for b in r.block_table:
+            seen[b] = seen.get(b, 0) + 1
+    if isinstance(alloc, PagedAllocator):
+        for b in range(alloc.num_blocks):
+            assert alloc.ref_count[b] == seen.get(b, 0), f"block {b} ref count wrong"
+        assert alloc.num_free_blocks + len(seen) == alloc.num_blocks, "blocks leaked"
+    else:
+        assert all(c == 1 for c in seen.values()), "block given to two owners"
+        assert alloc.num_free_blocks + len(seen) == alloc.num_blocks
+
+
+ops = st.lists(st.tuples(st.sampled_from(["admit", "grow", "finish", "preempt", "truncate"]),
+                         st.integers(0, 7), st.integers(1, 40)), max_size=80)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=ops, caching=st.booleans(), layout=st.sampled_from(["paged", "contiguous"]))
+def test_random_sequences_never_double_own_or_leak(ops, caching, layout):
+    bs = 4
+    if layout == "paged":
+        alloc = PagedAllocator(24, bs, enable_prefix_caching=caching)
+    else:
+        alloc = ContiguousAllocator(24, bs, max_model_len=20)
+    live: dict[int, Request] = {}
+    shared_prompt = [7, 7, 7, 7, 8, 8, 8, 8, 9]
+    for op, i, n in ops:
+        req = live.get(i)
+        if op == "admit" and req is None:
+            r = Request(f"r{i}", shared_prompt + [i] * (n % 5 + 1), SamplingParams())
+            if alloc.admit(r) and alloc.ensure_slots(r, r.num_tokens):
+                r.num_computed_tokens = r.num_tokens
+                alloc.on_computed(r)
+                live[i] = r
+            else:
+                alloc.free(r)
+        elif op == "grow" and req is not None:
+            target = min(req.num_tokens + n % 6, 20)
+            if alloc.ensure_slots(req, target):
+                req.output_token_ids += [1] * (target - req.num_tokens)
+                req.num_computed_tokens = req.num_tokens
+                alloc.on_computed(req)
+        elif op == "truncate" and req is not None:
+            keep = max(1, req.num_computed_tokens - n % 5)
+            alloc.truncate(req, keep)
+            req.num_computed_tokens = min(req.num_computed_tokens, keep)
+            del req.output_token_ids[max(0, keep - req.num_prompt_tokens):]
+        elif op in ("finish", "preempt") and req is not None:
+            alloc.free(req)
+            del live[i]
+        _owners_ok(alloc, live.values())
+    for r in list(live.values()):
+        alloc.free(r)
+    _owners_ok(alloc, [])
+    assert alloc.num_free_blocks == alloc.num_blocks
+
+
+def test_contiguous_first_fit():
+    alloc = ContiguousAllocator(10, 4, max_model_len=12)  # 3 blocks per request
+    a, b, c, d = (Request(x, [1, 2], SamplingParams()) for x in "abcd")
+    assert alloc.admit(a) and a.block_table == [0, 1, 2]
+    assert alloc.admit(b) and b.block_table == [3, 4, 5]
+    assert alloc.admit(c) and c.block_table == [6, 7, 8]
+    alloc.free(b)
+    assert alloc.admit(d) and d.block_table == [3, 4, 5], "first fit reuses the first hole"
+
+
+def test_contiguous_external_fragmentation_makes_a_request_wait():
+    alloc = ContiguousAllocator(10, 4, max_model_len=16)  # 4 blocks per request
+    a, b, c, w = (Request(x, [1], SamplingParams()) for x in "abcw")
+    for r in (a, b):
+        assert alloc.admit(r)  # a: 0-3, b: 4-7
+    alloc.free(a)  # free: 0-3 and 8-9
+    assert alloc.admit(c) and c.block_table == [0, 1, 2, 3]
+    alloc.free(b)  # free: 4-9 (6 blocks, one run)
+    assert alloc.largest_free_run() == 6
+    x = Request("x", [1], SamplingParams())
+    alloc.owner[6] = "pinned"  # a one-block tenant in the middle: runs of 2 and 3
+    assert alloc.num_free_blocks == 5 and alloc.largest_free_run() == 3
+    assert not alloc.admit(x), "5 blocks free in total, but no run of 4"
+    assert "external fragmentation" in alloc.last_refusal
+    assert not x.block_table
+    alloc.owner[6] = None
+    assert alloc.admit(w) and w.block_table == [4, 5, 6, 7]

@@ -1,0 +1,34 @@
+"""Seeded sampling is reproducible whatever else is in the batch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.sampler import probabilities
+
+pytestmark = pytest.mark.slow
+
+
+def test_same_seed_same_tokens_in_any_batch():
+    eng = LLMEngine(EngineConfig(dtype="float32", max_num_seqs=8))
+    p = SamplingParams(max_tokens=16, temperature=0.9, top_p=0.95, top_k=50, seed=1234,
+                       ignore_eos=True)
+    (alone,) = eng.generate(["Write a short poem about the sea."], p)
+    others = [SamplingParams(max_tokens=12, temperature=1.0, seed=s, ignore_eos=True)
+              for s in range(5)]
+    prompts = ["Hello", "Write a short poem about the sea.", "1, 2, 3,", "def f(x):", "猫", "A"]
+    outs = eng.generate(prompts, [others[0], p, *others[1:]])
+    assert outs[1].token_ids == alone.token_ids
+    assert len({tuple(o.token_ids) for o in outs}) > 1
+
+
+def test_top_k_top_p_filter():
+    logits = torch.tensor([3.0, 2.0, 1.0, 0.0])
+    probs = probabilities(logits, SamplingParams(temperature=1.0, top_k=2))
+    assert probs[2:].sum() == 0 and torch.isclose(probs.sum(), torch.tensor(1.0))
+    probs = probabilities(logits, SamplingParams(temperature=1.0, top_p=0.5))
+    assert probs[0] == 1.0, "the top token alone already holds over half the mass"
+    greedy = probabilities(logits, SamplingParams(temperature=0.0))
+    assert greedy.tolist() == [1.0, 0.0, 0.0, 0.0]
