@@ -82,6 +82,7 @@ class Scheduler:
         """Called by the engine when req is done."""
         if self.config.batching == "static":
             req.idle_finished = True  # keeps its seat and blocks until the whole bus is done
+            self._end_static_batch_if_done()
             return
         self.running.remove(req)
         self._stand(req)
@@ -97,8 +98,6 @@ class Scheduler:
     # --- one step ---------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         cfg, out = self.config, SchedulerOutput()
-        if cfg.batching == "static":
-            self._end_static_batch_if_done()
         budget = cfg.max_num_batched_tokens
 
         for req in list(self.running):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 
 import pytest
-import torch
 
 PROMPTS = [
     "The capital of France is",
@@ -25,22 +24,12 @@ def tokenizer():
     return load_tokenizer(hf_folder("smollm2-135m"))
 
 
-@functools.lru_cache(maxsize=1)
-def _hf_model():
-    from transformers import AutoModelForCausalLM
-
-    from engine.model.loader import hf_folder
-
-    return AutoModelForCausalLM.from_pretrained(hf_folder("smollm2-135m"), dtype=torch.float32)
-
-
 @functools.lru_cache(maxsize=64)
 def _reference(ids: tuple[int, ...], max_new_tokens: int) -> tuple[int, ...]:
-    model = _hf_model()
-    out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                         max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
-                         do_sample=False, pad_token_id=0)
-    return tuple(out[0, len(ids):].tolist())
+    from engine.baseline import reference_greedy
+
+    (out,) = reference_greedy([list(ids)], max_new_tokens, ignore_eos=True)
+    return tuple(out)
 
 
 @pytest.fixture(scope="session")
