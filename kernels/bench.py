@@ -646,7 +646,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="folder for kernels.json and engine.json")
     ap.add_argument("--budget-s", type=float, default=450.0,
                     help="whole run, engine bench included (default 450 s = 7.5 min)")
-    ap.add_argument("--kernel-budget-s", type=float, default=210.0,
+    ap.add_argument("--kernel-budget-s", type=float, default=240.0,
                     help="stop starting new kernel measurements after this many seconds")
     ap.add_argument("--engine-timeout-s", type=float, default=None,
                     help="cap for the engine bench (default: whatever the budget leaves)")
