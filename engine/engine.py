@@ -8,6 +8,7 @@ finish or roll back rejected draft slots; a StepReport describes all of it.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from dataclasses import dataclass
@@ -48,11 +49,32 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+@functools.lru_cache(maxsize=1)
+def cpu_prefers_bf16() -> bool:
+    """Measure once: is a decode-shaped bf16 matmul clearly faster than fp32 on this CPU?
+
+    CPUs with AMX or AVX512-BF16 run bf16 GEMMs several times faster; older ones emulate bf16
+    and are slower than fp32. Shapes are the bundled model's MLP at 16 rows."""
+    x, w = torch.randn(16, 576), torch.randn(1536, 576)
+    best = {}
+    for dt in (torch.float32, torch.bfloat16):
+        xd, wd = x.to(dt), w.to(dt)
+        torch.nn.functional.linear(xd, wd)  # warm up
+        times = []
+        for _ in range(7):
+            t = time.perf_counter()
+            for _ in range(4):
+                torch.nn.functional.linear(xd, wd)
+            times.append(time.perf_counter() - t)
+        best[dt] = min(times)
+    return best[torch.bfloat16] < 0.7 * best[torch.float32]
+
+
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
-        # measured on the 2-core dev machine: fp32 decodes faster than bf16 on this CPU
-        # (see README, performance); CUDA runs bf16.
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        if device.type == "cuda":
+            return torch.bfloat16
+        return torch.bfloat16 if cpu_prefers_bf16() else torch.float32
     return getattr(torch, name)
 
 
@@ -265,6 +287,8 @@ class LLMEngine:
         req.text = self.tokenizer.decode(req.output_token_ids, skip_special_tokens=False)
         self.scheduler.finish(req)
         self.metrics.on_finish(req)
+        if self.spec is not None:
+            self.spec.release(req)  # free its draft state (preempted ones: at the next propose)
 
     # --- reports ----------------------------------------------------------------------------
     def kv_summary(self) -> KVSummary:
