@@ -240,8 +240,8 @@ def load_model(name: str, dtype: torch.dtype = torch.float32,
     key = (str(folder.resolve()), dtype)
     if key not in _loaded:
         config = read_config(folder)
-        tokenizer = load_tokenizer(folder)
         weights = read_weights(folder, dtype, progress)
+        tokenizer = load_tokenizer(folder)
         if "embed_tokens.weight" not in weights:
             raise ModelLoadError(f"{folder}: no embed_tokens weight; not a Llama-family model?")
         _loaded[key] = LoadedModel(name, folder, config, weights, tokenizer)

@@ -1,0 +1,84 @@
+"""Loading: local Hugging Face folders of the Llama family, and clear errors for bad ones.
+
+Tiny random Llama / Qwen2 (q/k/v bias) / Qwen3 (q/k norm) models are built here with
+transformers, and our forward must give transformers' greedy tokens exactly.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.model.loader import ModelLoadError, hf_folder
+
+
+def _tiny(kind: str, path, tokenizer_src):
+    import transformers as tf
+
+    common = dict(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                  tie_word_embeddings=True)
+    if kind == "llama":
+        cfg, cls = tf.LlamaConfig(**common, rope_scaling={
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 64}), tf.LlamaForCausalLM
+    elif kind == "qwen2":
+        cfg, cls = tf.Qwen2Config(**common), tf.Qwen2ForCausalLM
+    else:
+        cfg, cls = tf.Qwen3Config(**common, head_dim=16), tf.Qwen3ForCausalLM
+    torch.manual_seed(0)
+    model = cls(cfg).eval()
+    with torch.no_grad():  # larger weights than the init, so tokens vary and norms matter
+        for p in model.parameters():
+            p.mul_(8.0 if p.dim() > 1 else 1.0).add_(0.05 * torch.randn_like(p))
+    model.save_pretrained(path, safe_serialization=True)
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(tokenizer_src).save_pretrained(path)
+    return model
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3"])
+def test_tiny_models_match_transformers(kind, tmp_path):
+    model = _tiny(kind, tmp_path, hf_folder("smollm2-135m"))
+    prompts = [[5, 17, 300, 42, 7], [1000, 2000, 3000]]
+    eng = LLMEngine(EngineConfig(model=str(tmp_path), dtype="float32", max_model_len=64,
+                                 block_size=4))
+    outs = eng.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))
+    for p, o in zip(prompts, outs):
+        ref = model.generate(torch.tensor([p]), max_new_tokens=12, do_sample=False,
+                             eos_token_id=None, pad_token_id=0)[0, len(p):].tolist()
+        assert o.token_ids == ref, kind
+    assert len({tuple(o.token_ids) for o in outs}) == 2
+
+
+def test_unsupported_architecture(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"],
+                                                       "model_type": "gpt2"}))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ModelLoadError, match="unsupported architecture 'GPT2LMHeadModel'"):
+        LLMEngine(EngineConfig(model=str(tmp_path)))
+
+
+def test_corrupt_weights_file(tmp_path):
+    cfg = json.loads((hf_folder("smollm2-135m") / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "model.safetensors").write_bytes(b"\x00garbage, not a safetensors file")
+    with pytest.raises(ModelLoadError, match="corrupt or unreadable weights file"):
+        LLMEngine(EngineConfig(model=str(tmp_path), dtype="float32"))
+
+
+def test_pickle_only_folder_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "pytorch_model.bin").write_bytes(b"pickle")
+    with pytest.raises(ModelLoadError, match="pickle files are not loaded"):
+        hf_folder(str(tmp_path))
+
+
+def test_cache_is_a_plain_hf_folder():
+    folder = hf_folder("smollm2-135m")
+    assert (folder / "model.safetensors").is_file() and (folder / "config.json").is_file()
+    assert "quantization_config" not in json.loads((folder / "config.json").read_text())
