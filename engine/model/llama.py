@@ -100,6 +100,8 @@ class LlamaModel:
         self.scale = cfg.head_dim ** -0.5
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
+        # y = x W^T (+ b); a draft model swaps in int8 weights and int8_linear (engine/spec/draft.py)
+        self.linear = F.linear
 
     @property
     def weight_bytes(self) -> int:
@@ -120,7 +122,7 @@ class LlamaModel:
         eps = cfg.rms_norm_eps
         for layer, (k_cache, v_cache) in zip(self.layers, kv_caches):
             x = rms_norm(h, layer["in_norm"], eps)
-            qkv = F.linear(x, layer["qkv"], layer["qkv_bias"])
+            qkv = self.linear(x, layer["qkv"], layer["qkv_bias"])
             q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
             q = q.view(n, cfg.num_heads, cfg.head_dim)  # [num_tokens, Hq, d]
             k = k.view(n, cfg.num_kv_heads, cfg.head_dim)  # [num_tokens, Hkv, d]
@@ -132,12 +134,12 @@ class LlamaModel:
             k = k * cos + rotate_half(k) * sin
             backend.store_kv(k_cache, v_cache, k, v, meta.slot_mapping)
             attn = backend.forward(q, k_cache, v_cache, meta, self.scale)  # [num_tokens, Hq, d]
-            h = h + F.linear(attn.reshape(n, self.q_size), layer["o"])
+            h = h + self.linear(attn.reshape(n, self.q_size), layer["o"])
             x = rms_norm(h, layer["post_norm"], eps)
-            gate, up = F.linear(x, layer["gate_up"]).chunk(2, dim=-1)
-            h = h + F.linear(F.silu(gate) * up, layer["down"])
+            gate, up = self.linear(x, layer["gate_up"]).chunk(2, dim=-1)
+            h = h + self.linear(F.silu(gate) * up, layer["down"])
         return rms_norm(h, self.final_norm, eps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[rows, hidden] -> [rows, vocab] in fp32."""
-        return F.linear(hidden, self.lm_head).float()
+        return self.linear(hidden, self.lm_head).float()

@@ -1,0 +1,123 @@
+"""SpecDecoder: draft before the step, verify after the forward, and record every decision.
+
+Speculative decoding (Leviathan, Kalman & Matias 2023, "Fast Inference from Transformers via
+Speculative Decoding", arXiv:2211.17192; chapter 6.4, the third fix) in the engine's step:
+
+1. `propose(running)`, called by `LLMEngine.step()` before scheduling: every request that is
+   decoding gets up to k drafted tokens in `req.spec_token_ids`, from prompt lookup (Saxena
+   2023, "Prompt Lookup Decoding"; `ngram.py`) or a draft model (`draft.py`). The scheduler
+   then computes `[last token, *draft]` for it in the same batched forward as everyone
+   else's prefill chunks and decodes.
+2. `verify(req, logits)`: the target's logits after `[last, x_1..x_k]` ([k + 1, vocab]):
+   * greedy requests accept while the draft equals the target's argmax; the token after the
+     accepted prefix is the target's argmax there (the correction, or the bonus when all k
+     matched). The output is token for token what greedy decoding without a draft gives.
+   * sampling requests use the rejection rule (`rejection.rejection_sample`): accept x_i with
+     probability min(1, p_target / p_draft), on the first rejection draw from
+     normalize(max(0, p_target - p_draft)), else a bonus from p_target[k]. p_target is what
+     the request's sampler would sample from (temperature, top-k, top-p applied); p_draft is
+     the draft model's distribution after the same transform, or a one-hot for n-gram
+     drafts. Every draw uses the request's own generator, so a seed fixes the output.
+   The engine keeps the K/V of the accepted tokens only (the rollback), and the records go
+   into the StepReport.
+
+Draft length: k is capped so that `num_tokens + k < max_model_len` and so that a request
+never drafts more than it may still emit (`max_tokens - num_output_tokens - 1`: the
+verification always adds one token of its own).
+
+The records: for sampling requests p_target / p_draft are the probabilities the decision
+used. For greedy requests the decision is argmax matching (accept_prob 1 or 0); p_target
+and p_draft show each model's plain softmax (temperature 1) confidence in the token, and
+p_draft is 1.0 for an n-gram draft.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.report import DraftToken, SpecRecord
+from engine.request import Request
+from engine.sampler import probabilities
+from engine.spec.draft import DraftProposer, Proposal
+from engine.spec.ngram import NgramProposer
+from engine.spec.rejection import greedy_decision, rejection_sample
+
+
+class SpecDecoder:
+    def __init__(self, engine, spec_config):
+        self.engine = engine
+        self.config = spec_config
+        self.k = spec_config.num_speculative_tokens
+        self.ngram = NgramProposer(spec_config) if spec_config.method == "ngram" else None
+        self.draft = DraftProposer(engine, spec_config) if spec_config.method == "draft" else None
+        self.proposals: dict[str, Proposal] = {}  # this step's drafts, until verified
+
+    def max_draft_len(self, req: Request) -> int:
+        """k, capped by the model length and the tokens the request may still emit."""
+        room_len = self.engine.config.max_model_len - 1 - req.num_tokens
+        room_out = req.sampling.max_tokens - req.num_output_tokens - 1
+        return max(0, min(self.k, room_len, room_out))
+
+    @staticmethod
+    def is_decoding(req: Request) -> bool:
+        return (not req.in_prefill and not req.idle_finished and not req.is_finished
+                and req.num_computed_tokens == req.num_tokens - 1)
+
+    # --- before the step --------------------------------------------------------------------
+    def propose(self, running: list[Request]) -> None:
+        """Fill `spec_token_ids` of every decoding request (others get none)."""
+        self.proposals.clear()
+        reqs, ks = [], []
+        for req in running:
+            req.spec_token_ids = []
+            k = self.max_draft_len(req) if self.is_decoding(req) else 0
+            if k > 0:
+                reqs.append(req)
+                ks.append(k)
+        if self.draft is not None:
+            self.draft.sync(running)
+            props = self.draft.propose(reqs, ks) if reqs else []
+        else:
+            drafts = [self.ngram.propose([r.all_token_ids], k)[0] for r, k in zip(reqs, ks)]
+            props = [Proposal(d, None, [1.0] * len(d)) for d in drafts]
+        for req, prop in zip(reqs, props):
+            if prop.token_ids:
+                req.spec_token_ids = list(prop.token_ids)
+                self.proposals[req.request_id] = prop
+
+    def release(self, req: Request) -> None:
+        """The request finished: free its draft state now."""
+        self.proposals.pop(req.request_id, None)
+        if self.draft is not None:
+            self.draft.release(req.request_id)
+
+    # --- after the forward ------------------------------------------------------------------
+    def verify(self, req: Request, logits: torch.Tensor) -> tuple[list[int], SpecRecord]:
+        """logits: [1 + k, vocab] fp32 after [last, *draft] -> (tokens to append, record)."""
+        draft = list(req.spec_token_ids)  # the scheduler may have cut the draft short
+        k = len(draft)
+        assert logits.shape[0] == k + 1, (logits.shape, k)
+        prop = self.proposals.pop(req.request_id, None)
+        p_draft_x = prop.p_draft_x[:k] if prop is not None else [None] * k
+        sp = req.sampling
+        if sp.greedy:
+            shown = torch.softmax(logits, dim=-1)  # [k + 1, V], for the record only
+            decision = greedy_decision(draft, logits.argmax(dim=-1), p_target=shown)
+        else:
+            p_target = probabilities(logits, sp)  # [k + 1, V]
+            p_draft = None  # n-gram: a one-hot on each drafted token
+            if prop is not None and prop.p_draft is not None:
+                p_draft = prop.p_draft[:k]  # [k, V]
+            decision = rejection_sample(draft, p_target, p_draft, req.generator)
+        self.engine.metrics.on_verify(k, decision.num_accepted)
+        tok = self.engine.tokenizer
+        drafted = [
+            DraftToken(d.token, tok.decode([d.token]), d.p_target,
+                       d.p_draft if d.p_draft is not None else p_draft_x[i],
+                       d.accept_prob, d.accepted)
+            for i, d in enumerate(decision.drafts)
+        ]
+        record = SpecRecord(req.request_id, drafted, decision.num_accepted,
+                            decision.next_token, tok.decode([decision.next_token]),
+                            decision.next_kind)
+        return decision.emitted_tokens, record

@@ -1,0 +1,204 @@
+"""`python -m engine.spec_bench --json PATH [--quick]`: what speculative decoding buys, measured.
+
+Speculative decoding (Leviathan et al. 2023; prompt lookup, Saxena 2023) trades extra work
+for fewer steps: one target forward over [last, x_1..x_k] costs about as much as over one
+token while decoding is bound by reading the weights, so every accepted draft token is
+nearly free. Two measurements here:
+
+1. `forward_cost`: the target's forward time at batch 1 for 1, 2, 4, 8, 16 tokens per
+   forward (with the logits of every row, as verification needs them). Flat means
+   verification is free; where it bends upward the step stops being bound by weight reads.
+2. `results`: output tokens/s with speculation off, prompt lookup (`ngram`) and the draft
+   model (`draft`) on the `grounded` (copy-heavy) and `open` (creative) workloads with 1, 4,
+   16 and 32 requests running at once, greedy, every request generating exactly
+   `--max-tokens` tokens (EOS ignored) so every method does identical work. More requests
+   per step make the step compute-bound and leave less idle bandwidth for drafts to use:
+   speculation helps most at batch 1 and can hurt at 32.
+
+The JSON has the main bench's shape (`engine/bench.py`): {"machine", "roofline", "results",
+"forward_cost", ...}; each result has the common keys plus `workload`, `concurrency`,
+`acceptance_rate`, `mean_accepted_len`, `speedup_vs_off`. `python -m engine.bench --spec`
+runs this. Methods run interleaved per concurrency on the same prompts; the machine is shared
+and noisy, so compare ratios, not absolute numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from engine.config import EngineConfig, SamplingParams, SpecConfig
+from engine.metrics import RunMetrics
+from engine.model.attention import build_metadata
+from engine.workloads import get_workload
+
+METHODS = ("off", "ngram", "draft")
+
+
+def forward_cost(model, pool, backend, device, tokens=(1, 2, 4, 8, 16), context: int = 128,
+                 reps: int = 7) -> list[dict]:
+    """Milliseconds of one forward of `n` new tokens after `context` cached ones, batch 1,
+    logits for every new row; the minimum over `reps` interleaved repetitions."""
+    bs = pool.block_size
+    need = -(-(context + max(tokens)) // bs)
+    assert need <= pool.num_blocks, "pool too small for the forward-cost probe"
+    table = list(range(need))
+    best = {n: float("inf") for n in tokens}
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(reps):
+        for n in tokens:
+            total = context + n
+            meta = build_metadata([total], [total], [table], list(range(total)), bs, device)
+            ids = torch.randint(0, 1000, (total,), generator=gen).to(device)
+            model.forward(ids, torch.arange(total, device=device), meta, pool.layers, backend)
+            # the probe: n new tokens after the context written above
+            meta = build_metadata([n], [total], [table], list(range(context, total)), bs, device)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            hidden = model.forward(ids[context:], torch.arange(context, total, device=device),
+                                   meta, pool.layers, backend)
+            model.logits(hidden)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            best[n] = min(best[n], time.perf_counter() - t0)
+    one = best[tokens[0]]
+    return [{"tokens": n, "ms": best[n] * 1e3, "vs_one_token": best[n] / one} for n in tokens]
+
+
+def _run(engine, items, max_tokens: int) -> dict:
+    """Serve `items` all at once on a warm engine; the engine's metrics are reset first."""
+    engine.metrics = RunMetrics()
+    t0 = time.perf_counter()
+    for it in items:
+        engine.add_request(it.prompt, SamplingParams(max_tokens=min(it.max_tokens, max_tokens),
+                                                     ignore_eos=True), arrival_time=t0)
+    steps = 0
+    while engine.has_unfinished():
+        engine.step()
+        steps += 1
+    wall = time.perf_counter() - t0
+    alloc = engine.allocator
+    assert alloc.num_free_blocks == alloc.num_blocks, "target KV blocks still held after the run"
+    if engine.spec is not None and engine.spec.draft is not None:
+        d = engine.spec.draft.allocator
+        assert d.num_free_blocks == d.num_blocks, "draft KV blocks still held after the run"
+    snap = engine.metrics_snapshot()
+    return {
+        "output_tokens": snap["output_tokens"], "wall_s": wall,
+        "output_tok_per_s": snap["output_tokens"] / wall, "ttft_p50_s": snap["ttft_p50_s"],
+        "ttft_p99_s": snap["ttft_p99_s"], "tpot_p50_s": snap["tpot_p50_s"],
+        "kv_useful_frac": snap["kv_useful_frac"], "max_concurrency": snap["peak_concurrency"],
+        "idle_seat_frac": snap["idle_seat_frac"], "prefix_hit_rate": snap["prefix_hit_rate"],
+        "acceptance_rate": snap["acceptance_rate"], "mean_accepted_len": snap["mean_accepted_len"],
+        "acceptance_by_position": snap["acceptance_by_position"], "steps": steps,
+    }
+
+
+def print_table(results: list[dict]) -> None:
+    print(f"{'workload':<10}{'conc':>5}  {'spec':<6}{'tok/s':>8}{'speedup':>9}{'accept':>8}"
+          f"{'acc len':>8}{'steps':>7}")
+    for r in results:
+        acc = "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
+        alen = "-" if r["mean_accepted_len"] is None else f"{r['mean_accepted_len']:.2f}"
+        speedup = "-" if r["speedup_vs_off"] is None else f"{r['speedup_vs_off']:.2f}x"
+        print(f"{r['workload']:<10}{r['concurrency']:>5}  {r['spec'] or 'off':<6}"
+              f"{r['output_tok_per_s']:>8.1f}{speedup:>9}{acc:>8}{alen:>8}"
+              f"{r['steps']:>7}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m engine.spec_bench",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--quick", action="store_true", help="a small run (about a minute)")
+    ap.add_argument("--workloads", default="grounded,open")
+    ap.add_argument("--concurrency", default="1,4,16,32")
+    ap.add_argument("--methods", default=",".join(METHODS), help="off, ngram, draft")
+    ap.add_argument("--k", type=int, default=SpecConfig().num_speculative_tokens,
+                    help="num_speculative_tokens")
+    ap.add_argument("--max-tokens", type=int, default=48, help="output tokens per request")
+    ap.add_argument("--min-requests", type=int, default=4,
+                    help="requests per run: max(concurrency, this)")
+    ap.add_argument("--max-model-len", type=int, default=256)
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--device", default="auto")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.concurrency, args.max_tokens, args.min_requests = "1,4", 16, 2
+    from engine.bench import machine_info, roofline
+    from engine.engine import LLMEngine
+
+    concurrency = [int(c) for c in args.concurrency.split(",")]
+    methods = args.methods.split(",")
+    workloads = args.workloads.split(",")
+    for m in methods:
+        if m not in METHODS:
+            ap.error(f"--methods: {m!r} is not one of {list(METHODS)}")
+
+    def config(method: str, seats: int) -> EngineConfig:
+        spec = None if method == "off" else SpecConfig(method, args.k)
+        return EngineConfig(max_num_seqs=seats, max_model_len=args.max_model_len,
+                            max_num_batched_tokens=max(512, seats * (args.k + 1)),
+                            dtype=args.dtype, device=args.device, spec=spec)
+
+    probe = LLMEngine(config("draft" if "draft" in methods else "off", 1))
+    roof = roofline(probe)
+    print(f"[{probe.describe()}] weights {roof['weight_bytes'] / 1e6:.0f} MB")
+    reps = 3 if args.quick else 7
+    cost = forward_cost(probe.model, probe.pool, probe.backend, probe.device, reps=reps)
+    print("target forward at batch 1: " + ", ".join(
+        f"{c['tokens']} tok {c['ms']:.1f} ms ({c['vs_one_token']:.2f}x)" for c in cost))
+    draft_cost = None
+    if probe.spec is not None:
+        draft = probe.spec.draft
+        roof["draft_weight_bytes"] = draft.model.weight_bytes
+        draft_cost = forward_cost(draft.model, draft.pool, probe.backend, probe.device,
+                                  tokens=(1, 4, 16), reps=reps)
+        print("draft forward at batch 1: " + ", ".join(
+            f"{c['tokens']} tok {c['ms']:.1f} ms ({c['ms'] / cost[0]['ms']:.2f}x target's "
+            f"1-token forward)" for c in draft_cost))
+    device_type = probe.device.type
+    del probe
+
+    results = []
+    warm = get_workload("open", 1).items
+    for seats in concurrency:
+        for method in methods:
+            engine = LLMEngine(config(method, seats))
+            _run(engine, warm, 4)  # warm up kernels and caches
+            for wl_name in workloads:
+                items = get_workload(wl_name, max(seats, args.min_requests)).items
+                res = _run(engine, items, args.max_tokens)
+                res.update({"system": "engine", "batching": engine.config.batching,
+                            "kv_layout": engine.config.kv_layout,
+                            "spec": None if method == "off" else method, "k": args.k,
+                            "workload": wl_name, "concurrency": seats,
+                            "requests": len(items)})
+                results.append(res)
+                print(f"  {wl_name:<9} {seats:>3} running, {method:<5}: "
+                      f"{res['output_tok_per_s']:6.1f} tok/s", flush=True)
+            del engine
+    for r in results:
+        off = next((o for o in results if o["spec"] is None and o["workload"] == r["workload"]
+                    and o["concurrency"] == r["concurrency"]), None)
+        r["speedup_vs_off"] = r["output_tok_per_s"] / off["output_tok_per_s"] if off else None
+    results.sort(key=lambda r: (workloads.index(r["workload"]), r["concurrency"],
+                                methods.index(r["spec"] or "off")))
+    print_table(results)
+    out = {"machine": machine_info(device_type), "roofline": roof, "args": vars(args), "forward_cost": cost,
+           "draft_forward_cost": draft_cost, "results": results}
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(out, indent=2))
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,369 @@
+"""Speculative decoding in the engine: lossless, and every KV block comes back.
+
+Greedy: the tokens are the same with speculation off, with prompt lookup and with the draft
+model, alone and batched with sampling requests, in both KV layouts. Sampling: the joint
+distribution of the first generated tokens over many seeds matches the target's exact
+probabilities (chi-square), on a prompt where the drafts really are checked and often
+rejected (Leviathan et al. 2023: the rejection rule keeps the target's distribution).
+Rollback: random acceptance patterns never leak or double-own a block.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine import EngineConfig, LLMEngine, SamplingParams, SpecConfig
+from engine.kv import ContiguousAllocator, PagedAllocator
+from engine.request import Request
+from engine.spec import draft as draft_mod
+from engine.spec.decoder import SpecDecoder
+from engine.spec.draft import (
+    GROUP,
+    DraftRecipe,
+    DraftSeq,
+    _common_prefix,
+    quant_linear,
+    quant_weight,
+    quantize_int4,
+)
+from engine.workloads import get_workload
+from tests.conftest import PROMPTS
+
+# ---------------------------------------------------------------------------------------------
+# Fast: no model
+
+
+def _check_blocks(alloc, holders):
+    """Every block is free or in exactly the tables that reference it; nothing leaked."""
+    seen: dict[int, int] = {}
+    for h in holders:
+        assert len(set(h.block_table)) == len(h.block_table), "a block twice in one table"
+        for b in h.block_table:
+            seen[b] = seen.get(b, 0) + 1
+    if isinstance(alloc, PagedAllocator):
+        for b in range(alloc.num_blocks):
+            assert alloc.ref_count[b] == seen.get(b, 0), f"block {b}: ref count wrong"
+    else:
+        assert all(c == 1 for c in seen.values()), "a block owned twice"
+    assert alloc.num_free_blocks + len(seen) == alloc.num_blocks, "blocks leaked"
+
+
+steps = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4), st.integers(0, 4),
+                           st.booleans()), min_size=1, max_size=60)
+
+
+@settings(max_examples=120, deadline=None)
+@given(steps=steps, layout=st.sampled_from(["paged", "contiguous"]))
+def test_rollback_after_random_acceptance_never_leaks(steps, layout):
+    """Drive the allocator as the engine does: ensure slots for [last, *draft], accept a
+    random prefix, truncate to the accepted length; a DraftSeq in its own paged pool too."""
+    bs, max_len = 4, 40
+    alloc = (PagedAllocator(40, bs) if layout == "paged"
+             else ContiguousAllocator(40, bs, max_model_len=max_len))
+    draft_alloc = PagedAllocator(40, bs)
+    live: dict[int, Request] = {}
+    seqs: dict[int, DraftSeq] = {}
+    for i, k, accepted, finish in steps:
+        req = live.get(i)
+        if req is None:
+            req = Request(f"r{i}", [1, 2, 3, 4, 5][: 2 + i], SamplingParams())
+            if not (alloc.admit(req) and alloc.ensure_slots(req, req.num_tokens)):
+                alloc.free(req)
+                continue
+            req.num_computed_tokens = req.num_tokens - 1  # prefilled; the last token is next
+            live[i], seqs[i] = req, DraftSeq(req.request_id)
+        seq = seqs[i]
+        k = min(k, max_len - 1 - req.num_tokens)
+        accepted = min(accepted, max(k, 0))
+        if k >= 0 and alloc.ensure_slots(req, req.num_tokens + k):
+            # the draft holds its K/V up to x_{k-1}, then keeps the accepted prefix
+            n_draft = req.num_tokens + k - 1
+            if draft_alloc.ensure_slots(seq, n_draft):
+                seq.token_ids = list(range(n_draft))
+            new = [7] * (accepted + 1)
+            req.num_computed_tokens = req.num_tokens + accepted  # last real token + accepted
+            alloc.truncate(req, req.num_computed_tokens)
+            req.output_token_ids += new
+            keep = min(len(seq.token_ids), req.num_tokens - 1)
+            del seq.token_ids[keep:]
+            draft_alloc.truncate(seq, keep)
+            if layout == "paged":
+                assert len(req.block_table) == -(-req.num_computed_tokens // bs)
+            assert len(seq.block_table) == -(-keep // bs)
+        if finish or req.num_tokens >= max_len - 1:
+            alloc.free(req)
+            draft_alloc.free(seq)
+            del live[i], seqs[i]
+        _check_blocks(alloc, live.values())
+        _check_blocks(draft_alloc, seqs.values())
+    for i in list(live):
+        alloc.free(live.pop(i))
+        draft_alloc.free(seqs.pop(i))
+    assert alloc.num_free_blocks == alloc.num_blocks
+    assert draft_alloc.num_free_blocks == draft_alloc.num_blocks
+
+
+@given(a=st.lists(st.integers(0, 3), max_size=30), b=st.lists(st.integers(0, 3), max_size=30))
+def test_common_prefix(a, b):
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    assert _common_prefix(a, b) == n
+
+
+def test_draft_length_is_capped_by_model_length_and_max_tokens():
+    engine = SimpleNamespace(config=EngineConfig(max_model_len=20))
+    dec = SpecDecoder(engine, SpecConfig("ngram", num_speculative_tokens=4))
+    for prompt_len in range(1, 19):
+        for max_tokens in range(1, 8):
+            for out in range(max_tokens):
+                req = Request("r", [1] * prompt_len, SamplingParams(max_tokens=max_tokens))
+                req.output_token_ids = [2] * out
+                if req.num_tokens >= 20:
+                    continue
+                k = dec.max_draft_len(req)
+                assert 0 <= k <= 4
+                assert req.num_tokens + k < 20, "drafts past max_model_len"
+                assert k <= max_tokens - out - 1, "drafts past max_tokens"
+                assert k == min(4, 19 - req.num_tokens, max_tokens - out - 1)
+
+
+def test_int4_draft_reproduces_q4_1_weights():
+    """Weights on a Q4_1 grid (code * scale + min per 32 inputs) come back nearly exactly;
+    the packed kernel (few rows) and the dense bf16 path (many rows) agree with fp32."""
+    torch.manual_seed(0)
+    out_f, in_f = 64, 128
+    codes = torch.randint(0, 16, (out_f, in_f // GROUP, GROUP))
+    codes[..., 0], codes[..., 1] = 0, 15  # each group spans the full grid, as Q4_1 makes it
+    scale = torch.rand(out_f, in_f // GROUP, 1) * 0.01 + 0.001
+    low = torch.randn(out_f, in_f // GROUP, 1) * 0.02
+    w = (codes * scale + low).reshape(out_f, in_f)  # [out, in]
+    got_codes, got_scale, got_low = quantize_int4(w)
+    assert torch.equal(got_codes, codes.reshape(out_f, in_f).to(torch.int32)), "codes differ"
+    assert torch.allclose(got_scale, scale.squeeze(-1), rtol=1e-5)
+    assert torch.allclose(got_low, low.squeeze(-1), rtol=1e-5, atol=1e-7)
+    q = quant_weight(w, 4)
+    assert torch.allclose(q.dense.float(), w, rtol=2**-8, atol=1e-6), "dense copy != bf16(w)"
+    for rows in (1, 3, 64):
+        x = torch.randn(rows, in_f)
+        ref = x @ w.T  # [rows, out]
+        got = quant_linear(x, q)
+        err = (got - ref).abs().max() / ref.abs().max()
+        assert err < 2e-2, f"{rows} rows: relative error {err:.3g}"
+    q8 = quant_weight(w, 8)
+    x = torch.randn(2, in_f)
+    assert ((quant_linear(x, q8) - x @ w.T).abs().max() / (x @ w.T).abs().max()) < 3e-2
+
+
+# ---------------------------------------------------------------------------------------------
+# Slow: the real model, greedy identity
+
+MAX_TOKENS = [24, 16, 20]
+
+
+@functools.lru_cache(maxsize=1)
+def _greedy_prompts() -> list[str]:
+    return [get_workload("grounded", 1).items[0].prompt, PROMPTS[1], PROMPTS[3]]
+
+
+def _greedy_params() -> list[SamplingParams]:
+    return [SamplingParams(max_tokens=n, ignore_eos=True) for n in MAX_TOKENS]
+
+
+def _sampling_params() -> list[SamplingParams]:
+    return [SamplingParams(max_tokens=12, temperature=0.8, top_p=0.9, seed=1, ignore_eos=True),
+            SamplingParams(max_tokens=20, temperature=1.0, top_k=20, seed=2, ignore_eos=True)]
+
+
+def _run(cfg: EngineConfig, prompts, params):
+    """Run to the end; returns (engine, outputs, every SpecRecord, preemptions)."""
+    eng = LLMEngine(cfg)
+    rids = [eng.add_request(p, sp) for p, sp in zip(prompts, params)]
+    records, preempted = [], 0
+    while eng.has_unfinished():
+        report = eng.step()
+        records += report.spec
+        preempted += len(report.preempted)
+    return eng, [eng.output(r) for r in rids], records, preempted
+
+
+@functools.cache
+def _reference(layout: str) -> tuple[tuple[int, ...], ...]:
+    cfg = EngineConfig(dtype="float32", kv_layout=layout, max_num_seqs=4)
+    _, outs, _, _ = _run(cfg, _greedy_prompts(), _greedy_params())
+    return tuple(tuple(o.token_ids) for o in outs)
+
+
+def _check_records(records, k: int) -> None:
+    for r in records:
+        flags = [d.accepted for d in r.drafted]
+        assert 1 <= len(flags) <= k
+        assert flags == [True] * r.num_accepted + [False] * (len(flags) - r.num_accepted)
+        assert r.next_kind == ("bonus" if r.num_accepted == len(flags) else "correction")
+        for d in r.drafted:
+            assert d.p_target is not None and 0.0 <= d.p_target <= 1.0 + 1e-6
+            assert d.p_draft is not None and 0.0 <= d.p_draft <= 1.0 + 1e-6
+
+
+def _check_all_free(eng: LLMEngine) -> None:
+    assert eng.allocator.num_free_blocks == eng.allocator.num_blocks, "target KV leaked"
+    draft = eng.spec.draft
+    if draft is not None:
+        assert not draft.seqs, f"draft state left for {sorted(draft.seqs)}"
+        assert draft.allocator.num_free_blocks == draft.allocator.num_blocks, "draft KV leaked"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["paged", "contiguous"])
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_greedy_identity_in_a_mixed_batch(method, layout):
+    """Greedy requests of different lengths next to sampling requests: the greedy tokens are
+    exactly the spec-off tokens; drafts were proposed and some accepted."""
+    k = 4
+    cfg = EngineConfig(dtype="float32", kv_layout=layout, max_num_seqs=8,
+                       spec=SpecConfig(method, num_speculative_tokens=k))
+    prompts = _greedy_prompts() + [PROMPTS[0], PROMPTS[4]]
+    eng, outs, records, _ = _run(cfg, prompts, _greedy_params() + _sampling_params())
+    for out, ref in zip(outs, _reference(layout)):
+        assert tuple(out.token_ids) == ref, f"{method}/{layout}: greedy output changed"
+    for out, sp in zip(outs[3:], _sampling_params()):
+        assert len(out.token_ids) == sp.max_tokens
+    assert records, "nothing was drafted"
+    assert sum(r.num_accepted for r in records) > 0, "no draft token was ever accepted"
+    _check_records(records, k)
+    snap = eng.metrics_snapshot()
+    assert snap["acceptance_rate"] is not None and 0 < snap["acceptance_rate"] <= 1
+    assert 1 <= len(snap["acceptance_by_position"]) <= k
+    _check_all_free(eng)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_greedy_identity_alone(method):
+    cfg = EngineConfig(dtype="float32", max_num_seqs=1, spec=SpecConfig(method))
+    eng, outs, records, _ = _run(cfg, _greedy_prompts()[:1], _greedy_params()[:1])
+    assert tuple(outs[0].token_ids) == _reference("paged")[0]
+    assert records
+    _check_all_free(eng)
+
+
+@pytest.mark.slow
+def test_draft_model_through_chunked_prefill_and_preemption():
+    """A pool too small for everyone and a small token budget: requests are preempted while
+    speculating; the draft's state follows (freed, rebuilt) and greedy output is unchanged."""
+    cfg = EngineConfig(dtype="float32", max_num_seqs=3, block_size=16, max_model_len=128,
+                       num_kv_blocks=9, max_num_batched_tokens=32,
+                       spec=SpecConfig("draft", num_speculative_tokens=3))
+    eng, outs, records, preempted = _run(cfg, _greedy_prompts(), _greedy_params())
+    assert preempted > 0, "the pool was meant to force preemption"
+    assert records
+    for out, ref in zip(outs, _reference("paged")):
+        assert tuple(out.token_ids) == ref
+    _check_all_free(eng)
+
+
+@pytest.mark.slow
+def test_draft_model_from_a_local_folder():
+    """SpecConfig.draft_model takes any local folder the loader accepts (here the target's
+    own: every greedy draft token is accepted)."""
+    from engine.model.loader import hf_folder
+
+    cfg = EngineConfig(dtype="float32", max_num_seqs=2,
+                       spec=SpecConfig("draft", 3, draft_model=str(hf_folder("smollm2-135m"))))
+    eng, outs, records, _ = _run(cfg, _greedy_prompts()[:1], _greedy_params()[:1])
+    assert tuple(outs[0].token_ids) == _reference("paged")[0]
+    assert records and all(r.num_accepted == len(r.drafted) for r in records)
+    _check_all_free(eng)
+
+
+# ---------------------------------------------------------------------------------------------
+# Slow: the sampled distribution is the target's
+
+CHI_PROMPT = "Numbers: 3 7 1 9 4 3 7 1 9 4 3 7 1 9 4 3"  # next: " " (0.8), then 7/1/9/3/4
+NUM_SEEDS = 384
+
+
+def _chi_params(seed: int) -> SamplingParams:
+    return SamplingParams(max_tokens=3, temperature=1.0, top_k=5, seed=seed, ignore_eos=True)
+
+
+@functools.lru_cache(maxsize=8)
+def _target_probs(ids: tuple[int, ...]) -> dict[int, float]:
+    """The exact distribution the sampler draws the next token from (transformers, fp32)."""
+    from engine.baseline import load_hf
+    from engine.sampler import probabilities
+
+    hf, _ = load_hf("smollm2-135m", torch.float32)
+    with torch.no_grad():
+        logits = hf(torch.tensor([list(ids)])).logits[0, -1].float()  # [vocab]
+    p = probabilities(logits, _chi_params(0))
+    return {int(t): float(p[t]) for t in torch.nonzero(p).flatten()}
+
+
+def _chi_square(observed: dict, expected: dict) -> float:
+    """p-value of Pearson's test; cells expected below 5 are pooled into one."""
+    from scipy.stats import chi2
+
+    cells = [(observed.get(c, 0), e) for c, e in expected.items() if e >= 5]
+    pooled_o = sum(observed.get(c, 0) for c, e in expected.items() if e < 5)
+    pooled_o += sum(n for c, n in observed.items() if c not in expected)
+    pooled_e = sum(e for e in expected.values() if e < 5)
+    if pooled_e > 0:
+        cells.append((pooled_o, pooled_e))
+    else:
+        assert pooled_o == 0, "a token the target never samples was emitted"
+    stat = sum((o - e) ** 2 / e for o, e in cells)
+    return float(chi2.sf(stat, len(cells) - 1))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_sampled_tokens_follow_the_target_distribution(method, monkeypatch, tokenizer):
+    """384 seeds, temperature 1, top-k 5, three tokens each. The first token comes from the
+    prefill (no draft); the second is drafted (1 token, capped by max_tokens) and verified
+    by the rejection rule; when accepted, the third is the bonus. The joint (t1, t2) counts
+    and t3 after the commonest (t1, t2) must match the target's exact probabilities.
+
+    The draft model here is deliberately weak (the target's first 24 layers, int8: it agrees
+    with the target ~35% of the time) so that rejections and corrections are frequent."""
+    if method == "draft":
+        monkeypatch.setattr(draft_mod, "BUILTIN_RECIPE", DraftRecipe(8, 8, num_layers=24))
+    cfg = EngineConfig(dtype="float32", max_num_seqs=32, max_model_len=64, block_size=16,
+                       enable_prefix_caching=True, spec=SpecConfig(method, 2))
+    ids = tokenizer.encode(CHI_PROMPT, add_special_tokens=False)
+    eng, outs, records, _ = _run(cfg, [ids] * NUM_SEEDS,
+                                 [_chi_params(s) for s in range(NUM_SEEDS)])
+    drafted = sum(len(r.drafted) for r in records)
+    rejected = sum(r.num_accepted < len(r.drafted) for r in records)
+    accepted = sum(r.num_accepted for r in records)
+    assert drafted > NUM_SEEDS // 2, f"only {drafted} drafted tokens: speculation not exercised"
+    assert rejected > 20 and accepted > 20, (rejected, accepted)
+    _check_all_free(eng)
+
+    p1 = _target_probs(tuple(ids))
+    joint = {(a, b): NUM_SEEDS * pa * pb for a, pa in p1.items()
+             for b, pb in _target_probs(tuple(ids) + (a,)).items()}
+    observed: dict = {}
+    for o in outs:
+        key = (o.token_ids[0], o.token_ids[1])
+        observed[key] = observed.get(key, 0) + 1
+    p_joint = _chi_square(observed, joint)
+    assert p_joint > 1e-3, f"(t1, t2) distribution differs from the target's: p = {p_joint:.2g}"
+
+    top = max(joint, key=joint.get)
+    thirds: dict = {}
+    for o in outs:
+        if (o.token_ids[0], o.token_ids[1]) == top:
+            thirds[o.token_ids[2]] = thirds.get(o.token_ids[2], 0) + 1
+    n_top = sum(thirds.values())
+    p3 = _target_probs(tuple(ids) + top)
+    p_third = _chi_square(thirds, {t: n_top * p for t, p in p3.items()})
+    assert p_third > 1e-3, f"t3 distribution differs from the target's: p = {p_third:.2g}"
+    assert not math.isnan(p_joint)
