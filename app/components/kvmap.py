@@ -1,0 +1,126 @@
+"""Leak 2 drawn: the physical KV block map, one request's page table, and the waste totals.
+
+Pure functions of a StepReport's `kv` dict. In the map each cell is one physical block:
+coloured by its owner and filled from the bottom as far as its slots hold real tokens;
+reserved-but-unwritten blocks are hatched, free blocks blank, blocks shared by several
+requests framed in black with their reference count, cached blocks (no owner, content kept
+for a later prefix hit) dotted grey. Request ids in HTML go through `html.escape`.
+"""
+
+from __future__ import annotations
+
+import html
+
+import pandas as pd
+
+from app.components.palette import request_color
+from app.i18n import t
+
+COLUMNS = 16  # cells per row of the map
+
+CSS = """
+<style>
+.sl-kv{display:grid;gap:4px;}
+.sl-b{height:40px;border:1px solid #777;border-radius:4px;position:relative;font-size:11px;
+ box-sizing:border-box;}
+.sl-b span{position:absolute;left:3px;top:1px;color:#222;text-shadow:0 0 2px #fff;}
+.sl-b.free{background:#fff;border:1px dashed #bbb;}
+.sl-b.free span{color:#aaa;text-shadow:none;}
+.sl-b.cached{background:#fff;border:2px dotted #888;}
+.sl-b.shared{border:3px solid #000;}
+.sl-b.sel{outline:4px solid #ffd400;outline-offset:1px;z-index:1;}
+.sl-b b{position:absolute;right:3px;bottom:1px;font-size:13px;background:#000;color:#fff;
+ border-radius:3px;padding:0 3px;}
+.sl-legend{display:flex;flex-wrap:wrap;gap:14px;font-size:15px;margin-top:8px;align-items:center;}
+.sl-legend i{display:inline-block;width:22px;height:16px;border:1px solid #777;margin-right:5px;
+ vertical-align:middle;border-radius:3px;}
+</style>
+"""
+
+
+def _fill(color: str, frac: float) -> str:
+    """Owner colour up to `frac` of the height, its pale tint above (allocated, not written)."""
+    pct = round(100 * frac)
+    return f"background:linear-gradient(to top,{color} {pct}%,{color}33 {pct}%);"
+
+
+def _hatch(color: str) -> str:
+    return f"background:repeating-linear-gradient(45deg,{color}66 0 5px,#fff 5px 10px);"
+
+
+def block_title(block: dict, block_size: int) -> str:
+    owners = ", ".join(block["owners"]) or "-"
+    state = t(f"kv.state.{block['state']}")
+    return f"#{block['block']} · {owners} · {block['tokens']}/{block_size} · {state}"
+
+
+def kv_grid_html(kv: dict, selected: str | None = None, columns: int = COLUMNS) -> str:
+    """The physical block map as a grid of cells; `selected`'s blocks are outlined."""
+    bs = kv["block_size"]
+    cells = []
+    for block in kv["blocks"]:
+        state, owners = block["state"], block["owners"]
+        classes = ["sl-b", html.escape(state)]
+        style = ""
+        if owners:
+            color = request_color(owners[0])
+            style = _hatch(color) if state == "reserved" else _fill(color, block["tokens"] / bs)
+        if selected is not None and selected in owners:
+            classes.append("sel")
+        badge = f"<b>×{len(owners)}</b>" if len(owners) > 1 else ""
+        title = html.escape(block_title(block, bs), quote=True)
+        cells.append(f'<div class="{" ".join(classes)}" style="{style}" title="{title}">'
+                     f"<span>{block['block']}</span>{badge}</div>")
+    grid = (f'<div class="sl-kv" style="grid-template-columns:repeat({columns},minmax(0,1fr))">'
+            f'{"".join(cells)}</div>')
+    return CSS + grid
+
+
+def legend_html() -> str:
+    c = "#1f77b4"
+    items = [
+        (_fill(c, 1.0), t("kv.legend.used")),
+        (_fill(c, 0.4), t("kv.legend.partial")),
+        (_hatch(c), t("kv.legend.reserved")),
+        ("background:#fff;border:1px dashed #bbb;", t("kv.legend.free")),
+        (_fill(c, 1.0) + "border:3px solid #000;", t("kv.legend.shared")),
+        ("background:#fff;border:2px dotted #888;", t("kv.legend.cached")),
+    ]
+    spans = "".join(f'<span><i style="{s}"></i>{html.escape(label)}</span>' for s, label in items)
+    return f'{CSS}<div class="sl-legend">{spans}</div>'
+
+
+def page_table(kv: dict, request_id: str) -> pd.DataFrame:
+    """One request's block table: logical block -> physical block, tokens held, shared with."""
+    blocks = {b["block"]: b for b in kv["blocks"]}
+    rows = []
+    for logical, physical in enumerate(kv["block_tables"].get(request_id, [])):
+        b = blocks.get(physical, {"tokens": 0, "owners": [], "state": "?"})
+        others = [o for o in b["owners"] if o != request_id]
+        rows.append({
+            t("kv.col.logical"): logical,
+            t("kv.col.physical"): physical,
+            t("kv.col.tokens"): f"{b['tokens']}/{kv['block_size']}",
+            t("kv.col.state"): t(f"kv.state.{b['state']}"),
+            t("kv.col.shared_with"): ", ".join(others),
+        })
+    return pd.DataFrame(rows)
+
+
+def kv_stats(kv: dict) -> dict:
+    """The totals the paging page prints, in slots (tokens) and fractions."""
+    bs = kv["block_size"]
+    total = kv["total_slots"]
+    return {
+        "used": kv["used_slots"],
+        "allocated": kv["allocated_slots"],
+        "waste": kv["internal_waste_slots"],
+        "free": kv["free_slots"],
+        "largest_free_run": kv["largest_free_run"] * bs,
+        "total": total,
+        "useful_frac": kv["useful_frac"],
+        "used_of_total": kv["used_slots"] / total if total else 0.0,
+        "external_frag": kv["external_frag"],
+        "requests": len(kv["block_tables"]),
+        "shared_blocks": sum(1 for b in kv["blocks"] if len(b["owners"]) > 1),
+    }

@@ -1,0 +1,158 @@
+"""What every live page shares: the session's `Session`, the model loaded once per server, and
+`live_view`, which draws a page's live part inside a fragment that Play reruns on a timer.
+
+A live page is `live_page(slug, draw)`: its live view (left) and its lesson (right). `draw`
+receives the Session, draws, and returns the runs it drew; while Play is on the fragment
+advances the clock once per tick of the timer, and stops playing when those runs are done.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import streamlit as st
+
+from app.components.lesson import render_lesson
+from app.i18n import t
+from app.state import Run, Session, Settings
+
+SESSION_KEY = "servelab_session"
+
+
+def get_session() -> Session:
+    """This browser session's Session (created on first use)."""
+    if SESSION_KEY not in st.session_state:
+        st.session_state[SESSION_KEY] = Session()
+    return st.session_state[SESSION_KEY]
+
+
+def _dtype():
+    from engine.engine import resolve_device, resolve_dtype
+
+    return resolve_dtype("auto", resolve_device("auto"))
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _load_weights(model: str):
+    """The model's weights, config and tokenizer: one copy per server process."""
+    from engine.model.loader import load_model
+
+    return load_model(model, _dtype())
+
+
+_LOAD_LOCK = threading.Lock()
+_READY: set[str] = set()
+
+
+def ensure_model(model: str) -> None:
+    """Load the model once per server process, with a progress bar the first time.
+
+    The first load runs outside the cached function (a cached function may not update an
+    element created outside it); it fills the loader's per-process cache, so the cached
+    function then returns at once.
+    """
+    if model in _READY:
+        _load_weights(model)
+        return
+    from engine.model.loader import load_model
+
+    holder = st.empty()
+    bar = holder.progress(0.0, text=t("live.loading_model"))
+
+    def progress(fraction: float, message: str) -> None:
+        bar.progress(min(1.0, max(0.0, float(fraction))),
+                     text=f"{t('live.loading_model')} {message}")
+
+    with _LOAD_LOCK:
+        load_model(model, _dtype(), progress)
+        _load_weights(model)
+        _READY.add(model)
+    holder.empty()
+
+
+def request(flag: str) -> None:
+    """Button callback: ask this run to do the button's work (a callback survives the rerun
+    that `ensure_shell` may make, a plain button's True does not)."""
+    st.session_state[flag] = True
+
+
+def runs_for(session: Session, variants: list[Settings]) -> list[Run]:
+    """Build and catch up the runs for `variants`, with a spinner when that takes a while."""
+    slow = any(v not in session.runs or session.tick - session.runs[v].ticks > 2
+               for v in variants)
+    if slow:
+        with st.spinner(t("live.preparing")):
+            return [session.run(v) for v in variants]
+    return [session.run(v) for v in variants]
+
+
+def _play_tick(session: Session, interval: float) -> None:
+    now = time.monotonic()
+    if now - session.last_play_s >= 0.8 * interval:
+        session.tick += 1
+        session.last_play_s = now
+
+
+def live_view(draw: Callable[[Session], list[Run]]) -> None:
+    """Run `draw` inside a fragment; while Play is on, the fragment reruns every interval."""
+    session = get_session()
+    interval = float(st.session_state.get("ctl_speed", 0.5)) if session.playing else None
+
+    @st.fragment(run_every=interval)
+    def fragment() -> None:
+        if session.playing and interval:
+            _play_tick(session, interval)
+        try:
+            runs = draw(session)
+        except ValueError as exc:  # e.g. a KV budget too small for one request
+            st.error(t("live.build_error", msg=str(exc)))
+            session.playing = False
+            return
+        if session.playing and runs and all(r.done for r in runs):
+            session.playing = False
+            st.rerun(scope="app")
+
+    fragment()
+
+
+def step_header(runs: list[Run]) -> None:
+    """The step counter and, when everything is done, a note that Step has nothing left."""
+    session = get_session()
+    st.markdown(f"### {t('live.step', n=session.tick)}")
+    if runs and all(r.done for r in runs):
+        st.caption(t("live.all_done"))
+    elif session.playing:
+        st.caption(t("live.playing"))
+
+
+def live_page(slug: str, draw: Callable[[Session], list[Run]], extra: Callable[[], None] | None = None,
+              lesson_width: float = 2.0) -> None:
+    """A live page: the live view (then `extra`, drawn once per full run) on the left, the
+    lesson on the right."""
+    from app.shell import ensure_shell
+
+    ensure_shell()
+    st.title(t(f"page.{slug}"))
+    live, lesson = st.columns([5, lesson_width], gap="large")
+    with live:
+        live_view(draw)
+        if extra is not None:
+            extra()
+    with lesson:
+        lesson_panel(slug)
+
+
+# The lesson's own headings are sized for a page of their own; beside a live view they shrink.
+LESSON_CSS = """<style>
+.st-key-lesson_panel h1{font-size:1.9rem;} .st-key-lesson_panel h2{font-size:1.45rem;}
+.st-key-lesson_panel h3{font-size:1.2rem;}
+</style>"""
+
+
+def lesson_panel(slug: str) -> None:
+    """The lesson, in a scrolling panel beside the live view."""
+    st.html(LESSON_CSS)
+    with st.container(height=900, border=False, key="lesson_panel"):
+        render_lesson(slug)

@@ -1,0 +1,30 @@
+"""ServeLab's shell: `streamlit run app/main.py`.
+
+`st.navigation` with a section per part of the chapter, then the shared sidebar (language,
+the three switches, sizes, Step / Play / Reset, the teacher's own prompt, the device line;
+app/shell.py), the model loaded once per server process with a progress bar on the first
+start, and one `Session` (app/state.py) per browser session. Pages draw; they never reach
+into the engine.
+"""
+
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import streamlit as st  # noqa: E402
+
+from app.shell import pages, shell, shell_drawn  # noqa: E402
+
+st.set_page_config(page_title="ServeLab", page_icon=":material/directions_subway:",
+                   layout="wide")
+
+
+def main() -> None:
+    nav = st.navigation(pages())
+    with shell_drawn():
+        shell()
+        nav.run()
+
+
+main()

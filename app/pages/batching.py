@@ -1,0 +1,72 @@
+"""Leak 1, finished riders keep their seats: static and continuous batching side by side.
+
+Two engines of the session, equal but for the batching switch, step together on the same
+workload: each shows its subway car (seats and riders), the queue at the door, its seats-busy
+and tokens/s gauges and its seat x step timeline, where seats held by finished riders (static
+batching) are drawn as waste.
+"""
+
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+
+import streamlit as st  # noqa: E402
+
+from app.components.charts import compare_chart  # noqa: E402
+from app.components.gauges import summary  # noqa: E402
+from app.components.seats import queue_html, seat_use, seats_html, timeline_chart  # noqa: E402
+from app.i18n import switch_label, t  # noqa: E402
+from app.live import live_page, runs_for, step_header  # noqa: E402
+from app.state import Run, Session  # noqa: E402
+
+MODES = ("static", "continuous")
+
+
+def title(mode: str, chosen: str) -> str:
+    mark = f" · {t('live.sidebar_choice')}" if mode == chosen else ""
+    return f"{switch_label('batching', mode)}{mark}"
+
+
+def draw_run(run: Run) -> None:
+    last = run.last
+    if last is None:
+        st.info(t("live.press_step", n=len(run.names)))
+        return
+    use = seat_use(run.history)
+    stats = summary(run.history)
+    a, b, c = st.columns(3)
+    a.metric(t("gauge.tokens_per_s"), f"{last['metrics'].get('tokens_per_s', 0):.1f}")
+    busy = sum(1 for s in last["seats"] if s["state"] in ("running", "prefill"))
+    b.metric(t("gauge.seats_busy"), f"{busy} / {len(last['seats'])}")
+    c.metric(t("batching.useful_seat_steps"), f"{100 * use['busy_frac']:.0f}%",
+             help=t("batching.useful_seat_steps.help"))
+    st.html(seats_html(last))
+    st.html(queue_html(last))
+    st.caption(t("batching.totals", tokens=stats["tokens"], steps=stats["steps"],
+                 wasted=use["idle-finished"]))
+
+
+def draw(session: Session) -> list[Run]:
+    s = session.settings
+    runs = runs_for(session, [s.with_(batching=m) for m in MODES])
+    step_header(runs)
+    for col, mode, run in zip(st.columns(2, gap="medium"), MODES, runs):
+        with col:
+            st.subheader(title(mode, s.batching))
+            draw_run(run)
+    if any(r.history for r in runs):
+        st.subheader(t("batching.timeline"))
+        st.caption(t("batching.timeline.help"))
+        for col, mode, run in zip(st.columns(2, gap="medium"), MODES, runs):
+            if run.history:
+                col.altair_chart(timeline_chart(run.history, switch_label("batching", mode)),
+                                 width="stretch")
+        histories = {switch_label("batching", m): r.history for m, r in zip(MODES, runs)}
+        left, right = st.columns(2, gap="medium")
+        left.altair_chart(compare_chart(histories, "seats_busy"), width="stretch")
+        right.altair_chart(compare_chart(histories, "tokens_per_s"), width="stretch")
+    return runs
+
+
+live_page("batching", draw)

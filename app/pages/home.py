@@ -1,0 +1,82 @@
+"""Home, "same card, many times the users": a live race between the naive server and the engine
+on this machine, the map of the three leaks with links to their pages, and the lesson.
+
+The race runs when the teacher presses its button (it takes a while on a CPU); the result
+stays in the browser session until it is run again.
+"""
+
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+
+import streamlit as st  # noqa: E402
+
+from app.components.charts import race_chart  # noqa: E402
+from app.components.lesson import demo_link  # noqa: E402
+from app.i18n import t  # noqa: E402
+from app.lessons import DemoLink  # noqa: E402
+from app.live import get_session, lesson_panel, request  # noqa: E402
+from app.race import RACE_MAX_TOKENS, RACE_REQUESTS, race  # noqa: E402
+from app.shell import ensure_shell  # noqa: E402
+
+RESULT, PENDING = "race_result", "race_pending"
+LEAKS = (("batching", ":material/directions_subway:"), ("paging", ":material/grid_view:"),
+         ("speculation", ":material/bolt:"))
+
+
+def draw_race() -> None:
+    session = get_session()
+    st.subheader(t("home.race"))
+    st.caption(t("home.race.what", n=RACE_REQUESTS, cap=RACE_MAX_TOKENS,
+                 seats=session.settings.seats))
+    st.button(t("home.race.start"), key="race_start", type="primary", on_click=request,
+              args=(PENDING,))
+    if st.session_state.pop(PENDING, False):
+        bar = st.progress(0.0, text=t("home.race.running"))
+        result = race(session.settings.seats, session.settings.model,
+                      progress=lambda f, m: bar.progress(min(1.0, f), text=m))
+        bar.empty()
+        st.session_state[RESULT] = result
+    result = st.session_state.get(RESULT)
+    if result is None:
+        st.info(t("home.race.not_yet"))
+        return
+    naive, engine = result["naive"], result["engine"]
+    a, b, c = st.columns(3)
+    a.metric(t("home.race.naive"), f"{naive['tokens_per_s']:.1f} tok/s", border=True)
+    b.metric(t("home.race.engine"), f"{engine['tokens_per_s']:.1f} tok/s", border=True)
+    ratio = result["ratio"]
+    c.metric(t("home.race.ratio"), "—" if ratio is None else f"×{ratio:.2f}", border=True)
+    rows = [{"system": t("home.race.naive"), "tokens_per_s": naive["tokens_per_s"]},
+            {"system": t("home.race.engine"), "tokens_per_s": engine["tokens_per_s"]}]
+    st.altair_chart(race_chart(rows), width="stretch")
+    st.caption(t("home.race.detail", nt=naive["tokens"], ns=naive["wall_s"],
+                 et=engine["tokens"], es=engine["wall_s"], device=engine["device"]))
+
+
+def draw_map() -> None:
+    st.subheader(t("home.map"))
+    for col, (slug, icon) in zip(st.columns(3), LEAKS):
+        with col.container(border=True):
+            st.markdown(f"### {icon} {t(f'home.leak.{slug}')}")
+            st.markdown(t(f"home.leak.{slug}.what"))
+            st.markdown(f"**{t('home.fix')}:** {t(f'home.leak.{slug}.fix')}")
+            st.markdown(f"**{t('home.improves')}:** {t(f'home.leak.{slug}.gain')}")
+            demo_link(t(f"page.{slug}"), DemoLink(slug))
+
+
+def main() -> None:
+    ensure_shell()
+    st.title(t("app.title"))
+    live, lesson = st.columns([5, 2], gap="large")
+    with live:
+        st.header(t("home.headline"))
+        st.markdown(t("home.intro"))
+        draw_map()
+        draw_race()
+    with lesson:
+        lesson_panel("home")
+
+
+main()

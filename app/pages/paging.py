@@ -1,0 +1,94 @@
+"""Leak 2, KV memory rented out as banquet halls: contiguous and paged KV side by side.
+
+Two engines of the session, equal but for the KV layout, on the same workload and the same
+KV budget: each shows its physical block map, useful KV %, internal waste, free total next
+to the largest free run (external fragmentation) and how many requests run at once; the
+selected request's page table (logical block -> physical block) sits underneath.
+"""
+
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+
+import streamlit as st  # noqa: E402
+
+from app.components.charts import compare_chart  # noqa: E402
+from app.components.kvmap import kv_grid_html, kv_stats, legend_html, page_table  # noqa: E402
+from app.i18n import switch_label, t  # noqa: E402
+from app.live import live_page, runs_for, step_header  # noqa: E402
+from app.state import Run, Session  # noqa: E402
+
+LAYOUTS = ("contiguous", "paged")
+SELECTED = "kv_selected"
+
+
+def _title(layout: str, chosen: str) -> str:
+    mark = f" · {t('live.sidebar_choice')}" if layout == chosen else ""
+    return f"{switch_label('kv_layout', layout)}{mark}"
+
+
+def _pick_request(runs: list[Run]) -> str | None:
+    options: list[str] = []
+    for run in runs:
+        if run.last:
+            options += [r for r in run.last["kv"]["block_tables"] if r not in options]
+    options.sort(key=lambda r: (len(r), r))
+    if not options:
+        return None
+    if st.session_state.get(SELECTED) not in options:
+        st.session_state[SELECTED] = options[0]
+    return st.selectbox(t("paging.select"), options, key=SELECTED, help=t("paging.select.help"))
+
+
+def draw_run(run: Run, selected: str | None) -> None:
+    last = run.last
+    if last is None:
+        st.info(t("live.press_step", n=len(run.names)))
+        return
+    kv = last["kv"]
+    s = kv_stats(kv)
+    a, b, c = st.columns(3)
+    a.metric(t("paging.useful"), f"{100 * s['useful_frac']:.0f}%", help=t("paging.useful.help"))
+    b.metric(t("paging.waste"), t("paging.slots", n=s["waste"]), help=t("paging.waste.help"))
+    c.metric(t("paging.concurrency"), s["requests"], help=t("paging.concurrency.help"))
+    d, e, f = st.columns(3)
+    d.metric(t("paging.free"), t("paging.slots", n=s["free"]))
+    e.metric(t("paging.largest_run"), t("paging.slots", n=s["largest_free_run"]),
+             help=t("paging.largest_run.help"))
+    f.metric(t("paging.shared"), s["shared_blocks"], help=t("paging.shared.help"))
+    st.html(kv_grid_html(kv, selected))
+    if last.get("blocked_reason") and last["waiting"]:
+        st.caption(f"{t('seats.blocked')}: {last['blocked_reason']}")
+    if selected and selected in kv["block_tables"]:
+        st.markdown(f"**{t('paging.page_table', rid=selected)}**")
+        table = page_table(kv, selected)
+        st.dataframe(table, hide_index=True, width="stretch",
+                     height=min(260, 36 * (len(table) + 1) + 4))
+    elif selected:
+        st.caption(t("paging.not_running", rid=selected))
+
+
+def draw(session: Session) -> list[Run]:
+    s = session.settings
+    runs = runs_for(session, [s.with_(kv_layout=layout) for layout in LAYOUTS])
+    step_header(runs)
+    first = runs[0].engine.config
+    st.caption(t("paging.budget", blocks=s.num_blocks, bs=s.block_size,
+                 slots=s.num_blocks * s.block_size, mml=first.max_model_len,
+                 per=first.blocks_per_seq))
+    selected = _pick_request(runs)
+    st.html(legend_html())
+    for col, layout, run in zip(st.columns(2, gap="medium"), LAYOUTS, runs):
+        with col:
+            st.subheader(_title(layout, s.kv_layout))
+            draw_run(run, selected)
+    if any(r.history for r in runs):
+        histories = {switch_label("kv_layout", m): r.history for m, r in zip(LAYOUTS, runs)}
+        left, right = st.columns(2, gap="medium")
+        left.altair_chart(compare_chart(histories, "kv_used"), width="stretch")
+        right.altair_chart(compare_chart(histories, "seats_busy"), width="stretch")
+    return runs
+
+
+live_page("paging", draw)

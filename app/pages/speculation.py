@@ -1,0 +1,169 @@
+"""Leak 3, one pass over the weights buys one token: speculative decoding, token by token.
+
+Live: per request a strip per step (drafted tokens accepted in green, rejected in red, the
+target's own correction or bonus in blue); pick a drafted token to see p_target, p_draft
+and min(1, p_target / p_draft); acceptance rate, mean accepted length, tokens per target
+pass and the measured speedup against the same engine without speculation, stepped
+together. When the sidebar's speculation is off the page speculates with n-gram anyway.
+
+Below, measured on demand: the cost of one forward pass over n tokens (or the spec
+benchmark's numbers from assets/bench/), speedup against concurrency, and the lossless
+check (sampled frequencies with and without speculation against the target's probabilities).
+"""
+
+import html
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+
+import pandas as pd  # noqa: E402
+import streamlit as st  # noqa: E402
+
+from app.components.charts import forward_cost_chart, lossless_chart, speedup_chart  # noqa: E402
+from app.components.gauges import summary  # noqa: E402
+from app.components.spec_strip import (  # noqa: E402
+    accept_math,
+    drafted_tokens,
+    legend_html,
+    spec_requests,
+    spec_summary,
+    strips_html,
+    token_label,
+)
+from app.i18n import switch_label, t  # noqa: E402
+from app.live import get_session, live_page, request, runs_for, step_header  # noqa: E402
+from app.spec_lab import forward_cost, load_bench, lossless, speedup_rows  # noqa: E402
+from app.state import Run, Session  # noqa: E402
+
+REQ_KEY, TOK_KEY = "spec_request", "spec_token"
+
+
+def _fmt(x, pct: bool = False, digits: int = 2) -> str:
+    if x is None:
+        return "—"
+    return f"{100 * x:.0f}%" if pct else f"{x:.{digits}f}"
+
+
+def _select(key: str, options: list, **kw):
+    if not options:
+        return None
+    if st.session_state.get(key) not in options:
+        st.session_state[key] = options[-1]
+    return st.selectbox(options=options, key=key, **kw)
+
+
+def draw_token_math(run: Run, rid: str) -> None:
+    tokens = drafted_tokens(run.history, rid)
+    labels = [token_label(tok) for tok in tokens]  # computed now: format_func must not call t()
+    index = _select(TOK_KEY + "_" + rid, list(range(len(tokens))), label=t("spec.pick_token"),
+                    format_func=labels.__getitem__)
+    if index is None:
+        return
+    m = accept_math(tokens[index])
+    a, b, c = st.columns(3)
+    a.metric("p_target", _fmt(m["p_target"], digits=3), help=t("spec.p_target.help"))
+    b.metric("p_draft", _fmt(m["p_draft"], digits=3), help=t("spec.p_draft.help"))
+    c.metric("min(1, p_target / p_draft)", _fmt(m["min_ratio"], digits=3),
+             help=t("spec.ratio.help"))
+    if run.settings.temperature == 0:
+        st.caption(t("spec.greedy_note"))
+
+
+def draw(session: Session) -> list[Run]:
+    s = session.settings
+    on = s if s.spec != "off" else s.with_(spec="ngram")
+    runs = runs_for(session, [on, s.with_(spec="off")])
+    run, base = runs
+    step_header(runs)
+    if s.spec == "off":
+        st.info(t("spec.off_note"))
+    st.caption(t("spec.running", method=switch_label("spec", on.spec), k=on.k))
+    sm, with_spec, without = spec_summary(run.history), summary(run.history), summary(base.history)
+    speedup = (with_spec["tokens_per_s"] / without["tokens_per_s"]
+               if without["tokens_per_s"] and with_spec["tokens_per_s"] else None)
+    cols = st.columns(4)
+    cols[0].metric(t("gauge.acceptance"), _fmt(sm["acceptance_rate"], pct=True),
+                   help=t("gauge.acceptance.help"), border=True)
+    cols[1].metric(t("spec.mean_accepted"), _fmt(sm["mean_accepted"]),
+                   help=t("spec.mean_accepted.help"), border=True)
+    cols[2].metric(t("spec.tokens_per_pass"), _fmt(sm["tokens_per_pass"]),
+                   help=t("spec.tokens_per_pass.help"), border=True)
+    cols[3].metric(t("spec.speedup_now"), "—" if speedup is None else f"×{speedup:.2f}",
+                   help=t("spec.speedup_now.help", a=with_spec["tokens_per_s"],
+                          b=without["tokens_per_s"]), border=True)
+    st.html(legend_html())
+    rid = _select(REQ_KEY, spec_requests(run.history), label=t("spec.pick_request"))
+    if rid is None:
+        st.info(t("spec.no_drafts_yet"))
+        return runs
+    prompt = run.prompts.get(rid, "")
+    st.caption(t("spec.prompt_of", rid=rid, name=run.names.get(rid, "")))
+    st.html(f'<div style="font-size:15px;max-height:4.5em;overflow:auto;white-space:pre-wrap;'
+            f'font-family:monospace">{html.escape(prompt[-400:])}</div>')
+    st.html(strips_html(run.history, rid))
+    draw_token_math(run, rid)
+    return runs
+
+
+def draw_forward_cost(bench: dict | None) -> None:
+    st.subheader(t("spec.fwd_header"))
+    st.caption(t("spec.fwd_caption"))
+    rows = (bench or {}).get("forward_cost")
+    source = t("spec.from_bench", file=bench["_file"]) if rows else None
+    st.button(t("spec.fwd_measure"), key="fwd_measure", on_click=request, args=("fwd_pending",))
+    if st.session_state.pop("fwd_pending", False):
+        bar = st.progress(0.0)
+        st.session_state["fwd_rows"] = forward_cost(
+            get_session().settings.model, progress=lambda f, m: bar.progress(f, text=m))
+        bar.empty()
+    if st.session_state.get("fwd_rows"):
+        rows, source = st.session_state["fwd_rows"], t("spec.measured_now")
+    if rows:
+        st.altair_chart(forward_cost_chart(rows), width="stretch")
+        st.caption(source)
+    speed = speedup_rows((bench or {}).get("results"))
+    if speed:
+        st.altair_chart(speedup_chart(speed), width="stretch")
+        st.caption(t("spec.from_bench", file=bench["_file"]))
+    else:
+        st.caption(t("spec.no_bench"))
+
+
+def draw_lossless() -> None:
+    st.subheader(t("spec.lossless_header"))
+    st.caption(t("spec.lossless_caption"))
+    s = get_session().settings
+    method = s.spec if s.spec != "off" else "ngram"
+    n = st.select_slider(t("spec.lossless_n"), (100, 200, 400), value=200, key="lossless_n")
+    st.button(t("spec.lossless_run", method=switch_label("spec", method)), key="lossless_run",
+              on_click=request, args=("lossless_pending",))
+    if st.session_state.pop("lossless_pending", False):
+        bar = st.progress(0.0)
+        st.session_state["lossless"] = lossless(s.model, method, s.k, n,
+                                                progress=lambda f, m: bar.progress(f, text=m))
+        bar.empty()
+    res = st.session_state.get("lossless")
+    if not res:
+        return
+    series = {"p_target": t("spec.series.target"), "freq_off": t("spec.series.off"),
+              "freq_on": t("spec.series.on", method=switch_label("spec", res["method"]))}
+    rows = [{"token": "other" if r["text"] is None else r["text"].replace("\n", "↵"),
+             "series": series[key], "value": r[key]}
+            for r in res["rows"] for key in series]
+    st.altair_chart(lossless_chart(pd.DataFrame(rows)), width="stretch")
+    st.caption(t("spec.lossless_result", first=res["first_text"], n_off=res["n_off"],
+                 n_on=res["n_on"], n=res["n"], tv_off=res["tv_off"], tv_on=res["tv_on"],
+                 acc=_fmt(res["acceptance_rate"], pct=True)))
+
+
+def extra() -> None:
+    st.divider()
+    left, right = st.columns(2, gap="large")
+    with left:
+        draw_forward_cost(load_bench())
+    with right:
+        draw_lossless()
+
+
+live_page("speculation", draw, extra)

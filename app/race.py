@@ -1,0 +1,68 @@
+"""The home page's race: the naive server and the engine on one small workload, on this machine.
+
+Both get the same requests (engine/workloads.py "longtail", answers capped, EOS ignored so both
+compute exactly the same tokens) and the same number of seats. The naive server is
+`engine.baseline.NaiveServer`: transformers' generate() on static padded batches. The engine
+runs continuous batching over a paged KV cache. Output tokens per second of compute are
+measured for both; their ratio is the home page's headline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from app.state import Job, preset_jobs
+from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.workloads import WorkItem
+
+Progress = Callable[[float, str], None]
+RACE_REQUESTS = 16
+RACE_MAX_TOKENS = 64
+
+
+def _noop(fraction: float, message: str) -> None:
+    pass
+
+
+def race_jobs(n: int = RACE_REQUESTS, cap: int = RACE_MAX_TOKENS) -> list[Job]:
+    return preset_jobs("longtail", n, cap)
+
+
+def run_naive(jobs: list[Job], seats: int, model: str, progress: Progress = _noop) -> dict:
+    from engine.baseline import NaiveServer
+
+    server = NaiveServer(model=model, batch_size=seats)
+    items = [WorkItem(j.prompt, j.max_tokens, j.ignore_eos, 0.0, j.name) for j in jobs]
+    result = server.run(items, progress)
+    return {"tokens": result.output_tokens, "wall_s": result.wall_s,
+            "tokens_per_s": result.output_tok_per_s, "device": result.device}
+
+
+def run_engine(jobs: list[Job], seats: int, model: str, progress: Progress = _noop) -> dict:
+    eng = LLMEngine(EngineConfig(model=model, batching="continuous", kv_layout="paged",
+                                 max_num_seqs=seats, max_model_len=256))
+    for j in jobs:
+        eng.add_request(j.prompt, SamplingParams(max_tokens=j.max_tokens,
+                                                 ignore_eos=j.ignore_eos))
+    total = sum(j.max_tokens for j in jobs)
+    tokens = 0
+    t0 = time.perf_counter()
+    while eng.has_unfinished():
+        report = eng.step()
+        tokens += sum(len(e.token_ids) for e in report.emitted)
+        progress(min(1.0, tokens / total), f"{tokens}/{total} tokens")
+    wall = time.perf_counter() - t0
+    return {"tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall if wall else 0.0,
+            "device": eng.describe()}
+
+
+def race(seats: int, model: str, n: int = RACE_REQUESTS, cap: int = RACE_MAX_TOKENS,
+         progress: Progress = _noop) -> dict:
+    """Run both servers one after the other; progress spans [0, 0.5] and [0.5, 1]."""
+    jobs = race_jobs(n, cap)
+    naive = run_naive(jobs, seats, model, lambda f, m: progress(0.5 * f, f"naive: {m}"))
+    engine = run_engine(jobs, seats, model, lambda f, m: progress(0.5 + 0.5 * f, f"engine: {m}"))
+    ratio = engine["tokens_per_s"] / naive["tokens_per_s"] if naive["tokens_per_s"] else None
+    return {"naive": naive, "engine": engine, "ratio": ratio, "requests": len(jobs),
+            "seats": seats, "max_tokens": cap}

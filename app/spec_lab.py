@@ -1,0 +1,147 @@
+"""The speculation page's measurements, run on this machine when a teacher presses a button.
+
+- `forward_cost`: how long one target forward pass takes over n new tokens (n = 1..16),
+  timed through the engine's public API: a request of an n-token prompt and max_tokens=1
+  is exactly one step whose forward computes n tokens. Verifying k drafted tokens is one
+  such pass over 1 + k tokens, which is why it costs about as much as one.
+- `load_bench`: the spec benchmark's JSON under assets/bench/ (a fixed server-side folder),
+  `{"results": [...], "forward_cost": [{"tokens": n, "ms": ...}]}`, if one is there.
+- `lossless`: N seeded requests at temperature 1, once without and once with speculation;
+  the second token's frequencies (given the most common first token) against the target's
+  own probabilities computed independently by transformers. Speculation must not move them.
+  Three tokens per request: the engine drafts at most max_tokens - tokens so far - 1, so the
+  second token is the first one a draft can touch.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from engine import EngineConfig, LLMEngine, SamplingParams, SpecConfig
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "assets" / "bench"
+FORWARD_SIZES = (1, 2, 4, 8, 16)
+LOSSLESS_PROMPT = ("Colours: red, green, blue, yellow, white, turquoise, magenta. "
+                   "My favourite colour is mag")  # next: "enta" (p ~ 0.997), then "." or ","
+LOSSLESS_TOP = 8  # tokens shown; the rest are pooled as "other"
+FILLER = ("The quick brown fox jumps over the lazy dog while the small cat watches from the "
+          "warm window and the rain keeps falling on the quiet old town.")
+
+Progress = Callable[[float, str], None]
+
+
+def _noop(fraction: float, message: str) -> None:
+    pass
+
+
+def forward_cost(model: str, sizes=FORWARD_SIZES, repeats: int = 3,
+                 progress: Progress = _noop) -> list[dict]:
+    """Median wall time (ms) of one engine step that computes n new tokens, per n."""
+    eng = LLMEngine(EngineConfig(model=model, max_num_seqs=1, max_model_len=128,
+                                 max_num_batched_tokens=128))
+    ids = eng.tokenize(FILLER)
+    assert len(ids) >= max(sizes), "the filler text is shorter than the largest size"
+    one = SamplingParams(max_tokens=1, ignore_eos=True)
+    eng.generate([ids[:8]], one)  # warm-up
+    rows = []
+    for i, n in enumerate(sizes):
+        times = []
+        for _ in range(repeats):
+            eng.add_request(ids[:n], one)
+            times.append(eng.step().wall_s)
+        rows.append({"tokens": n, "ms": 1000 * statistics.median(times)})
+        progress((i + 1) / len(sizes), f"{n} tokens")
+    return rows
+
+
+def load_bench(folder: Path = BENCH_DIR) -> dict | None:
+    """The newest JSON in `folder` with "forward_cost" or "results", else None."""
+    if not folder.is_dir():
+        return None
+    for path in sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and (data.get("forward_cost") or data.get("results")):
+            return {**data, "_file": path.name}
+    return None
+
+
+def speedup_rows(results: list) -> list[dict]:
+    """Rows with concurrency and speedup from a bench's results (others are skipped)."""
+    rows = []
+    for r in results or []:
+        if not isinstance(r, dict):
+            continue
+        conc = r.get("concurrency", r.get("batch_size", r.get("num_requests")))
+        speed = r.get("speedup")
+        if isinstance(conc, (int, float)) and isinstance(speed, (int, float)):
+            row = {"concurrency": conc, "speedup": speed}
+            if r.get("method"):
+                row["method"] = str(r["method"])
+            rows.append(row)
+    return rows
+
+
+def _sample_pairs(model: str, spec: SpecConfig | None, ids: list[int], n: int,
+                  progress: Progress, done_before: float, share: float) -> tuple[list, dict]:
+    eng = LLMEngine(EngineConfig(model=model, spec=spec, max_num_seqs=16, max_model_len=128,
+                                 max_num_batched_tokens=1024))
+    rids = [eng.add_request(ids, SamplingParams(max_tokens=3, temperature=1.0, seed=i,
+                                                ignore_eos=True)) for i in range(n)]
+    while eng.has_unfinished():
+        eng.step()
+        left = sum(not eng.requests[r].is_finished for r in rids)
+        progress(done_before + share * (1 - left / n), f"{n - left}/{n}")
+    pairs = [tuple(eng.output(r).token_ids[:2]) for r in rids]
+    return pairs, eng.metrics_snapshot()
+
+
+def target_probs(model: str, ids: list[int]):
+    """The target's next-token distribution after `ids`, by transformers (temperature 1)."""
+    import torch
+
+    from engine.baseline import load_hf
+
+    hf, _ = load_hf(model, torch.float32, "cpu")
+    with torch.inference_mode():
+        logits = hf(torch.tensor([ids])).logits[0, -1].float()
+    return torch.softmax(logits, dim=-1)
+
+
+def lossless(model: str, method: str, k: int, n: int = 200,
+             progress: Progress = _noop) -> dict:
+    """Second-token frequencies with and without speculation vs the target's probabilities."""
+    eng = LLMEngine(EngineConfig(model=model, max_num_seqs=1, max_model_len=128))
+    ids = eng.tokenize(LOSSLESS_PROMPT)
+    tok = eng.tokenizer
+    off, _ = _sample_pairs(model, None, ids, n, progress, 0.0, 0.45)
+    on, on_metrics = _sample_pairs(model, SpecConfig(method=method, num_speculative_tokens=k),
+                                   ids, n, progress, 0.45, 0.45)
+    first = Counter(p[0] for p in off).most_common(1)[0][0]
+    probs = target_probs(model, ids + [first])
+    progress(1.0, "target probabilities")
+    second_off = Counter(p[1] for p in off if p[0] == first)
+    second_on = Counter(p[1] for p in on if p[0] == first)
+    n_off, n_on = sum(second_off.values()), sum(second_on.values())
+    top = probs.topk(LOSSLESS_TOP).indices.tolist()
+    rows = []
+    for tid in top:
+        rows.append({"token_id": tid, "text": tok.decode([tid]), "p_target": float(probs[tid]),
+                     "freq_off": second_off[tid] / n_off if n_off else 0.0,
+                     "freq_on": second_on[tid] / n_on if n_on else 0.0})
+    rows.append({"token_id": -1, "text": None,
+                 "p_target": max(0.0, 1 - sum(r["p_target"] for r in rows)),
+                 "freq_off": max(0.0, 1 - sum(r["freq_off"] for r in rows)),
+                 "freq_on": max(0.0, 1 - sum(r["freq_on"] for r in rows))})
+    tv = {key: 0.5 * sum(abs(r[key] - r["p_target"]) for r in rows)
+          for key in ("freq_off", "freq_on")}
+    return {"prompt": LOSSLESS_PROMPT, "first_text": tok.decode([first]), "n": n,
+            "n_off": n_off, "n_on": n_on, "rows": rows, "tv_off": tv["freq_off"],
+            "tv_on": tv["freq_on"], "method": method, "k": k,
+            "acceptance_rate": on_metrics.get("acceptance_rate")}

@@ -1,0 +1,299 @@
+"""The app's pure components on real StepReports recorded from the engine (no model, no browser).
+
+tests/app/fixtures/reports.json comes from tests/app/record_reports.py: static + contiguous,
+continuous + paged with prefix sharing, and n-gram and draft speculation at temperature 1.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from app.components import charts, gauges, kvmap, palette, seats, spec_strip  # noqa: E402
+from app.spec_lab import load_bench, speedup_rows  # noqa: E402
+from app.state import MAX_TOKENS, Settings, model_len_for, preset_jobs  # noqa: E402
+
+REPORTS = json.loads((ROOT / "tests/app/fixtures/reports.json").read_text(encoding="utf-8"))
+EVIL = "<script>alert(1)</script>"
+
+
+@pytest.fixture(autouse=True)
+def english(monkeypatch):
+    monkeypatch.setattr("app.i18n.get_lang", lambda: "en")
+
+
+def run(name: str) -> list[dict]:
+    return copy.deepcopy(REPORTS[name])
+
+
+def with_evil_request(report: dict) -> dict:
+    """The report with its first seated request renamed to a script tag everywhere."""
+    rep = copy.deepcopy(report)
+    rid = next(s["request_id"] for s in rep["seats"] if s["request_id"])
+    text = json.dumps(rep).replace(f'"{rid}"', json.dumps(EVIL))
+    return json.loads(text)
+
+
+# ---------------------------------------------------------------- palette
+
+
+def test_request_colours_are_stable_and_distinct():
+    assert palette.request_color("r3") == palette.request_color("r3")
+    assert len({palette.request_color(f"r{i}") for i in range(12)}) == 12
+    assert palette.request_color(None) == "#ffffff"
+    assert palette.text_color("#ffffff") == "#000000"
+    assert palette.text_color("#1f77b4") == "#ffffff"
+
+
+# ---------------------------------------------------------------- seats
+
+
+def test_static_run_has_idle_finished_seats_and_a_queue():
+    history = run("static_contiguous")
+    states = {s["state"] for rep in history for s in rep["seats"]}
+    assert "idle-finished" in states, "static batching should keep finished riders seated"
+    use = seats.seat_use(history)
+    assert use["idle-finished"] > 0 and use["busy_frac"] < 1
+    rep = next(r for r in history if r["waiting"])
+    out = seats.queue_html(rep)
+    for rid in rep["waiting"]:
+        assert f">{rid}</span>" in out
+
+
+def test_seats_html_draws_every_seat_with_its_rider_and_state():
+    history = run("static_contiguous")
+    rep = next(r for r in history if any(s["state"] == "idle-finished" for s in r["seats"]))
+    out = seats.seats_html(rep)
+    assert out.count('class="sl-seat ') == len(rep["seats"])
+    assert "sl-seat idle-finished" in out and "done, seat held" in out
+    for s in rep["seats"]:
+        if s["request_id"]:
+            assert f">{s['request_id']}</span>" in out
+            assert f"{s['num_output_tokens']} tokens" in out
+
+
+def test_seat_views_escape_request_ids_and_engine_messages():
+    rep = with_evil_request(run("static_contiguous")[0])
+    rep["waiting"] = [EVIL]
+    rep["blocked_reason"] = EVIL
+    out = seats.seats_html(rep) + seats.queue_html(rep)
+    assert EVIL not in out
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in out
+
+
+def test_timeline_frame_has_a_row_per_seat_per_step_and_the_chart_builds():
+    history = run("continuous_paged_prefix")
+    df = seats.timeline_frame(history)
+    assert len(df) == sum(len(r["seats"]) for r in history)
+    assert set(df["state"]) <= set(seats.SEAT_STATES)
+    spec = seats.timeline_chart(history, "t").to_dict()
+    assert spec["mark"]["type"] == "rect"
+    assert "done, seat held" in spec["encoding"]["color"]["scale"]["domain"]
+
+
+def test_continuous_batching_never_holds_a_finished_rider():
+    for name in ("continuous_paged_prefix", "spec_ngram"):
+        assert seats.seat_use(run(name))["idle-finished"] == 0
+
+
+# ---------------------------------------------------------------- KV map
+
+
+def test_kv_grid_draws_every_block_and_hatches_reserved_contiguous_blocks():
+    kv = run("static_contiguous")[2]["kv"]
+    out = kvmap.kv_grid_html(kv)
+    assert out.count('class="sl-b ') == kv["num_blocks"]
+    reserved = sum(1 for b in kv["blocks"] if b["state"] == "reserved")
+    assert reserved > 0 and out.count("sl-b reserved") == reserved
+    assert out.count("repeating-linear-gradient") >= reserved
+
+
+def test_kv_grid_marks_shared_prefix_blocks_and_the_selected_request():
+    history = run("continuous_paged_prefix")
+    rep = next(r for r in history if any(b["state"] == "shared" for b in r["kv"]["blocks"]))
+    kv = rep["kv"]
+    shared = [b for b in kv["blocks"] if b["state"] == "shared"]
+    out = kvmap.kv_grid_html(kv, selected=shared[0]["owners"][0])
+    assert out.count("sl-b shared") == len(shared)
+    assert f"<b>×{len(shared[0]['owners'])}</b>" in out
+    selected = len(kv["block_tables"][shared[0]["owners"][0]])
+    assert out.count(" sel\"") == selected
+    assert kvmap.kv_stats(kv)["shared_blocks"] == len(shared)
+
+
+def test_page_table_follows_the_block_table():
+    kv = run("continuous_paged_prefix")[-3]["kv"]
+    rid, table = next(iter(kv["block_tables"].items()))
+    df = kvmap.page_table(kv, rid)
+    assert list(df["logical block"]) == list(range(len(table)))
+    assert list(df["physical block"]) == table
+    assert kvmap.page_table(kv, "nobody").empty
+
+
+def test_kv_stats_are_the_engine_totals():
+    kv = run("static_contiguous")[3]["kv"]
+    s = kvmap.kv_stats(kv)
+    assert s["used"] + s["waste"] == s["allocated"]
+    assert s["largest_free_run"] == kv["largest_free_run"] * kv["block_size"]
+    assert s["useful_frac"] == pytest.approx(kv["used_slots"] / kv["allocated_slots"])
+    assert s["requests"] == len(kv["block_tables"])
+
+
+def test_kv_grid_escapes_owner_names():
+    rep = with_evil_request(run("static_contiguous")[2])
+    out = kvmap.kv_grid_html(rep["kv"], selected=EVIL)
+    assert EVIL not in out and "&lt;script&gt;" in out
+    assert " sel\"" in out
+
+
+def test_legend_names_every_block_state():
+    out = kvmap.legend_html()
+    for label in ("full block", "reserved, unused", "free", "shared", "cached"):
+        assert label in out
+
+
+# ---------------------------------------------------------------- speculation
+
+
+def test_verdicts_cover_accepted_rejected_and_discarded():
+    tokens = [t for rep in run("spec_ngram") for rec in rep["spec"] for t in rec["drafted"]]
+    verdicts = {spec_strip.verdict(t) for t in tokens}
+    assert verdicts == {"accepted", "rejected", "discarded"}
+
+
+def test_strips_colour_each_drafted_token_by_verdict_and_show_the_target_token():
+    history = run("spec_ngram")
+    rid = spec_strip.spec_requests(history)[0]
+    records = spec_strip.records_for(history, rid)
+    out = spec_strip.strips_html(history, rid)
+    assert out.count('class="sl-strip"') == len(records)
+    drafted = sum(len(rec["drafted"]) for _, rec in records)
+    assert out.count('class="sl-tok"') == drafted + len(records)
+    assert spec_strip.SPEC_COLORS["rejected"] in out
+    assert "correction" in out
+
+
+def test_draft_model_records_carry_p_draft_and_the_bonus():
+    history = run("spec_draft")
+    tokens = spec_strip.drafted_tokens(history, "r0")
+    assert tokens and all(t["p_draft"] is not None for t in tokens)
+    assert any(rec["next_kind"] == "bonus" for rep in history for rec in rep["spec"])
+
+
+@pytest.mark.parametrize("name", ["spec_ngram", "spec_draft"])
+def test_accept_math_matches_the_engines_accept_probability(name):
+    history = run(name)
+    checked = [t for rid in spec_strip.spec_requests(history)
+               for t in spec_strip.drafted_tokens(history, rid) if t["accept_prob"] is not None]
+    assert checked
+    for tok in checked:
+        m = spec_strip.accept_math(tok)
+        assert m["min_ratio"] == pytest.approx(min(1.0, tok["p_target"] / tok["p_draft"]))
+        assert m["min_ratio"] == pytest.approx(tok["accept_prob"], abs=1e-5)
+
+
+def test_spec_summary_counts_drafts_and_passes():
+    history = run("spec_ngram")
+    s = spec_strip.spec_summary(history)
+    records = [rec for rep in history for rec in rep["spec"]]
+    assert s["verifies"] == len(records)
+    assert s["drafted"] == sum(len(r["drafted"]) for r in records)
+    assert s["tokens_per_pass"] == pytest.approx(1 + s["mean_accepted"])
+    assert spec_strip.spec_summary([])["acceptance_rate"] is None
+
+
+def test_model_text_in_strips_is_escaped_with_visible_whitespace():
+    history = run("spec_ngram")
+    rec = history[[i for i, r in enumerate(history) if r["spec"]][0]]["spec"][0]
+    rec["drafted"][0]["text"] = EVIL + " x\n"
+    rec["next_text"] = "<img src=x onerror=alert(1)>"
+    out = spec_strip.strip_html(3, rec)
+    assert EVIL not in out and "<img" not in out
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;␣x↵" in out
+    assert "∅" == spec_strip.show_token("")
+
+
+# ---------------------------------------------------------------- gauges and charts
+
+
+def test_gauges_have_six_values_and_acceptance_only_with_speculation():
+    off = gauges.gauge_values(run("continuous_paged_prefix"))
+    on = gauges.gauge_values(run("spec_ngram"))
+    assert [g["key"] for g in off] == list(gauges.GAUGES)
+    assert {g["key"]: g["value"] for g in off}["acceptance"] == "—"
+    assert {g["key"]: g["value"] for g in on}["acceptance"].endswith("%")
+    assert gauges.gauge_values([])[0]["value"] == "—"
+
+
+def test_latencies_use_the_engine_clock():
+    history = run("static_contiguous")
+    df = gauges.history_frame(history)
+    assert list(df["step"]) == [r["step"] for r in history]
+    assert df["clock_s"].iloc[-1] == pytest.approx(sum(r["wall_s"] for r in history))
+    first_token = next(i for i, r in enumerate(history) if r["emitted"])
+    assert df["ttft"].iloc[-1] >= 1000 * history[first_token]["wall_s"] * 0.999
+    assert (df["seats_busy"] <= 1).all() and (df["kv_used"] <= df["kv_allocated"]).all()
+
+
+def test_summary_counts_every_emitted_token():
+    history = run("spec_ngram")
+    s = gauges.summary(history)
+    assert s["tokens"] == sum(len(e["token_ids"]) for r in history for e in r["emitted"])
+    assert s["tokens_per_s"] > 0 and s["steps"] == len(history)
+
+
+def test_every_chart_builds():
+    history = run("spec_ngram")
+    for key in gauges.GAUGES:
+        charts.gauge_history_chart(history, key).to_dict()
+    charts.compare_chart({"a": history, "b": run("spec_draft")}, "tokens_per_s").to_dict()
+    charts.compare_chart({}, "seats_busy").to_dict()
+    charts.forward_cost_chart([{"tokens": n, "ms": 10 + n} for n in (1, 2, 4)]).to_dict()
+    charts.speedup_chart([{"concurrency": c, "speedup": 2 / c, "method": "ngram"}
+                          for c in (1, 2, 4)]).to_dict()
+    charts.race_chart([{"system": "naive", "tokens_per_s": 10.0},
+                       {"system": "engine", "tokens_per_s": 25.0}]).to_dict()
+    import pandas as pd
+
+    charts.lossless_chart(pd.DataFrame([{"token": ".", "series": s, "value": 0.4}
+                                        for s in ("a", "b", "c")])).to_dict()
+
+
+# ---------------------------------------------------------------- state and bench files
+
+
+def test_presets_are_capped_and_sized():
+    jobs = preset_jobs("longtail")
+    assert len(jobs) == 12 and max(j.max_tokens for j in jobs) <= MAX_TOKENS
+    assert model_len_for(jobs, lambda p: [0] * 20) == 256
+    assert model_len_for(jobs, lambda p: [0] * 300) == 384
+    with pytest.raises(ValueError, match="unknown workload"):
+        preset_jobs("nope")
+
+
+def test_settings_map_onto_the_engine_config():
+    cfg = Settings(batching="static", kv_layout="contiguous", spec="ngram", k=3,
+                   prefix_caching=True).engine_config(256)
+    assert (cfg.batching, cfg.kv_layout, cfg.spec.method, cfg.spec.num_speculative_tokens) == (
+        "static", "contiguous", "ngram", 3)
+    assert cfg.enable_prefix_caching is False, "prefix caching is for the paged layout only"
+    assert Settings().engine_config(256).spec is None
+
+
+def test_bench_files_are_read_from_the_fixed_folder(tmp_path):
+    assert load_bench(tmp_path / "missing") is None
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "spec.json").write_text(json.dumps({
+        "results": [{"concurrency": 1, "speedup": 1.8, "method": "ngram"}, {"x": 1}],
+        "forward_cost": [{"tokens": 1, "ms": 5.0}]}))
+    bench = load_bench(tmp_path)
+    assert bench["_file"] == "spec.json"
+    assert speedup_rows(bench["results"]) == [{"concurrency": 1, "speedup": 1.8,
+                                               "method": "ngram"}]
