@@ -118,19 +118,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--quick", action="store_true", help="a small run (about a minute)")
     ap.add_argument("--workloads", default="grounded,open")
-    ap.add_argument("--concurrency", default="1,4,16,32")
+    ap.add_argument("--concurrency", help="requests running at once (default 1,4,16,32; "
+                                          "--quick: 1,4)")
     ap.add_argument("--methods", default=",".join(METHODS), help="off, ngram, draft")
     ap.add_argument("--k", type=int, default=SpecConfig().num_speculative_tokens,
                     help="num_speculative_tokens")
-    ap.add_argument("--max-tokens", type=int, default=48, help="output tokens per request")
-    ap.add_argument("--min-requests", type=int, default=4,
-                    help="requests per run: max(concurrency, this)")
+    ap.add_argument("--max-tokens", type=int, help="output tokens per request (48; --quick: 16)")
+    ap.add_argument("--min-requests", type=int,
+                    help="requests per run: max(concurrency, this) (4; --quick: 2)")
     ap.add_argument("--max-model-len", type=int, default=256)
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch CPU threads (0: torch's default). On a shared machine 1 thread "
+                         "is steadier: two threads stall each other when a core is taken")
     args = ap.parse_args(argv)
-    if args.quick:
-        args.concurrency, args.max_tokens, args.min_requests = "1,4", 16, 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    quick = {"concurrency": "1,4", "max_tokens": 16, "min_requests": 2}
+    full = {"concurrency": "1,4,16,32", "max_tokens": 48, "min_requests": 4}
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     from engine.bench import machine_info, roofline
     from engine.engine import LLMEngine
 

@@ -367,3 +367,26 @@ def test_sampled_tokens_follow_the_target_distribution(method, monkeypatch, toke
     p_third = _chi_square(thirds, {t: n_top * p for t, p in p3.items()})
     assert p_third > 1e-3, f"t3 distribution differs from the target's: p = {p_third:.2g}"
     assert not math.isnan(p_joint)
+
+
+@pytest.mark.slow
+def test_spec_bench_writes_the_main_bench_json_shape(tmp_path):
+    from engine.bench import RESULT_KEYS
+    from engine.spec_bench import main
+
+    out = tmp_path / "spec.json"
+    assert main(["--quick", "--concurrency", "2", "--workloads", "grounded", "--max-tokens", "4",
+                 "--min-requests", "1", "--json", str(out)]) == 0
+    import json
+
+    data = json.loads(out.read_text())
+    assert set(data) >= {"machine", "roofline", "results", "forward_cost"}
+    assert [c["tokens"] for c in data["forward_cost"]] == [1, 2, 4, 8, 16]
+    assert all(c["ms"] > 0 for c in data["forward_cost"])
+    assert {r["spec"] for r in data["results"]} == {None, "ngram", "draft"}
+    for r in data["results"]:
+        for key in (*RESULT_KEYS, "workload", "concurrency", "acceptance_rate",
+                    "mean_accepted_len", "speedup_vs_off"):
+            assert key in r, key
+    assert {r["output_tokens"] for r in data["results"]} == {2 * 4}, "unequal work"
+    assert all(r["concurrency"] == 2 and r["workload"] == "grounded" for r in data["results"])
