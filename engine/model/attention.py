@@ -82,9 +82,9 @@ def build_metadata(
 class TorchAttention:
     """Reference backend: gathers each sequence's context through its block table, then SDPA.
 
-    Decode rows (one query token) are batched into a single padded SDPA call; rows with several
-    query tokens (prefill chunks, speculative verification) run one SDPA call each with a causal
-    mask offset by the cached context.
+    Short rows (decodes, speculative verification) are batched into a single padded SDPA call;
+    long rows (prefill chunks) run one SDPA call each. Every mask is causal, offset by the
+    cached context.
     """
 
     name = "torch"
@@ -97,34 +97,46 @@ class TorchAttention:
         k_cache.view(-1, kvh, d).index_copy_(0, slots, k[keep].to(k_cache.dtype))
         v_cache.view(-1, kvh, d).index_copy_(0, slots, v[keep].to(v_cache.dtype))
 
+    SHORT = 16  # rows with at most this many query tokens share one padded SDPA call
+
     def _plan(self, meta: AttentionMetadata):
-        """Per-step gather indices, computed once and shared by all layers."""
+        """Per-step gather indices, computed once and shared by all layers.
+
+        Short rows (decodes, and [last, *draft] verifications) are padded into one batched
+        call; long rows (prefill chunks) get a call each, so padding never costs much."""
         if "plan" in meta._cache:
             return meta._cache["plan"]
         bs = meta.block_size
         device = meta.block_tables.device
-        decode_rows = [i for i, q in enumerate(meta.query_lens) if q == 1]
-        other_rows = [i for i, q in enumerate(meta.query_lens) if q != 1]
-        plan = {"decode": None, "others": []}
-        if decode_rows:
-            rows = torch.tensor(decode_rows, device=device)
-            lens = meta.seq_lens[rows].long()
-            max_len = int(max(meta.seq_lens_host[i] for i in decode_rows))
+        short = [i for i, q in enumerate(meta.query_lens) if q <= self.SHORT]
+        long = [i for i, q in enumerate(meta.query_lens) if q > self.SHORT]
+        plan = {"short": None, "long": []}
+        starts = meta.query_start_loc.tolist()
+        if short:
+            rows = torch.tensor(short, device=device)
+            lens = meta.seq_lens[rows].long()  # [B]
+            qlens = torch.tensor([meta.query_lens[i] for i in short], device=device)  # [B]
+            max_len = max(meta.seq_lens_host[i] for i in short)
+            max_q = max(meta.query_lens[i] for i in short)
             pos = torch.arange(max_len, device=device)
             blocks = meta.block_tables[rows][:, pos // bs].long()  # [B, max_len]
-            slots = blocks * bs + (pos % bs)
-            valid = pos[None, :] < lens[:, None]  # [B, max_len]
-            slots = torch.where(valid, slots, torch.zeros_like(slots))
-            qidx = meta.query_start_loc[rows].long()
-            plan["decode"] = (qidx, slots, valid[:, None, None, :])
-        starts = meta.query_start_loc.tolist()
-        for i in other_rows:
+            valid = pos[None, :] < lens[:, None]
+            slots = torch.where(valid, blocks * bs + (pos % bs), torch.zeros_like(blocks))
+            qi = torch.arange(max_q, device=device)
+            qpos = lens[:, None] - qlens[:, None] + qi[None, :]  # [B, max_q] position of query i
+            mask = pos[None, None, :] <= qpos[:, :, None]  # [B, max_q, max_len], causal
+            qvalid = qi[None, :] < qlens[:, None]  # [B, max_q]
+            mask = mask | ~qvalid[:, :, None] & (pos == 0)[None, None, :]  # pad rows: no NaN
+            qstart = meta.query_start_loc[rows].long()
+            qidx = torch.where(qvalid, qstart[:, None] + qi[None, :], torch.zeros_like(qpos))
+            plan["short"] = (qidx, qvalid, slots, mask[:, None])
+        for i in long:
             n, q = meta.seq_lens_host[i], meta.query_lens[i]
             pos = torch.arange(n, device=device)
             slots = meta.block_tables[i, pos // bs].long() * bs + pos % bs
             qpos = torch.arange(n - q, n, device=device)
             mask = pos[None, :] <= qpos[:, None]  # [q, n] causal, offset by the cached context
-            plan["others"].append((starts[i], starts[i] + q, slots, mask))
+            plan["long"].append((starts[i], starts[i] + q, slots, mask))
         meta._cache["plan"] = plan
         return plan
 
@@ -134,14 +146,14 @@ class TorchAttention:
         k_flat, v_flat = k_cache.view(-1, kvh, d), v_cache.view(-1, kvh, d)
         out = torch.empty_like(q)
         plan = self._plan(meta)
-        if plan["decode"] is not None:
-            qidx, slots, mask = plan["decode"]
-            qd = q[qidx].unsqueeze(2)  # [B, H, 1, D]
+        if plan["short"] is not None:
+            qidx, qvalid, slots, mask = plan["short"]
+            qs = q[qidx].transpose(1, 2)  # [B, H, max_q, D]
             k = k_flat[slots].to(q.dtype).transpose(1, 2)  # [B, kvh, L, D]
             v = v_flat[slots].to(q.dtype).transpose(1, 2)
-            o = F.scaled_dot_product_attention(qd, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
-            out[qidx] = o.squeeze(2)
-        for start, end, slots, mask in plan["others"]:
+            o = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+            out[qidx[qvalid]] = o.transpose(1, 2)[qvalid]
+        for start, end, slots, mask in plan["long"]:
             qs = q[start:end].transpose(0, 1)  # [H, q, D]
             k = k_flat[slots].to(q.dtype).transpose(0, 1)  # [kvh, n, D]
             v = v_flat[slots].to(q.dtype).transpose(0, 1)
