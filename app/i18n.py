@@ -140,10 +140,10 @@ STRINGS: dict[str, dict[str, str]] = {
     "live.playing": {"zh": "播放中……", "en": "Playing…"},
     "live.press_step": {"zh": "{n} 个请求在门口排队；按侧边栏的「单步」或「播放」开始。",
                         "en": "{n} requests wait at the door; press Step or Play in the sidebar."},
-    "live.sidebar_choice": {"zh": "侧边栏当前选择", "en": "the sidebar's choice"},
+    "live.sidebar_choice": {"zh": "侧边栏", "en": "sidebar"},
     # ---- seats (leak 1)
     "seats.seat": {"zh": "座位 {n}", "en": "seat {n}"},
-    "seats.tokens": {"zh": "已出 {n} 个", "en": "{n} tokens"},
+    "seats.tokens": {"zh": "已出 {n} 个", "en": "{n} tok out"},
     "seats.state": {"zh": "状态", "en": "state"},
     "seats.state.running": {"zh": "生成中", "en": "generating"},
     "seats.state.prefill": {"zh": "处理提示词", "en": "reading prompt"},
@@ -152,6 +152,10 @@ STRINGS: dict[str, dict[str, str]] = {
     "seats.queue": {"zh": "门口排队（{n}）：", "en": "Queue at the door ({n}):"},
     "seats.more": {"zh": "还有 {n} 个", "en": "{n} more"},
     "seats.blocked": {"zh": "队首为何进不来", "en": "Why the head of the queue waits"},
+    "seats.reason.seats": {"zh": "座位全满", "en": "all seats taken"},
+    "seats.reason.static": {"zh": "静态批处理：要等所有座位都空了，大巴才重新上客",
+                            "en": "static batching: the bus boards only when every seat is empty"},
+    "seats.reason.budget": {"zh": "这一步的 token 预算已用完", "en": "this step's token budget is used up"},
     "seats.admitted": {"zh": "上车", "en": "boarded"},
     "seats.finished": {"zh": "完成", "en": "finished"},
     "seats.preempted": {"zh": "被请下车（抢占）", "en": "preempted"},
@@ -264,6 +268,9 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.ratio.help": {"zh": "以这个概率接受；拒绝时从 max(0, p_target − p_draft) 归一化后重采样。",
                         "en": "Accepted with this probability; on rejection the target samples "
                               "from normalize(max(0, p_target − p_draft))."},
+    "spec.discarded_note": {"zh": "这个 token 排在被拒绝的 token 之后，根本没有被检验，直接丢弃。",
+                            "en": "This token came after a rejected one: it was never examined, "
+                                  "just thrown away."},
     "spec.greedy_note": {"zh": "温度为 0（贪心）：草稿等于目标的 argmax 才接受；这里的概率仅供参考。"
                                "把温度调到 1 可看到真正的拒绝采样。",
                          "en": "Temperature 0 (greedy): a draft is accepted iff it equals the "
@@ -321,10 +328,10 @@ STRINGS: dict[str, dict[str, str]] = {
     "gauge.seats_busy": {"zh": "忙碌座位", "en": "Seats busy"},
     "gauge.seats_busy.help": {"zh": "此刻在算活请求的座位 ÷ 座位总数。",
                               "en": "Seats computing a live request ÷ all seats."},
-    "gauge.kv_used": {"zh": "KV 已用", "en": "KV used"},
-    "gauge.kv_used.help": {"zh": "存着 token 的槽位 ÷ 全部槽位；括号里是已分配的比例。",
-                           "en": "Slots holding tokens ÷ all slots; in brackets, the share "
-                                 "allocated."},
+    "gauge.kv_used": {"zh": "KV 已用 / 已分配", "en": "KV used / allocated"},
+    "gauge.kv_used.help": {"zh": "存着 token 的槽位 ÷ 全部槽位；斜杠后是被请求占用（分配或预留）的比例。",
+                           "en": "Slots holding tokens ÷ all slots; after the slash, the share "
+                                 "held (allocated or reserved) by requests."},
     "gauge.kv_allocated": {"zh": "已分配", "en": "allocated"},
     "gauge.acceptance": {"zh": "接受率", "en": "Acceptance rate"},
     "gauge.acceptance.help": {"zh": "被接受的草稿 token ÷ 提出的草稿 token；不投机时为 —。",
@@ -355,6 +362,15 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "朴素服务 {nt} 个 token 用 {ns:.1f} 秒；引擎 {et} 个 token 用 {es:.1f} 秒。设备：{device}。",
         "en": "Naive: {nt} tokens in {ns:.1f} s; engine: {et} tokens in {es:.1f} s. "
               "Device: {device}."},
+    "home.race.small_gap": {
+        "zh": "差距不大？这里是 CPU、小模型、十几个短回答：每一步本身很便宜，引擎每步自己的开销"
+              "（调度、块表、为本应用画图而生成的逐步报告）和它省下的空座位差不多一样重；"
+              "回答越长越参差、请求越多、换成 GPU，省下的座位就越占上风。三个漏洞的页面逐一量给你看。",
+        "en": "A small gap? This is a CPU, a small model and a dozen short answers: each step is "
+              "cheap, so the engine's own per-step work (scheduling, block tables, the report "
+              "this app draws every step) weighs about as much as the seats it saves. With "
+              "longer, more varied answers, more requests or a GPU, the saved seats win. The "
+              "three leak pages measure each one."},
     "home.map": {"zh": "地图：三处漏洞，三个补丁", "en": "The map: three leaks, three patches"},
     "home.fix": {"zh": "补丁", "en": "Patch"},
     "home.improves": {"zh": "主要改善", "en": "Mainly improves"},

@@ -16,8 +16,10 @@ import streamlit as st  # noqa: E402
 
 from app.shell import pages, shell, shell_drawn  # noqa: E402
 
-st.set_page_config(page_title="ServeLab", page_icon=":material/directions_subway:",
-                   layout="wide")
+# A local icon: a material-icon favicon would be fetched from fonts.gstatic.com, and a
+# classroom may be offline.
+ICON = pathlib.Path(__file__).resolve().parents[1] / "assets" / "icon.png"
+st.set_page_config(page_title="ServeLab", page_icon=str(ICON), layout="wide")
 
 
 def main() -> None:

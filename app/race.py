@@ -1,7 +1,8 @@
 """The home page's race: the naive server and the engine on one small workload, on this machine.
 
 Both get the same requests (engine/workloads.py "longtail", answers capped, EOS ignored so both
-compute exactly the same tokens) and the same number of seats. The naive server is
+compute exactly the same tokens), the same number of seats and the same dtype (the one the
+engine picks for this machine), so what differs is how they serve. The naive server is
 `engine.baseline.NaiveServer`: transformers' generate() on static padded batches. The engine
 runs continuous batching over a paged KV cache. Output tokens per second of compute are
 measured for both; their ratio is the home page's headline.
@@ -29,14 +30,22 @@ def race_jobs(n: int = RACE_REQUESTS, cap: int = RACE_MAX_TOKENS) -> list[Job]:
     return preset_jobs("longtail", n, cap)
 
 
+def engine_dtype() -> str:
+    """The dtype the engine picks on this machine ("auto"), e.g. "float32" or "bfloat16"."""
+    from engine.engine import resolve_device, resolve_dtype
+
+    return str(resolve_dtype("auto", resolve_device("auto"))).removeprefix("torch.")
+
+
 def run_naive(jobs: list[Job], seats: int, model: str, progress: Progress = _noop) -> dict:
     from engine.baseline import NaiveServer
 
-    server = NaiveServer(model=model, batch_size=seats)
+    server = NaiveServer(model=model, batch_size=seats, dtype=engine_dtype())
     items = [WorkItem(j.prompt, j.max_tokens, j.ignore_eos, 0.0, j.name) for j in jobs]
     result = server.run(items, progress)
     return {"tokens": result.output_tokens, "wall_s": result.wall_s,
-            "tokens_per_s": result.output_tok_per_s, "device": result.device}
+            "tokens_per_s": result.output_tok_per_s,
+            "device": f"{result.device} ({result.dtype})"}
 
 
 def run_engine(jobs: list[Job], seats: int, model: str, progress: Progress = _noop) -> dict:

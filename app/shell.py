@@ -22,11 +22,6 @@ from app.sidebar import device_line, draw_sidebar
 
 DRAWN = "_shell_drawn_this_run"
 
-# Material icons ship with Streamlit's frontend: no emoji font needed on the classroom PC.
-ICONS = {"home": ":material/home:", "batching": ":material/directions_subway:",
-         "paging": ":material/grid_view:", "speculation": ":material/bolt:",
-         "dashboard": ":material/monitoring:", "beyond": ":material/explore:",
-         "quiz": ":material/quiz:", "glossary": ":material/menu_book:"}
 SECTIONS = {
     "nav.start": ("home",),
     "nav.leaks": ("batching", "paging", "speculation"),
@@ -47,8 +42,10 @@ def pages() -> dict[str, list[st.Page]]:
     not found"; the lessons' demo links open "/home?...". So the default page is a hidden
     one that switches to home: "/" and "/home" both show the home page.
     """
-    nav = {t(key): [st.Page(f"pages/{slug}.py", title=t(f"page.{slug}"), icon=ICONS[slug],
-                            url_path=slug) for slug in slugs]
+    # No page icons: Streamlit shows the first page's icon as the favicon, and a material
+    # icon favicon is fetched from fonts.gstatic.com (a classroom may be offline).
+    nav = {t(key): [st.Page(f"pages/{slug}.py", title=t(f"page.{slug}"), url_path=slug)
+                    for slug in slugs]
            for key, slugs in SECTIONS.items()}
     root = st.Page(_root, title=t("page.home"), url_path="start", default=True,
                    visibility="hidden")

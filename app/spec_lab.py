@@ -73,18 +73,24 @@ def load_bench(folder: Path = BENCH_DIR) -> dict | None:
 
 
 def speedup_rows(results: list) -> list[dict]:
-    """Rows with concurrency and speedup from a bench's results (others are skipped)."""
+    """Rows of concurrency, speedup and method from a bench's results.
+
+    engine/spec_bench.py writes `concurrency`, `spec` (None for off), `workload` and
+    `speedup_vs_off`; `speedup` and `method` are accepted too. Rows without speculation or
+    without numbers are skipped.
+    """
     rows = []
     for r in results or []:
         if not isinstance(r, dict):
             continue
-        conc = r.get("concurrency", r.get("batch_size", r.get("num_requests")))
-        speed = r.get("speedup")
-        if isinstance(conc, (int, float)) and isinstance(speed, (int, float)):
-            row = {"concurrency": conc, "speedup": speed}
-            if r.get("method"):
-                row["method"] = str(r["method"])
-            rows.append(row)
+        conc = r.get("concurrency")
+        speed = r.get("speedup", r.get("speedup_vs_off"))
+        method = r.get("method", r.get("spec"))
+        if (not isinstance(conc, (int, float)) or not isinstance(speed, (int, float))
+                or method in (None, "off")):
+            continue
+        label = f"{method} · {r['workload']}" if r.get("workload") else str(method)
+        rows.append({"concurrency": conc, "speedup": speed, "method": label})
     return rows
 
 

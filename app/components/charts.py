@@ -14,6 +14,7 @@ from app.components.gauges import GAUGES, history_frame
 from app.i18n import t
 
 FONT = 15
+STEP_AXIS = alt.Axis(tickMinStep=1, format="d")  # steps are whole numbers
 
 
 def _style(chart: alt.Chart) -> alt.Chart:
@@ -26,7 +27,7 @@ def gauge_history_chart(history: list[dict], key: str, height: int = 280) -> alt
     df = history_frame(history)[["step", key]].rename(columns={key: "value"})
     fmt = ".0%" if key in ("seats_busy", "kv_used", "acceptance") else ",.1f"
     chart = alt.Chart(df, title=t(f"gauge.{key}")).mark_line(point=True, strokeWidth=3).encode(
-        x=alt.X("step:Q", title=t("seats.axis_step")),
+        x=alt.X("step:Q", title=t("seats.axis_step"), axis=STEP_AXIS),
         y=alt.Y("value:Q", title=None, axis=alt.Axis(format=fmt)),
         tooltip=[alt.Tooltip("step:Q"), alt.Tooltip("value:Q", format=fmt)],
     ).properties(height=height)
@@ -44,7 +45,7 @@ def compare_chart(histories: dict[str, list[dict]], key: str, height: int = 320)
         columns=["step", "value", "run"])
     fmt = ".0%" if key in ("seats_busy", "kv_used", "acceptance") else ",.1f"
     chart = alt.Chart(df, title=t(f"gauge.{key}")).mark_line(point=True, strokeWidth=3).encode(
-        x=alt.X("step:Q", title=t("seats.axis_step")),
+        x=alt.X("step:Q", title=t("seats.axis_step"), axis=STEP_AXIS),
         y=alt.Y("value:Q", title=None, axis=alt.Axis(format=fmt)),
         color=alt.Color("run:N", title=None, legend=alt.Legend(orient="bottom")),
         tooltip=["run:N", "step:Q", alt.Tooltip("value:Q", format=fmt)],
@@ -100,13 +101,15 @@ def lossless_chart(df: pd.DataFrame) -> alt.Chart:
 
 
 def race_chart(rows: list[dict]) -> alt.Chart:
-    """Measured output tokens/s of the naive server and the engine, side by side."""
+    """Measured output tokens/s of the naive server (grey) and the engine (green), in the
+    order given."""
     df = pd.DataFrame(rows)
     bars = alt.Chart(df).mark_bar(size=60).encode(
         x=alt.X("system:N", title=None, sort=None, axis=alt.Axis(labelAngle=0)),
         y=alt.Y("tokens_per_s:Q", title=t("gauge.tokens_per_s")),
         color=alt.Color("system:N", legend=None,
-                        scale=alt.Scale(range=["#9a9a9a", "#2e9e4f"])),
+                        scale=alt.Scale(domain=list(df["system"]),
+                                        range=["#9a9a9a", "#2e9e4f"])),
         tooltip=["system:N", alt.Tooltip("tokens_per_s:Q", format=".1f")],
     )
     text = bars.mark_text(dy=-12, fontSize=FONT + 3).encode(

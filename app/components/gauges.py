@@ -105,7 +105,7 @@ def gauge_values(history: list[dict]) -> list[dict]:
             busy = sum(1 for s in last["seats"] if s["state"] in ("running", "prefill"))
             value = f"{busy} / {len(last['seats'])}"
         if k == "kv_used":
-            value = f"{_fmt(k, raw)} ({t('gauge.kv_allocated')} {_fmt(k, row['kv_allocated'])})"
+            value = f"{_fmt(k, raw)} / {_fmt(k, row['kv_allocated'])}"
         out.append({"key": k, "label": t(f"gauge.{k}"), "value": value, "raw": raw,
                      "help": t(f"gauge.{k}.help")})
     return out

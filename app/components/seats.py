@@ -45,6 +45,18 @@ def _chip(rid: str, cls: str = "sl-chip") -> str:
             f"{html.escape(rid)}</span>")
 
 
+# the scheduler's fixed reasons (engine/scheduler.py) -> a translated line; others as they are
+REASONS = {
+    "all seats taken": "seats.reason.seats",
+    "static batching: the bus boards only when every seat is empty": "seats.reason.static",
+    "token budget of this step used up": "seats.reason.budget",
+}
+
+
+def reason_text(reason: str) -> str:
+    return t(REASONS[reason]) if reason in REASONS else reason
+
+
 def seat_state_label(state: str) -> str:
     return t(f"seats.state.{state}")
 
@@ -79,7 +91,7 @@ def queue_html(report: dict) -> str:
     out = f'<div class="sl-queue">{"".join(parts)}</div>'
     if report.get("blocked_reason") and waiting:
         out += (f'<div class="sl-note">{html.escape(t("seats.blocked"))}: '
-                f'{html.escape(report["blocked_reason"])}</div>')
+                f'{html.escape(reason_text(report["blocked_reason"]))}</div>')
     events = []
     for key in ("admitted", "finished", "preempted"):
         if report.get(key):

@@ -26,9 +26,10 @@ CSS = """
 
 
 def show_token(text: str) -> str:
-    """Token text with visible whitespace, escaped for HTML."""
+    """Token text with visible whitespace, escaped for HTML. A token that holds only part of
+    a multi-byte character (common for Chinese) decodes to U+FFFD; it is drawn as ▯."""
     visible = (text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥")
-               .replace("\r", "␍")) or "∅"
+               .replace("\r", "␍").replace("\ufffd", "▯")) or "∅"
     return html.escape(visible)
 
 
@@ -101,7 +102,7 @@ def drafted_tokens(history: list[dict], request_id: str) -> list[dict]:
 
 
 def token_label(tok: dict) -> str:
-    text = tok["text"].replace("\n", "↵") or "∅"
+    text = tok["text"].replace("\n", "↵").replace("\ufffd", "▯") or "∅"
     return f"{t('spec.step', n=tok['step'])} · #{tok['pos']} «{text}» · " \
            f"{t('spec.verdict.' + tok['verdict'])}"
 

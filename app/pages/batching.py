@@ -24,7 +24,7 @@ MODES = ("static", "continuous")
 
 
 def title(mode: str, chosen: str) -> str:
-    mark = f" · {t('live.sidebar_choice')}" if mode == chosen else ""
+    mark = f" · :material/check: {t('live.sidebar_choice')}" if mode == chosen else ""
     return f"{switch_label('batching', mode)}{mark}"
 
 

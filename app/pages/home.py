@@ -34,8 +34,8 @@ def draw_race() -> None:
               args=(PENDING,))
     if st.session_state.pop(PENDING, False):
         bar = st.progress(0.0, text=t("home.race.running"))
-        result = race(session.settings.seats, session.settings.model,
-                      progress=lambda f, m: bar.progress(min(1.0, f), text=m))
+        result = race(session.settings.seats, session.settings.model, RACE_REQUESTS,
+                      RACE_MAX_TOKENS, progress=lambda f, m: bar.progress(min(1.0, f), text=m))
         bar.empty()
         st.session_state[RESULT] = result
     result = st.session_state.get(RESULT)
@@ -53,6 +53,8 @@ def draw_race() -> None:
     st.altair_chart(race_chart(rows), width="stretch")
     st.caption(t("home.race.detail", nt=naive["tokens"], ns=naive["wall_s"],
                  et=engine["tokens"], es=engine["wall_s"], device=engine["device"]))
+    if ratio is not None and ratio < 1.5:
+        st.info(t("home.race.small_gap"))
 
 
 def draw_map() -> None:

@@ -15,6 +15,7 @@ import streamlit as st  # noqa: E402
 
 from app.components.charts import compare_chart  # noqa: E402
 from app.components.kvmap import kv_grid_html, kv_stats, legend_html, page_table  # noqa: E402
+from app.components.seats import reason_text  # noqa: E402
 from app.i18n import switch_label, t  # noqa: E402
 from app.live import live_page, runs_for, step_header  # noqa: E402
 from app.state import Run, Session  # noqa: E402
@@ -24,7 +25,7 @@ SELECTED = "kv_selected"
 
 
 def _title(layout: str, chosen: str) -> str:
-    mark = f" · {t('live.sidebar_choice')}" if layout == chosen else ""
+    mark = f" · :material/check: {t('live.sidebar_choice')}" if layout == chosen else ""
     return f"{switch_label('kv_layout', layout)}{mark}"
 
 
@@ -59,7 +60,7 @@ def draw_run(run: Run, selected: str | None) -> None:
     f.metric(t("paging.shared"), s["shared_blocks"], help=t("paging.shared.help"))
     st.html(kv_grid_html(kv, selected))
     if last.get("blocked_reason") and last["waiting"]:
-        st.caption(f"{t('seats.blocked')}: {last['blocked_reason']}")
+        st.caption(f"{t('seats.blocked')}: {reason_text(last['blocked_reason'])}")
     if selected and selected in kv["block_tables"]:
         st.markdown(f"**{t('paging.page_table', rid=selected)}**")
         table = page_table(kv, selected)

@@ -26,6 +26,7 @@ from app.components.spec_strip import (  # noqa: E402
     accept_math,
     drafted_tokens,
     legend_html,
+    records_for,
     spec_requests,
     spec_summary,
     strips_html,
@@ -45,11 +46,13 @@ def _fmt(x, pct: bool = False, digits: int = 2) -> str:
     return f"{100 * x:.0f}%" if pct else f"{x:.{digits}f}"
 
 
-def _select(key: str, options: list, **kw):
+def _select(key: str, options: list, default=None, **kw):
+    """A selectbox whose kept value falls back to `default` (else the last option) when the
+    options no longer hold it."""
     if not options:
         return None
     if st.session_state.get(key) not in options:
-        st.session_state[key] = options[-1]
+        st.session_state[key] = default if default in options else options[-1]
     return st.selectbox(options=options, key=key, **kw)
 
 
@@ -60,12 +63,15 @@ def draw_token_math(run: Run, rid: str) -> None:
                     format_func=labels.__getitem__)
     if index is None:
         return
-    m = accept_math(tokens[index])
+    tok = tokens[index]
+    m = accept_math(tok)
     a, b, c = st.columns(3)
     a.metric("p_target", _fmt(m["p_target"], digits=3), help=t("spec.p_target.help"))
     b.metric("p_draft", _fmt(m["p_draft"], digits=3), help=t("spec.p_draft.help"))
     c.metric("min(1, p_target / p_draft)", _fmt(m["min_ratio"], digits=3),
              help=t("spec.ratio.help"))
+    if tok["verdict"] == "discarded":
+        st.caption(t("spec.discarded_note"))
     if run.settings.temperature == 0:
         st.caption(t("spec.greedy_note"))
 
@@ -93,14 +99,16 @@ def draw(session: Session) -> list[Run]:
                    help=t("spec.speedup_now.help", a=with_spec["tokens_per_s"],
                           b=without["tokens_per_s"]), border=True)
     st.html(legend_html())
-    rid = _select(REQ_KEY, spec_requests(run.history), label=t("spec.pick_request"))
+    rids = spec_requests(run.history)
+    busiest = max(rids, key=lambda r: len(records_for(run.history, r)), default=None)
+    rid = _select(REQ_KEY, rids, busiest, label=t("spec.pick_request"))
     if rid is None:
         st.info(t("spec.no_drafts_yet"))
         return runs
     prompt = run.prompts.get(rid, "")
     st.caption(t("spec.prompt_of", rid=rid, name=run.names.get(rid, "")))
-    st.html(f'<div style="font-size:15px;max-height:4.5em;overflow:auto;white-space:pre-wrap;'
-            f'font-family:monospace">{html.escape(prompt[-400:])}</div>')
+    st.html('<div style="font-size:15px;max-height:7em;overflow:auto;white-space:pre-wrap;'
+            f'line-height:1.5;font-family:monospace">{html.escape(prompt[-400:])}</div>')
     st.html(strips_html(run.history, rid))
     draw_token_math(run, rid)
     return runs

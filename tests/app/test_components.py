@@ -76,7 +76,7 @@ def test_seats_html_draws_every_seat_with_its_rider_and_state():
     for s in rep["seats"]:
         if s["request_id"]:
             assert f">{s['request_id']}</span>" in out
-            assert f"{s['num_output_tokens']} tokens" in out
+            assert f"{s['num_output_tokens']} tok out" in out
 
 
 def test_seat_views_escape_request_ids_and_engine_messages():
@@ -218,6 +218,7 @@ def test_model_text_in_strips_is_escaped_with_visible_whitespace():
     assert EVIL not in out and "<img" not in out
     assert "&lt;script&gt;alert(1)&lt;/script&gt;␣x↵" in out
     assert "∅" == spec_strip.show_token("")
+    assert spec_strip.show_token("\ufffd") == "▯", "a partial UTF-8 character"
 
 
 # ---------------------------------------------------------------- gauges and charts
@@ -290,10 +291,15 @@ def test_settings_map_onto_the_engine_config():
 def test_bench_files_are_read_from_the_fixed_folder(tmp_path):
     assert load_bench(tmp_path / "missing") is None
     (tmp_path / "bad.json").write_text("{not json")
-    (tmp_path / "spec.json").write_text(json.dumps({
-        "results": [{"concurrency": 1, "speedup": 1.8, "method": "ngram"}, {"x": 1}],
-        "forward_cost": [{"tokens": 1, "ms": 5.0}]}))
+    (tmp_path / "spec.json").write_text(json.dumps({  # engine/spec_bench.py's shape
+        "results": [{"concurrency": 1, "spec": "ngram", "workload": "grounded",
+                     "speedup_vs_off": 1.8},
+                    {"concurrency": 1, "spec": None, "workload": "grounded",
+                     "speedup_vs_off": 1.0}, {"x": 1}],
+        "forward_cost": [{"tokens": 1, "ms": 5.0, "vs_one_token": 1.0}]}))
     bench = load_bench(tmp_path)
     assert bench["_file"] == "spec.json"
     assert speedup_rows(bench["results"]) == [{"concurrency": 1, "speedup": 1.8,
-                                               "method": "ngram"}]
+                                               "method": "ngram · grounded"}]
+    assert speedup_rows([{"concurrency": 4, "speedup": 0.9, "method": "draft"}])[0][
+        "method"] == "draft"

@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.lessons import PAGES  # noqa: E402
 from app.live import SESSION_KEY  # noqa: E402
+from app.spec_lab import FORWARD_SIZES  # noqa: E402
 from app.state import MAX_PROMPT_CHARS  # noqa: E402
 
 MAIN = str(ROOT / "app/main.py")
@@ -232,3 +233,38 @@ def test_reset_and_a_switch_replay_the_workload_from_the_start():
     s = session(at)
     assert s.tick == 0 and s.primary.step_count == 0
     assert len(s.primary.engine.requests) == 12
+
+
+def test_home_race_measures_both_servers(monkeypatch):
+    monkeypatch.setattr("app.race.RACE_REQUESTS", 3)
+    monkeypatch.setattr("app.race.RACE_MAX_TOKENS", 4)
+    at = goto(start(), "home")
+    assert any("Not raced yet" in i.value for i in at.info)
+    at.button(key="race_start").click().run()
+    assert not at.exception, at.exception[0].value
+    result = at.session_state["race_result"]
+    assert result["requests"] == 3
+    assert result["naive"]["tokens"] == result["engine"]["tokens"] > 0
+    assert result["ratio"] == pytest.approx(
+        result["engine"]["tokens_per_s"] / result["naive"]["tokens_per_s"])
+    labels = [m.label for m in at.metric]
+    assert {"Naive server", "Engine", "Ratio"} <= set(labels)
+
+
+def test_speculation_measurements_run_from_their_buttons():
+    if not spec_available():
+        pytest.skip("speculative decoding (engine/spec/decoder.py) has not landed yet")
+    at = goto(start(), "speculation")
+    at.button(key="fwd_measure").click().run()
+    assert not at.exception, at.exception[0].value
+    rows = at.session_state["fwd_rows"]
+    assert [r["tokens"] for r in rows] == list(FORWARD_SIZES)
+    assert all(r["ms"] > 0 for r in rows)
+    at.select_slider(key="lossless_n").set_value(100)
+    at.button(key="lossless_run").click().run()
+    assert not at.exception, at.exception[0].value
+    res = at.session_state["lossless"]
+    assert res["n"] == 100 and res["n_off"] > 50
+    assert abs(sum(r["p_target"] for r in res["rows"]) - 1) < 1e-4
+    assert res["tv_on"] < 0.25 and res["tv_off"] < 0.25, "sampling noise only"
+    assert len(at.get("vega_lite_chart")) >= 2
