@@ -6,17 +6,22 @@ new StepReport (seats and queue HTML, the KV map, the seat timeline, the six gau
 charts, serialised as Streamlit sends them). Both are timed over a whole run, step by step.
 With `--apptest` the script also times the full Streamlit rerun a Step click causes
 (AppTest: the shell, the sidebar and the dashboard page; no browser painting).
-The goal is < 300 ms per Step on a 2-core CPU. On a 2-core machine shared with other busy
-processes, torch's default of 2 intra-op threads can spin against them: compare `--threads 1`.
+The goal is < 300 ms per Step on a 2-core CPU. Like app/main.py, this sets
+OMP_WAIT_POLICY=PASSIVE unless the environment says otherwise: on a 2-core machine shared
+with busy processes, spinning OpenMP threads made a Step ~15x slower. Compare with
+`OMP_WAIT_POLICY=ACTIVE python -m app.bench_step` and `--threads 1`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads, as app/main.py
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -91,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
 
     res = bench_session(Settings(seats=args.seats))
-    print(f"{res['device']}, torch threads {torch.get_num_threads()}, {args.seats} seats, "
+    print(f"{res['device']}, torch threads {torch.get_num_threads()}, "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, {args.seats} seats, "
           f"{res['steps']} steps of the default workload")
     print(f"{'':8}{'median':>9}{'p90':>9}{'max':>9}   (ms)")
     for key in ("engine", "redraw", "total"):

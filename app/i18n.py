@@ -276,7 +276,8 @@ STRINGS: dict[str, dict[str, str]] = {
                          "en": "Temperature 0 (greedy): a draft is accepted iff it equals the "
                                "target's argmax; the probabilities are shown for reference. Set "
                                "the temperature to 1 to watch real rejection sampling."},
-    "spec.fwd_header": {"zh": "验证 k 个 token ≈ 生成 1 个的代价", "en": "Verifying k tokens costs about as much as 1"},
+    "spec.fwd_header": {"zh": "验证 k 个 token ≈ 生成 1 个的代价",
+                        "en": "Verifying k tokens costs about as much as 1"},
     "spec.fwd_caption": {"zh": "目标模型一次前向处理 n 个新 token 的实测时间；柱上数字是相对 n = 1 的倍数。",
                          "en": "Measured time of one target forward pass over n new tokens; the "
                                "number on each bar is relative to n = 1."},
@@ -292,7 +293,8 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.speedup_title": {"zh": "加速比 vs 并发请求数", "en": "Speedup vs concurrent requests"},
     "spec.concurrency": {"zh": "并发请求数", "en": "concurrent requests"},
     "spec.speedup": {"zh": "加速比", "en": "speedup"},
-    "spec.lossless_header": {"zh": "无损：投机不改变输出分布", "en": "Lossless: speculation keeps the distribution"},
+    "spec.lossless_header": {"zh": "无损：投机不改变输出分布",
+                             "en": "Lossless: speculation keeps the distribution"},
     "spec.lossless_caption": {
         "zh": "同一提示词、温度 1、不同种子各跑 N 次，开和关投机各一遍；比较第二个 token 的频率"
               "与目标模型（transformers 独立计算）的概率。",

@@ -127,8 +127,8 @@ def step_header(runs: list[Run]) -> None:
         st.caption(t("live.playing"))
 
 
-def live_page(slug: str, draw: Callable[[Session], list[Run]], extra: Callable[[], None] | None = None,
-              lesson_width: float = 2.0) -> None:
+def live_page(slug: str, draw: Callable[[Session], list[Run]],
+              extra: Callable[[], None] | None = None, lesson_width: float = 2.0) -> None:
     """A live page: the live view (then `extra`, drawn once per full run) on the left, the
     lesson on the right."""
     from app.shell import ensure_shell

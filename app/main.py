@@ -7,8 +7,15 @@ start, and one `Session` (app/state.py) per browser session. Pages draw; they ne
 into the engine.
 """
 
+import os
 import pathlib
 import sys
+
+# Idle OpenMP threads sleep instead of spinning. Measured with app/bench_step.py on the 2-core
+# dev machine while other processes were busy: a Step took 1.7 s with torch's default (spinning
+# threads fight the others for the cores) and 0.1 s with PASSIVE. Must be set before torch
+# loads; a value in the environment wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 

@@ -29,6 +29,7 @@ MIN_MODEL_LEN = 256  # the context every request may reach (what a contiguous la
 MAX_BATCHED_TOKENS = 256  # token budget of one step: bounds the slowest (prefill) step
 MAX_PROMPT_CHARS = 4000  # a custom prompt longer than this is refused before tokenizing
 HISTORY_LIMIT = 400  # reports kept per run
+MAX_RUNS = 4  # engines one browser session keeps (each holds ~150 MB of fused weights + KV)
 SPEC_MODES = ("off", "ngram", "draft")
 
 
@@ -164,12 +165,21 @@ class Session:
     def run(self, settings: Settings | None = None) -> Run:
         """The run for `settings` (default: the sidebar's), built if new, caught up to tick."""
         settings = settings or self.settings
-        run = self.runs.get(settings)
+        run = self.runs.pop(settings, None)
         if run is None:
             run = Run(settings, self.jobs(settings), self.max_model_len(settings), self.progress)
-            self.runs[settings] = run
+        self.runs[settings] = run  # most recently used last
+        self._evict()
         self.catch_up(run)
         return run
+
+    def _evict(self) -> None:
+        """Drop the least recently drawn runs beyond MAX_RUNS (never the sidebar's own)."""
+        for key in list(self.runs):
+            if len(self.runs) <= MAX_RUNS:
+                break
+            if key != self.settings:
+                del self.runs[key]
 
     @property
     def primary(self) -> Run:

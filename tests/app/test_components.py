@@ -288,6 +288,28 @@ def test_settings_map_onto_the_engine_config():
     assert Settings().engine_config(256).spec is None
 
 
+def test_a_session_keeps_only_the_most_recently_drawn_runs(monkeypatch):
+    import app.state as state
+
+    class FakeRun:
+        def __init__(self, settings, jobs, max_model_len, progress=None):
+            self.settings, self.ticks = settings, 0
+
+        def advance(self):
+            self.ticks += 1
+
+    monkeypatch.setattr(state, "Run", FakeRun)
+    monkeypatch.setattr(state.Session, "max_model_len", lambda self, s: 256)
+    s = state.Session()
+    s.step()
+    variants = [s.settings.with_(seats=n) for n in (1, 2, 3, 4, 5)]
+    for v in variants:
+        assert s.run(v).ticks == 1, "a new run catches up with the clock"
+    s.primary  # noqa: B018
+    assert len(s.runs) == state.MAX_RUNS
+    assert s.settings in s.runs and variants[-1] in s.runs and variants[0] not in s.runs
+
+
 def test_bench_files_are_read_from_the_fixed_folder(tmp_path):
     assert load_bench(tmp_path / "missing") is None
     (tmp_path / "bad.json").write_text("{not json")
