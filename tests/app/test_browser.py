@@ -45,13 +45,13 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory):
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium fonts-noto-cjk")
     pytest.importorskip("playwright.sync_api", reason="pip install playwright")
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    log = open(ROOT / ".pytest_cache" / "streamlit-browser-test.log", "w")  # noqa: SIM115
+    log = open(tmp_path_factory.mktemp("streamlit") / "server.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.port", str(port),
          "--server.headless", "true", "--browser.gatherUsageStats", "false"],
