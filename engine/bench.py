@@ -101,9 +101,7 @@ def run_engine(config: EngineConfig, workload: Workload, progress=None) -> dict:
             progress(sum(len(e.token_ids) for e in report.emitted))
     wall = time.perf_counter() - t0
     snap = engine.metrics_snapshot()
-    leaked = engine.allocator.num_blocks - engine.allocator.num_free_blocks
-    if config.enable_prefix_caching:
-        leaked -= len(getattr(engine.allocator, "evictable", ()))
+    leaked = engine.allocator.num_blocks - engine.allocator.num_free_blocks  # cached count as free
     assert leaked == 0, f"{leaked} KV blocks still held after the run"
     return {
         "system": "engine", "batching": config.batching, "kv_layout": config.kv_layout,
