@@ -98,6 +98,7 @@ class Scheduler:
     # --- one step ---------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         cfg, out = self.config, SchedulerOutput()
+        self._end_static_batch_if_done()  # also when preemption took the last live rider
         budget = cfg.max_num_batched_tokens
 
         for req in list(self.running):
@@ -127,12 +128,16 @@ class Scheduler:
             budget -= n
 
         may_board = cfg.batching == "continuous" or not self.running
-        while self.waiting and may_board and len(self.running) < cfg.max_num_seqs and budget > 0:
+        # the tour bus fills every seat at once; prompts beyond this step's budget are
+        # prefilled in the next steps
+        bus_boarding = cfg.batching == "static" and may_board
+        while (self.waiting and may_board and len(self.running) < cfg.max_num_seqs
+               and (budget > 0 or bus_boarding)):
             req = self.waiting[0]
             if not self.allocator.admit(req):
                 out.blocked_reason = getattr(self.allocator, "last_refusal", None)
                 break
-            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            n = max(0, min(req.num_tokens - req.num_computed_tokens, budget))
             if not self.allocator.ensure_slots(req, req.num_computed_tokens + n):
                 self.allocator.free(req)
                 req.num_computed_tokens = 0
@@ -144,8 +149,9 @@ class Scheduler:
             self.running.append(req)
             self._sit(req)
             out.admitted.append(req.request_id)
-            out.scheduled.append(ScheduledRequest(req, n))
-            budget -= n
+            if n > 0:
+                out.scheduled.append(ScheduledRequest(req, n))
+                budget -= n
         if self.waiting and not out.blocked_reason:
             if len(self.running) >= cfg.max_num_seqs:
                 out.blocked_reason = "all seats taken"
