@@ -129,6 +129,14 @@ def run_naive(workload: Workload, batch_size: int, dtype: torch.dtype, progress=
     return out
 
 
+def write_json(path: str | None, data: dict) -> None:
+    """Write a bench's results (no-op without --json)."""
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(data, indent=2))
+        print(f"wrote {path}")
+
+
 def print_table(results: list[dict]) -> None:
     cols = [("system", 7), ("workload", 13), ("batching", 10), ("kv_layout", 10),
             ("prefix_caching", 6), ("output_tok_per_s", 9), ("ttft_p50_s", 8), ("tpot_p50_s", 8),
@@ -229,10 +237,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{contig['max_concurrency']}")
     out = {"machine": machine_info(device.type),
            "roofline": roof, "workload": wl.name, "args": vars(args), "results": results}
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=2))
-        print(f"wrote {args.json}")
+    write_json(args.json, out)
     return 0
 
 

@@ -25,10 +25,8 @@ and noisy, so compare ratios, not absolute numbers.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -144,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in (quick if args.quick else full).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    from engine.bench import machine_info, roofline
+    from engine.bench import machine_info, roofline, write_json
     from engine.engine import LLMEngine
 
     concurrency = [int(c) for c in args.concurrency.split(",")]
@@ -206,10 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(results)
     out = {"machine": machine_info(device_type), "roofline": roof, "args": vars(args), "forward_cost": cost,
            "draft_forward_cost": draft_cost, "results": results}
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=2))
-        print(f"wrote {args.json}")
+    write_json(args.json, out)
     return 0
 
 

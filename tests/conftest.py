@@ -36,3 +36,21 @@ def _reference(ids: tuple[int, ...], max_new_tokens: int) -> tuple[int, ...]:
 def hf_greedy():
     """transformers' generate(), greedy, fp32, one prompt at a time, never stopping at EOS."""
     return lambda ids, n: list(_reference(tuple(ids), n))
+
+
+def assert_blocks_consistent(alloc, holders) -> None:
+    """Every block is free or in exactly the tables that hold it (ref counts agree for the
+    paged allocator, one owner for the contiguous one); nothing leaked."""
+    from engine.kv import PagedAllocator
+
+    seen: dict[int, int] = {}
+    for h in holders:
+        assert len(set(h.block_table)) == len(h.block_table), "a block twice in one table"
+        for b in h.block_table:
+            seen[b] = seen.get(b, 0) + 1
+    if isinstance(alloc, PagedAllocator):
+        for b in range(alloc.num_blocks):
+            assert alloc.ref_count[b] == seen.get(b, 0), f"block {b}: ref count wrong"
+    else:
+        assert all(c == 1 for c in seen.values()), "a block owned twice"
+    assert alloc.num_free_blocks + len(seen) == alloc.num_blocks, "blocks leaked"

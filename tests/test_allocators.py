@@ -8,23 +8,7 @@ from hypothesis import strategies as st
 from engine.config import SamplingParams
 from engine.kv import ContiguousAllocator, PagedAllocator
 from engine.request import Request
-
-
-def _owners_ok(alloc, live):
-    """No block in two tables (unless shared with a matching ref count); nothing leaked."""
-    seen: dict[int, int] = {}
-    for r in live:
-        assert len(set(r.block_table)) == len(r.block_table), "a block twice in one table"
-        for b in r.block_table:
-            seen[b] = seen.get(b, 0) + 1
-    if isinstance(alloc, PagedAllocator):
-        for b in range(alloc.num_blocks):
-            assert alloc.ref_count[b] == seen.get(b, 0), f"block {b} ref count wrong"
-        assert alloc.num_free_blocks + len(seen) == alloc.num_blocks, "blocks leaked"
-    else:
-        assert all(c == 1 for c in seen.values()), "block given to two owners"
-        assert alloc.num_free_blocks + len(seen) == alloc.num_blocks
-
+from tests.conftest import assert_blocks_consistent
 
 ops = st.lists(st.tuples(st.sampled_from(["admit", "grow", "finish", "preempt", "truncate"]),
                          st.integers(0, 7), st.integers(1, 40)), max_size=80)
@@ -64,10 +48,10 @@ def test_random_sequences_never_double_own_or_leak(ops, caching, layout):
         elif op in ("finish", "preempt") and req is not None:
             alloc.free(req)
             del live[i]
-        _owners_ok(alloc, live.values())
+        assert_blocks_consistent(alloc, live.values())
     for r in list(live.values()):
         alloc.free(r)
-    _owners_ok(alloc, [])
+    assert_blocks_consistent(alloc, [])
     assert alloc.num_free_blocks == alloc.num_blocks
 
 

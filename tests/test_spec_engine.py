@@ -34,25 +34,10 @@ from engine.spec.draft import (
     quantize_int4,
 )
 from engine.workloads import get_workload
-from tests.conftest import PROMPTS
+from tests.conftest import PROMPTS, assert_blocks_consistent
 
 # ---------------------------------------------------------------------------------------------
 # Fast: no model
-
-
-def _check_blocks(alloc, holders):
-    """Every block is free or in exactly the tables that reference it; nothing leaked."""
-    seen: dict[int, int] = {}
-    for h in holders:
-        assert len(set(h.block_table)) == len(h.block_table), "a block twice in one table"
-        for b in h.block_table:
-            seen[b] = seen.get(b, 0) + 1
-    if isinstance(alloc, PagedAllocator):
-        for b in range(alloc.num_blocks):
-            assert alloc.ref_count[b] == seen.get(b, 0), f"block {b}: ref count wrong"
-    else:
-        assert all(c == 1 for c in seen.values()), "a block owned twice"
-    assert alloc.num_free_blocks + len(seen) == alloc.num_blocks, "blocks leaked"
 
 
 steps = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4), st.integers(0, 4),
@@ -101,8 +86,8 @@ def test_rollback_after_random_acceptance_never_leaks(steps, layout):
             alloc.free(req)
             draft_alloc.free(seq)
             del live[i], seqs[i]
-        _check_blocks(alloc, live.values())
-        _check_blocks(draft_alloc, seqs.values())
+        assert_blocks_consistent(alloc, live.values())
+        assert_blocks_consistent(draft_alloc, seqs.values())
     for i in list(live):
         alloc.free(live.pop(i))
         draft_alloc.free(seqs.pop(i))
