@@ -89,13 +89,23 @@ class TorchAttention:
 
     name = "torch"
 
+    def __init__(self):
+        self._store_for = None  # the slot_mapping the cached store plan belongs to (one step)
+        self._keep = None  # tokens to store (None: all of them)
+
     def store_kv(self, k_cache, v_cache, k, v, slot_mapping) -> None:
         # k, v: [num_tokens, num_kv_heads, head_dim]; caches: [num_blocks, block_size, kvh, d]
-        keep = slot_mapping >= 0
-        slots = slot_mapping[keep]
+        if self._store_for is not slot_mapping:  # once per step, not once per layer
+            keep = slot_mapping >= 0
+            self._keep = None if bool(keep.all()) else (keep, slot_mapping[keep])
+            self._store_for = slot_mapping
+        slots = slot_mapping
+        if self._keep is not None:
+            keep, slots = self._keep
+            k, v = k[keep], v[keep]
         kvh, d = k_cache.shape[2], k_cache.shape[3]
-        k_cache.view(-1, kvh, d).index_copy_(0, slots, k[keep].to(k_cache.dtype))
-        v_cache.view(-1, kvh, d).index_copy_(0, slots, v[keep].to(v_cache.dtype))
+        k_cache.view(-1, kvh, d).index_copy_(0, slots, k.to(k_cache.dtype))
+        v_cache.view(-1, kvh, d).index_copy_(0, slots, v.to(v_cache.dtype))
 
     SHORT = 16  # rows with at most this many query tokens share one padded SDPA call
 
@@ -110,7 +120,7 @@ class TorchAttention:
         device = meta.block_tables.device
         short = [i for i, q in enumerate(meta.query_lens) if q <= self.SHORT]
         long = [i for i, q in enumerate(meta.query_lens) if q > self.SHORT]
-        plan = {"short": None, "long": []}
+        plan = {"short": None, "long": [], "uniform": None}
         starts = meta.query_start_loc.tolist()
         if short:
             rows = torch.tensor(short, device=device)
@@ -118,45 +128,51 @@ class TorchAttention:
             qlens = torch.tensor([meta.query_lens[i] for i in short], device=device)  # [B]
             max_len = max(meta.seq_lens_host[i] for i in short)
             max_q = max(meta.query_lens[i] for i in short)
-            pos = torch.arange(max_len, device=device)
-            blocks = meta.block_tables[rows][:, pos // bs].long()  # [B, max_len]
-            valid = pos[None, :] < lens[:, None]
-            slots = torch.where(valid, blocks * bs + (pos % bs), torch.zeros_like(blocks))
+            nb = -(-max_len // bs)
+            # gather whole blocks (one index per block, not per slot): [B, nb] block ids;
+            # slots past a sequence's length are masked out below
+            blocks = meta.block_tables[rows][:, :nb].long()
+            pos = torch.arange(nb * bs, device=device)
             qi = torch.arange(max_q, device=device)
             qpos = lens[:, None] - qlens[:, None] + qi[None, :]  # [B, max_q] position of query i
-            mask = pos[None, None, :] <= qpos[:, :, None]  # [B, max_q, max_len], causal
+            mask = pos[None, None, :] <= qpos[:, :, None]  # [B, max_q, nb*bs], causal
             qvalid = qi[None, :] < qlens[:, None]  # [B, max_q]
             mask = mask | ~qvalid[:, :, None] & (pos == 0)[None, None, :]  # pad rows: no NaN
             qstart = meta.query_start_loc[rows].long()
             qidx = torch.where(qvalid, qstart[:, None] + qi[None, :], torch.zeros_like(qpos))
-            plan["short"] = (qidx, qvalid, slots, mask[:, None])
+            plan["short"] = (qidx, qvalid, blocks, mask[:, None])
+            if not long and min(meta.query_lens) == max_q:  # every row has max_q queries:
+                plan["uniform"] = max_q  # the flat batch IS [B, max_q], no gather or scatter
         for i in long:
             n, q = meta.seq_lens_host[i], meta.query_lens[i]
+            blocks = meta.block_tables[i, :-(-n // bs)].long()
             pos = torch.arange(n, device=device)
-            slots = meta.block_tables[i, pos // bs].long() * bs + pos % bs
             qpos = torch.arange(n - q, n, device=device)
             mask = pos[None, :] <= qpos[:, None]  # [q, n] causal, offset by the cached context
-            plan["long"].append((starts[i], starts[i] + q, slots, mask))
+            plan["long"].append((starts[i], starts[i] + q, blocks, n, mask))
         meta._cache["plan"] = plan
         return plan
 
     def forward(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         # q: [num_tokens, num_heads, head_dim] -> out: same shape
         kvh, d = k_cache.shape[2], k_cache.shape[3]
-        k_flat, v_flat = k_cache.view(-1, kvh, d), v_cache.view(-1, kvh, d)
         out = torch.empty_like(q)
         plan = self._plan(meta)
         if plan["short"] is not None:
-            qidx, qvalid, slots, mask = plan["short"]
-            qs = q[qidx].transpose(1, 2)  # [B, H, max_q, D]
-            k = k_flat[slots].to(q.dtype).transpose(1, 2)  # [B, kvh, L, D]
-            v = v_flat[slots].to(q.dtype).transpose(1, 2)
+            qidx, qvalid, blocks, mask = plan["short"]
+            B, nb = blocks.shape
+            m = plan["uniform"]
+            qs = (q[qidx] if m is None else q.view(B, m, *q.shape[1:])).transpose(1, 2)  # [B, H, max_q, D]
+            k = k_cache[blocks].view(B, -1, kvh, d).to(q.dtype).transpose(1, 2)  # [B, kvh, L, D]
+            v = v_cache[blocks].view(B, -1, kvh, d).to(q.dtype).transpose(1, 2)
             o = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+            if m is not None:
+                return o.transpose(1, 2).reshape(q.shape)
             out[qidx[qvalid]] = o.transpose(1, 2)[qvalid]
-        for start, end, slots, mask in plan["long"]:
+        for start, end, blocks, n, mask in plan["long"]:
             qs = q[start:end].transpose(0, 1)  # [H, q, D]
-            k = k_flat[slots].to(q.dtype).transpose(0, 1)  # [kvh, n, D]
-            v = v_flat[slots].to(q.dtype).transpose(0, 1)
+            k = k_cache[blocks].view(-1, kvh, d)[:n].to(q.dtype).transpose(0, 1)  # [kvh, n, D]
+            v = v_cache[blocks].view(-1, kvh, d)[:n].to(q.dtype).transpose(0, 1)
             o = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
             out[start:end] = o.transpose(0, 1)
         return out

@@ -7,7 +7,9 @@ back to back, and the attention backend finds each request's context in the KV p
 `AttentionMetadata` (slot_mapping for writes, block_tables for reads).
 
 q/k/v and gate/up projections are fused into one matmul each: fewer, larger matmuls are
-what a CPU (and a GPU) runs best.
+what a CPU (and a GPU) runs best. On a CPU in bf16, `pack_for_cpu()` also reorders every
+linear weight once into oneDNN's blocked layout: the same numbers, read about twice as fast
+by small-batch decode (measured in `pack_for_cpu`'s docstring).
 """
 
 from __future__ import annotations
@@ -19,6 +21,25 @@ import torch.nn.functional as F
 
 from engine.model.attention import AttentionMetadata
 from engine.model.loader import LoadedModel, ModelConfig
+
+
+# oneDNN's prepacked linear (what torch.compile's CPU "freezing" pass uses): the weight is
+# reordered once, for a typical row count, into the blocked layout the AMX/AVX-512 bf16
+# kernels read directly, instead of on every call.
+PACK_ROWS_HINT = 16
+
+
+def cpu_packing_available(device: torch.device, dtype: torch.dtype) -> bool:
+    return (device.type == "cpu" and dtype == torch.bfloat16
+            and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+            and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def packed_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+                  ) -> torch.Tensor:
+    """F.linear for a weight packed by `torch.ops.mkldnn._reorder_linear_weight`."""
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), w, bias, "none", [], "")
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -50,9 +71,13 @@ def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
     return inv_freq
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """x * cos + rotate_half(x) * sin, with rotate_half(x) = [-x2, x1] written as the halves
+    swapped ([x2, x1], one flip) times a sin whose first half is negated: the same products,
+    bit for bit, in 4 ops instead of 7. x: [tokens, heads, d]; cos, sin_signed: [tokens, 1, d]."""
+    n, h, d = x.shape
+    swapped = x.reshape(n, h, 2, d // 2).flip(2).view(n, h, d)
+    return x * cos + swapped * sin_signed
 
 
 class LlamaModel:
@@ -96,19 +121,45 @@ class LlamaModel:
         freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
         self.cos = emb.cos().to(device=device, dtype=dtype)
-        self.sin = emb.sin().to(device=device, dtype=dtype)
+        sin = emb.sin()
+        sin[:, : cfg.head_dim // 2] *= -1  # rotate_half's minus sign, folded in (apply_rope)
+        self.sin_signed = sin.to(device=device, dtype=dtype)
         self.scale = cfg.head_dim ** -0.5
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
         # y = x W^T (+ b); a draft model swaps in int8 weights and int8_linear (engine/spec/draft.py)
         self.linear = F.linear
+        self.packed = False
+        n = sum(t.numel() * t.element_size() for layer in self.layers for t in layer.values()
+                if t is not None)
+        self._weight_bytes = n + self.lm_head.numel() * self.lm_head.element_size()
 
     @property
     def weight_bytes(self) -> int:
         """Bytes a decode step must read: every layer's weights plus the lm_head."""
-        n = sum(t.numel() * t.element_size() for layer in self.layers for t in layer.values()
-                if t is not None)
-        return n + self.lm_head.numel() * self.lm_head.element_size()
+        return self._weight_bytes
+
+    LINEAR_WEIGHTS = ("qkv", "o", "gate_up", "down")
+
+    def pack_for_cpu(self) -> bool:
+        """Reorder every linear weight (and the lm_head) into oneDNN's blocked layout, in
+        place; True if done. Only on a CPU in bf16. Call it after anything that needs the
+        plain weights (the built-in draft quantizes them) has read them.
+
+        Measured on this project's 2-core Sapphire Rapids box, SmolLM2-135M, all 121 matmuls
+        of one decode step with cold weights: 27-30 ms plain vs 14-15 ms packed at 1-16 rows
+        (the bf16 weight-read floor is 12.4 ms); 57 vs 58 ms at 300 rows (prefill)."""
+        if self.packed or not cpu_packing_available(self.device, self.dtype):
+            return False
+        reorder = torch.ops.mkldnn._reorder_linear_weight
+        for layer in self.layers:
+            for name in self.LINEAR_WEIGHTS:
+                layer[name] = reorder(layer[name], PACK_ROWS_HINT)
+        # the lm_head is tied to the embedding, which lookups still read plain: a packed copy
+        self.lm_head = reorder(self.lm_head, PACK_ROWS_HINT)
+        self.linear = packed_linear
+        self.packed = True
+        return True
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
@@ -118,20 +169,22 @@ class LlamaModel:
         n = input_ids.shape[0]
         h = self.embed[input_ids]  # [num_tokens, hidden]
         cos = self.cos[positions].unsqueeze(1)  # [num_tokens, 1, head_dim]
-        sin = self.sin[positions].unsqueeze(1)
+        sin = self.sin_signed[positions].unsqueeze(1)
+        hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        qk_size = self.q_size + self.kv_size
         eps = cfg.rms_norm_eps
         for layer, (k_cache, v_cache) in zip(self.layers, kv_caches):
             x = rms_norm(h, layer["in_norm"], eps)
             qkv = self.linear(x, layer["qkv"], layer["qkv_bias"])
-            q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-            q = q.view(n, cfg.num_heads, cfg.head_dim)  # [num_tokens, Hq, d]
-            k = k.view(n, cfg.num_kv_heads, cfg.head_dim)  # [num_tokens, Hkv, d]
-            v = v.view(n, cfg.num_kv_heads, cfg.head_dim)
-            if layer["q_norm"] is not None:
-                q = rms_norm(q, layer["q_norm"], eps)
-                k = rms_norm(k, layer["k_norm"], eps)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            v = qkv[:, qk_size:].view(n, hkv, d)  # [num_tokens, Hkv, d]
+            if layer["q_norm"] is None:  # rotate q and k heads together: [num_tokens, Hq + Hkv, d]
+                qk = apply_rope(qkv[:, :qk_size].view(n, hq + hkv, d), cos, sin)
+                q, k = qk[:, :hq], qk[:, hq:]
+            else:  # Qwen3: per-head RMSNorm on q and k before the rotation
+                q = apply_rope(rms_norm(qkv[:, :self.q_size].view(n, hq, d), layer["q_norm"], eps),
+                               cos, sin)
+                k = apply_rope(rms_norm(qkv[:, self.q_size:qk_size].view(n, hkv, d),
+                                        layer["k_norm"], eps), cos, sin)
             backend.store_kv(k_cache, v_cache, k, v, meta.slot_mapping)
             attn = backend.forward(q, k_cache, v_cache, meta, self.scale)  # [num_tokens, Hq, d]
             h = h + self.linear(attn.reshape(n, self.q_size), layer["o"])

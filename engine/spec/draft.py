@@ -178,6 +178,9 @@ class QuantizedLlama(LlamaModel):
 
     @torch.inference_mode()
     def __init__(self, target: LlamaModel, recipe: DraftRecipe):
+        if target.packed:
+            raise ValueError("build the draft before the target's weights are packed "
+                             "(LlamaModel.pack_for_cpu): it quantizes the plain weights")
         self.__dict__.update(target.__dict__)  # embed, norms, cos/sin, sizes: shared
         self.recipe = recipe
         n = target.cfg.num_layers if recipe.num_layers is None else recipe.num_layers

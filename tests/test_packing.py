@@ -1,0 +1,72 @@
+"""Packed bf16 weights (oneDNN's blocked layout) compute the same model as plain ones.
+
+`LlamaModel.pack_for_cpu` reorders the linear weights once so small-batch decode reads them
+about twice as fast (numbers in its docstring and README). The matmuls then accumulate in a
+different order, so the bf16 logits may differ in the last bits, never in substance: the
+next-token choice agrees, the logits agree to bf16 precision, and everything that needs the
+plain weights (the built-in draft) is built before packing.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import EngineConfig, LLMEngine, SamplingParams, SpecConfig
+from engine.model.attention import build_metadata
+from engine.model.llama import cpu_packing_available
+from engine.spec.draft import BUILTIN_RECIPE, QuantizedLlama
+from tests.conftest import PROMPTS
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not cpu_packing_available(torch.device("cpu"), torch.bfloat16),
+                       reason="this CPU's oneDNN has no bf16 packed linear"),
+]
+
+
+def _teacher_forced_logits(eng: LLMEngine, ids: list[int]) -> torch.Tensor:
+    """Logits at every position of `ids`, one prefill through the engine's model and pool."""
+    n = len(ids)
+    bs = eng.config.block_size
+    table = list(range(-(-n // bs)))
+    meta = build_metadata([n], [n], [table], list(range(n)), bs, eng.device)
+    hidden = eng.model.forward(torch.tensor(ids), torch.arange(n), meta, eng.pool.layers,
+                               eng.backend)
+    return eng.model.logits(hidden)
+
+
+def test_packed_logits_match_plain(tokenizer):
+    plain = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=1, pack_weights=False))
+    packed = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=1))
+    assert packed.model.packed and not plain.model.packed
+    assert packed.model.weight_bytes == plain.model.weight_bytes
+    agree = total = 0
+    for prompt in PROMPTS:
+        ids = tokenizer.encode(prompt, add_special_tokens=False)
+        a, b = _teacher_forced_logits(plain, ids), _teacher_forced_logits(packed, ids)
+        assert torch.isfinite(b).all()
+        scale = a.abs().amax(-1, keepdim=True)
+        assert ((a - b).abs() / scale).max() < 0.05, prompt
+        agree += (a.argmax(-1) == b.argmax(-1)).sum().item()
+        total += len(ids)
+    assert agree / total >= 0.97, f"next-token choice agrees at {agree}/{total} positions"
+
+
+def test_fp32_is_never_packed():
+    eng = LLMEngine(EngineConfig(dtype="float32", max_num_seqs=1))
+    assert not eng.model.packed
+    assert eng.model.pack_for_cpu() is False
+
+
+def test_draft_needs_plain_weights_and_is_built_first():
+    eng = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=2,
+                                 spec=SpecConfig("draft", num_speculative_tokens=3)))
+    assert eng.model.packed  # packed after the draft was built from the plain weights
+    with pytest.raises(ValueError, match="before the target's weights are packed"):
+        QuantizedLlama(eng.model, BUILTIN_RECIPE)
+    outs = eng.generate(PROMPTS[:2], SamplingParams(max_tokens=12, ignore_eos=True))
+    assert [len(o.token_ids) for o in outs] == [12, 12]
+    assert eng.allocator.num_free_blocks == eng.allocator.num_blocks
+    # the draft (int4 copy of the plain weights) still agrees with the packed target
+    assert eng.metrics_snapshot()["acceptance_rate"] > 0.5
