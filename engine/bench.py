@@ -62,7 +62,7 @@ def roofline(engine) -> dict:
             "decode_floor_tok_per_s": bw / wb, "dtype": str(engine.dtype).removeprefix("torch.")}
 
 
-def decode_rate(engine, batch: int, steps: int = 8) -> float:
+def decode_rate(engine, batch: int, steps: int = 16) -> float:
     """Tokens/s of steady decode with `batch` requests running (prefill excluded)."""
     params = SamplingParams(max_tokens=steps + 4, ignore_eos=True)
     rids = [engine.add_request(f"Count slowly from {i} upwards:", params) for i in range(batch)]
@@ -163,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kv-budget", type=int, default=4,
                     help="KV pool size, in full-length (max_model_len) requests")
     ap.add_argument("--max-model-len", type=int, default=512)
-    ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--block-size", type=int, default=8,
+                    help="KV slots per block (8: longtail's requests are ~80 tokens)")
     ap.add_argument("--arrivals", default="all-at-once", choices=["all-at-once", "poisson"])
     ap.add_argument("--rate", type=float, default=2.0, help="Poisson arrivals per second")
     ap.add_argument("--dtype", default="auto")
