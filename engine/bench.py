@@ -1,7 +1,8 @@
 """`python -m engine.bench`: the chapter's experiment, measured side by side in one run.
 
 1. Roofline: weight bytes and measured memory read bandwidth -> the batch-1 decode floor.
-2. Decode scaling: tokens/s with 1, 4, 16, 32 requests decoding together.
+2. Decode scaling: tokens/s with 1, 4, 16, 32 requests decoding together; on a CPU in bf16
+   also with plain (unpacked) weights, interleaved, for the weight-packing gain.
 3. One workload through the naive server (transformers' generate() on static padded batches)
    and through the engine in all four batching x kv_layout combinations under the same KV
    budget, plus prefix caching on `shared-prefix`.
@@ -202,14 +203,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[{probe.describe()}] weights {roof['weight_bytes'] / 1e6:.0f} MB, read bandwidth "
           f"{roof['read_bandwidth_gb_s']:.1f} GB/s -> decode floor "
           f"{roof['decode_floor_tok_per_s']:.1f} tok/s at batch 1")
+    # plain (unpacked) weights alongside, step for step, so the packing gain is a same-run ratio
+    plain = None
+    if probe.model.packed and not args.quick:
+        plain = LLMEngine(EngineConfig(**{**base, "max_num_seqs": 32, "num_kv_blocks": None,
+                                          "pack_weights": False}))
     scaling = []
     for b in [int(x) for x in args.concurrency.split(",")]:
         rate = decode_rate(probe, b)
-        scaling.append({"batch": b, "decode_tok_per_s": rate})
-        print(f"decode with {b:3d} running: {rate:7.1f} tok/s"
-              + (f"  ({rate / roof['decode_floor_tok_per_s']:.0%} of the floor)" if b == 1 else ""))
+        row = {"batch": b, "decode_tok_per_s": rate}
+        line = (f"decode with {b:3d} running: {rate:7.1f} tok/s"
+                + (f"  ({rate / roof['decode_floor_tok_per_s']:.0%} of the floor)" if b == 1 else ""))
+        if plain is not None:
+            row["plain_weights_tok_per_s"] = decode_rate(plain, b)
+            line += f"; plain weights {row['plain_weights_tok_per_s']:.1f} tok/s"
+        scaling.append(row)
+        print(line)
     roof["decode_scaling"] = scaling
-    del probe
+    del probe, plain
 
     runs = [("static", "contiguous", False), ("static", "paged", False),
             ("continuous", "contiguous", False), ("continuous", "paged", False)]
