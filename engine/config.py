@@ -132,7 +132,7 @@ class SamplingParams:
     top_k: int = 0  # keep the k most likely tokens; 0 or -1 = all
     seed: int | None = None  # per-request generator seed; same seed, same tokens
     ignore_eos: bool = False  # keep going past the end-of-sequence token
-    stop: list[str] | None = None  # stop when the text contains any of these
+    stop: list[str] | None = None  # stop when the text contains one (cut from the text, as vLLM)
 
     def __post_init__(self) -> None:
         _int_at_least("max_tokens", self.max_tokens, 1)

@@ -274,9 +274,24 @@ class LLMEngine:
             self.allocator.truncate(req, req.num_computed_tokens)
         return kept
 
+    def _visible_text(self, req: Request) -> str:
+        """The output text a client may see now. As in vLLM, a stop string ends the text and
+        is not part of it (token_ids keep every generated token); while the request runs, a
+        tail that could be the start of a stop string is held back, so nothing streamed is
+        ever taken back."""
+        full = self.tokenizer.decode(req.output_token_ids, skip_special_tokens=False)
+        stops = req.sampling.stop or []
+        if req.finish_reason == "stop":
+            return full[:min(full.find(s) for s in stops if s in full)]
+        if req.finish_reason is None:
+            hold = max((k for s in stops for k in range(1, len(s)) if full.endswith(s[:k])),
+                       default=0)
+            return full[:len(full) - hold]
+        return full
+
     def _detokenize(self, req: Request) -> str:
         """New text since last time; held back while a multi-byte character is incomplete."""
-        full = self.tokenizer.decode(req.output_token_ids, skip_special_tokens=False)
+        full = self._visible_text(req)
         if full.endswith("\ufffd") and req.finish_reason is None:
             return ""
         delta = full[len(req.text):] if full.startswith(req.text) else full
@@ -286,7 +301,7 @@ class LLMEngine:
     def _finish(self, req: Request, now: float) -> None:
         req.status = RequestStatus.FINISHED
         req.finish_time = now
-        req.text = self.tokenizer.decode(req.output_token_ids, skip_special_tokens=False)
+        req.text = self._visible_text(req)
         self.scheduler.finish(req)
         self.metrics.on_finish(req)
         if self.spec is not None:
