@@ -86,6 +86,13 @@ class Bench:
     def kernel_time_left(self) -> bool:
         return self.elapsed() < self.kernel_budget_s
 
+    def out_of_time(self, skipped: list, what: str) -> bool:
+        """True once the kernel time budget is spent, with `what` then noted in `skipped`."""
+        if self.kernel_time_left():
+            return False
+        skipped.append(what)
+        return True
+
     def save(self) -> None:
         self.report["elapsed_s"] = round(self.elapsed(), 1)
         tmp = self.path + ".tmp"
@@ -324,11 +331,16 @@ def _pool(b: Bench, layout, num_blocks, dtype):
     return kc, vc
 
 
-def _tables(b: Bench, batch, ctx, num_blocks):
+def _uniform_batch(b: Bench, batch, ctx, num_blocks):
+    """`batch` requests of `ctx` tokens each, on distinct random blocks of a num_blocks pool.
+
+    Returns (block_tables [batch, cdiv(ctx, BLOCK_SIZE)] int32, seq_lens [batch] int32 = ctx).
+    """
     torch = b.torch
     nb = -(-ctx // BLOCK_SIZE)
     perm = torch.randperm(num_blocks, device=b.device)[: batch * nb]
-    return perm.view(batch, nb).to(torch.int32).contiguous()
+    bt = perm.view(batch, nb).to(torch.int32).contiguous()
+    return bt, torch.full((batch,), ctx, dtype=torch.int32, device=b.device)
 
 
 def timings(b: Bench) -> dict:
@@ -382,12 +394,10 @@ def timings(b: Bench) -> dict:
         kv_token_bytes = 2 * kvh * d * es  # K and V of one token, all KV heads
         for batch in batches:
             for ctx in contexts:
-                if not b.kernel_time_left():
-                    res["skipped"].append(f"{name} batch={batch} ctx={ctx}")
+                if b.out_of_time(res["skipped"], f"{name} batch={batch} ctx={ctx}"):
                     continue
                 try:
-                    bt = _tables(b, batch, ctx, num_blocks)
-                    sl = torch.full((batch,), ctx, dtype=torch.int32, device=b.device)
+                    bt, sl = _uniform_batch(b, batch, ctx, num_blocks)
                     table_bytes = bt.numel() * 4 + batch * 4
 
                     # decode: one query token per request
@@ -441,12 +451,10 @@ def timings(b: Bench) -> dict:
 
         # prefill chunks (extend): compute-bound at long query lengths
         for batch, q_len, ctx in prefills:
-            if not b.kernel_time_left():
-                res["skipped"].append(f"{name} prefill {batch}x{q_len}@{ctx}")
+            if b.out_of_time(res["skipped"], f"{name} prefill {batch}x{q_len}@{ctx}"):
                 continue
             try:
-                bt = _tables(b, batch, ctx, num_blocks)
-                sl = torch.full((batch,), ctx, dtype=torch.int32, device=b.device)
+                bt, sl = _uniform_batch(b, batch, ctx, num_blocks)
                 qp = torch.randn((batch * q_len, h, d), device=b.device, dtype=dtype)
                 outp = torch.empty_like(qp)
                 meta = torch_meta(bt, sl, q_len, ctx, batch)
@@ -472,8 +480,7 @@ def timings(b: Bench) -> dict:
 
         # KV store: this step's K/V for n tokens into random slots
         for n in store_tokens:
-            if not b.kernel_time_left():
-                res["skipped"].append(f"{name} store_kv {n}")
+            if b.out_of_time(res["skipped"], f"{name} store_kv {n}"):
                 continue
             k = torch.randn((n, kvh, d), device=b.device, dtype=dtype)
             v = torch.randn_like(k)
@@ -530,13 +537,11 @@ def tuning(b: Bench) -> dict:
         return float((o.float() - r.float()).abs().max() / r.float().abs().max())
 
     for batch, ctx in dec_sizes:
-        bt = _tables(b, batch, ctx, num_blocks)
-        sl = torch.full((batch,), ctx, dtype=torch.int32, device=b.device)
+        bt, sl = _uniform_batch(b, batch, ctx, num_blocks)
         q = torch.randn((batch, h, d), device=b.device, dtype=dtype)
         ref = paged_decode_attention(q, kc, vc, bt, sl, scale, max_seq_len=ctx)
         for bn, w, s in dec_variants:
-            if not b.kernel_time_left():
-                res["skipped"].append(f"decode {batch}x{ctx} bn={bn} w={w} s={s}")
+            if b.out_of_time(res["skipped"], f"decode {batch}x{ctx} bn={bn} w={w} s={s}"):
                 continue
             out = torch.empty_like(q)
             ws: dict = {}
@@ -556,14 +561,12 @@ def tuning(b: Bench) -> dict:
                   flush=True)
 
     for batch, q_len, ctx in ext_sizes:
-        bt = _tables(b, batch, ctx, num_blocks)
-        sl = torch.full((batch,), ctx, dtype=torch.int32, device=b.device)
+        bt, sl = _uniform_batch(b, batch, ctx, num_blocks)
         qsl = torch.arange(batch + 1, device=b.device, dtype=torch.int32) * q_len
         q = torch.randn((batch * q_len, h, d), device=b.device, dtype=dtype)
         ref = paged_extend_attention(q, kc, vc, bt, sl, qsl, scale, max_query_len=q_len)
         for bq, bn, w, s in ext_variants:
-            if not b.kernel_time_left():
-                res["skipped"].append(f"extend {batch}x{q_len}@{ctx} {bq=} {bn=} {w=}")
+            if b.out_of_time(res["skipped"], f"extend {batch}x{q_len}@{ctx} {bq=} {bn=} {w=}"):
                 continue
             out = torch.empty_like(q)
             row = {"batch": batch, "q_len": q_len, "ctx": ctx, "block_q": bq, "block_n": bn,

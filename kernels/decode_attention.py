@@ -24,9 +24,19 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import check_device, dot_in_storage_dtype, next_pow2
+from kernels._common import (
+    LOG2E,
+    check_paged_args,
+    dot_in_storage_dtype,
+    gather_context_ref,
+    load_kv_tile,
+    load_q_tile,
+    next_pow2,
+    online_softmax_step,
+    paged_strides,
+    softmax_state,
+)
 
-LOG2E = 1.4426950408889634
 MAX_SPLITS = 64  # partial results per (sequence, head); the combine kernel loads them at once
 MIN_SPLIT_TOKENS = 128  # a split shorter than this costs more in the combine than it saves
 
@@ -76,48 +86,24 @@ def _decode_split_kernel(
     d_mask = offs_d < HEAD_DIM
     heads = kvh * GROUP + offs_g  # [G]
 
-    q = tl.load(
-        q_ptr + seq * stride_qs + heads[:, None] * stride_qh + offs_d[None, :],
-        mask=g_mask[:, None] & d_mask[None, :],
-        other=0.0,
+    q = load_q_tile(
+        q_ptr, seq * stride_qs + heads * stride_qh, g_mask, offs_d, d_mask, k_cache_ptr, LOWP
     )  # [G, D]
-    if LOWP:
-        q = q.to(k_cache_ptr.dtype.element_ty)
-    else:
-        q = q.to(tl.float32)
-
-    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)  # running max (base-2 scores)
-    l_i = tl.zeros([BLOCK_G], tl.float32)  # running sum of exp2(score - m_i)
-    acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)  # running sum of p * v
+    m_i, l_i, acc = softmax_state(BLOCK_G, BLOCK_D)  # [G], [G], [G, D]
 
     bt_row = block_tables_ptr + seq * stride_bts
     head_off = kvh * stride_ch
     for n0 in range(start, end, BLOCK_N):
         pos = n0 + offs_n  # [N] logical positions
         n_mask = pos < end
-        blk = tl.load(bt_row + pos // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
-        tok = blk * stride_cb + (pos % BLOCK_SIZE) * stride_ct + head_off  # [N]
-        kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(k_cache_ptr + tok[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + tok[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
-        if LOWP:
-            qk = tl.dot(q, tl.trans(k))  # [G, N] fp32 accumulation
-        else:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
-            qk = tl.dot(q, tl.trans(k), input_precision="ieee")
-        qk = tl.where(n_mask[None, :], qk * scale_log2, float("-inf"))
-
-        m_new = tl.maximum(m_i, tl.max(qk, 1))  # finite: every tile has a valid position
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(qk - m_new[:, None])  # [G, N]
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if LOWP:
-            pv = tl.dot(p.to(v.dtype), v)
-        else:
-            pv = tl.dot(p, v, input_precision="ieee")
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
+        k, v = load_kv_tile(
+            k_cache_ptr, v_cache_ptr, bt_row, pos, n_mask, head_off, offs_d, d_mask,
+            stride_cb, stride_ct, BLOCK_SIZE, LOWP,
+        )  # [N, D] each
+        # Every tile holds a valid position, so the running max stays finite.
+        m_i, l_i, acc = online_softmax_step(
+            q, k, v, n_mask[None, :], scale_log2, m_i, l_i, acc, LOWP
+        )
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     o = acc / l_safe[:, None]  # [G, D]
@@ -259,12 +245,9 @@ def paged_decode_attention(
     workspace: a dict reused across layers of one step to keep the partial-result buffers.
     block_n, num_warps, num_stages: launch overrides (tests, tuning).
     """
-    check_device(q)
+    check_paged_args(q, k_cache, v_cache, block_tables, seq_lens)
     num_seqs, num_heads, head_dim = q.shape
-    _, block_size, kvh, d = k_cache.shape
-    assert d == head_dim and num_heads % kvh == 0, (q.shape, k_cache.shape)
-    assert v_cache.shape == k_cache.shape and k_cache.is_contiguous() and v_cache.is_contiguous()
-    assert block_tables.dtype == torch.int32 and seq_lens.dtype == torch.int32
+    _, block_size, kvh, _ = k_cache.shape
     if out is None:
         out = torch.empty_like(q)
     if num_seqs == 0:
@@ -316,14 +299,7 @@ def paged_decode_attention(
         scale * LOG2E,
         split_len,
         num_splits,
-        q.stride(0),
-        q.stride(1),
-        out.stride(0),
-        out.stride(1),
-        k_cache.stride(0),
-        k_cache.stride(1),
-        k_cache.stride(2),
-        block_tables.stride(0),
+        *paged_strides(q, out, k_cache, block_tables),
         **meta,
     )
     if not direct:
@@ -350,17 +326,10 @@ def paged_decode_attention_ref(
     scale: float,
 ) -> torch.Tensor:
     """Torch reference in fp32, one sequence at a time: gather the context, softmax, weight V."""
-    num_seqs, num_heads, head_dim = q.shape
-    block_size, kvh = k_cache.shape[1], k_cache.shape[2]
+    num_seqs, num_heads, _ = q.shape
     out = torch.empty_like(q)
     for s in range(num_seqs):
-        n = int(seq_lens[s])
-        pos = torch.arange(n, device=q.device)
-        blocks = block_tables[s, pos // block_size].long()
-        k = k_cache[blocks, pos % block_size].float()  # [n, kvh, D]
-        v = v_cache[blocks, pos % block_size].float()
-        k = k.repeat_interleave(num_heads // kvh, dim=1)  # [n, H, D]
-        v = v.repeat_interleave(num_heads // kvh, dim=1)
+        k, v = gather_context_ref(k_cache, v_cache, block_tables[s], int(seq_lens[s]), num_heads)
         scores = torch.einsum("hd,nhd->hn", q[s].float(), k) * scale  # [H, n]
         out[s] = torch.einsum("hn,nhd->hd", scores.softmax(-1), v).to(q.dtype)
     return out

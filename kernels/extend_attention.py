@@ -22,9 +22,18 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import check_device, dot_in_storage_dtype, next_pow2
-
-LOG2E = 1.4426950408889634
+from kernels._common import (
+    LOG2E,
+    check_paged_args,
+    dot_in_storage_dtype,
+    gather_context_ref,
+    load_kv_tile,
+    load_q_tile,
+    next_pow2,
+    online_softmax_step,
+    paged_strides,
+    softmax_state,
+)
 
 
 @triton.jit
@@ -76,19 +85,10 @@ def _extend_kernel(
     tok = (q_start + qi).to(tl.int64)
     heads = kvh * GROUP + g
 
-    q = tl.load(
-        q_ptr + tok[:, None] * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
-        mask=row_mask[:, None] & d_mask[None, :],
-        other=0.0,
+    q = load_q_tile(
+        q_ptr, tok * stride_qt + heads * stride_qh, row_mask, offs_d, d_mask, k_cache_ptr, LOWP
     )  # [M, D]
-    if LOWP:
-        q = q.to(k_cache_ptr.dtype.element_ty)
-    else:
-        q = q.to(tl.float32)
-
-    m_i = tl.full([BLOCK_Q * BLOCK_G], float("-inf"), tl.float32)  # running max (base 2)
-    l_i = tl.zeros([BLOCK_Q * BLOCK_G], tl.float32)  # running sum of exp2(score - m_i)
-    acc = tl.zeros([BLOCK_Q * BLOCK_G, BLOCK_D], tl.float32)  # running sum of p * v
+    m_i, l_i, acc = softmax_state(BLOCK_Q * BLOCK_G, BLOCK_D)  # [M], [M], [M, D]
 
     # Keys after this block's last query position are masked for every row: never load them.
     kv_end = tl.minimum(seq_len, prefix + (qblk + 1) * BLOCK_Q)
@@ -97,31 +97,13 @@ def _extend_kernel(
     for n0 in range(0, kv_end, BLOCK_N):
         pos = n0 + offs_n  # [N] logical key positions
         n_mask = pos < kv_end
-        blk = tl.load(bt_row + pos // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
-        kv_off = blk * stride_cb + (pos % BLOCK_SIZE) * stride_ct + head_off  # [N]
-        kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(k_cache_ptr + kv_off[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + kv_off[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
-        if LOWP:
-            qk = tl.dot(q, tl.trans(k))  # [M, N] fp32 accumulation
-        else:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
-            qk = tl.dot(q, tl.trans(k), input_precision="ieee")
+        k, v = load_kv_tile(
+            k_cache_ptr, v_cache_ptr, bt_row, pos, n_mask, head_off, offs_d, d_mask,
+            stride_cb, stride_ct, BLOCK_SIZE, LOWP,
+        )  # [N, D] each
         visible = n_mask[None, :] & (pos[None, :] <= q_pos[:, None])  # causal, offset by prefix
-        qk = tl.where(visible, qk * scale_log2, float("-inf"))
-
-        # Position 0 is in the first tile and visible to every row, so m_new is always finite.
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(qk - m_new[:, None])  # [M, N]
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if LOWP:
-            pv = tl.dot(p.to(v.dtype), v)
-        else:
-            pv = tl.dot(p, v, input_precision="ieee")
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
+        # Position 0 is in the first tile and visible to every row: the running max stays finite.
+        m_i, l_i, acc = online_softmax_step(q, k, v, visible, scale_log2, m_i, l_i, acc, LOWP)
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     o = acc / l_safe[:, None]
@@ -201,13 +183,10 @@ def paged_extend_attention(
     max_query_len: host-side max query length (read from the device when omitted).
     block_q, block_n, num_warps, num_stages: launch overrides (tests, tuning); None = defaults.
     """
-    check_device(q)
+    check_paged_args(q, k_cache, v_cache, block_tables, seq_lens)
     num_tokens, num_heads, head_dim = q.shape
-    _, block_size, kvh, d = k_cache.shape
+    _, block_size, kvh, _ = k_cache.shape
     num_seqs = seq_lens.shape[0]
-    assert d == head_dim and num_heads % kvh == 0, (q.shape, k_cache.shape)
-    assert v_cache.shape == k_cache.shape and k_cache.is_contiguous() and v_cache.is_contiguous()
-    assert block_tables.dtype == torch.int32 and seq_lens.dtype == torch.int32
     assert query_start_loc.dtype == torch.int32 and query_start_loc.shape == (num_seqs + 1,)
     if out is None:
         out = torch.empty_like(q)
@@ -232,14 +211,7 @@ def paged_extend_attention(
         seq_lens,
         query_start_loc,
         scale * LOG2E,
-        q.stride(0),
-        q.stride(1),
-        out.stride(0),
-        out.stride(1),
-        k_cache.stride(0),
-        k_cache.stride(1),
-        k_cache.stride(2),
-        block_tables.stride(0),
+        *paged_strides(q, out, k_cache, block_tables),
         **meta,
     )
     return out
@@ -256,7 +228,6 @@ def paged_extend_attention_ref(
 ) -> torch.Tensor:
     """Torch reference in fp32, one sequence at a time, causal mask offset by the cached prefix."""
     num_heads = q.shape[1]
-    block_size, kvh = k_cache.shape[1], k_cache.shape[2]
     out = torch.empty_like(q)
     starts = query_start_loc.tolist()
     for s in range(seq_lens.shape[0]):
@@ -264,11 +235,9 @@ def paged_extend_attention_ref(
         if b == a:
             continue
         n, ql = int(seq_lens[s]), b - a
-        pos = torch.arange(n, device=q.device)
-        blocks = block_tables[s, pos // block_size].long()
-        k = k_cache[blocks, pos % block_size].float().repeat_interleave(num_heads // kvh, dim=1)
-        v = v_cache[blocks, pos % block_size].float().repeat_interleave(num_heads // kvh, dim=1)
+        k, v = gather_context_ref(k_cache, v_cache, block_tables[s], n, num_heads)  # [n, H, D]
         scores = torch.einsum("qhd,nhd->hqn", q[a:b].float(), k) * scale  # [H, ql, n]
+        pos = torch.arange(n, device=q.device)
         qpos = torch.arange(n - ql, n, device=q.device)
         scores = scores.masked_fill(pos[None, None, :] > qpos[None, :, None], float("-inf"))
         out[a:b] = torch.einsum("hqn,nhd->qhd", scores.softmax(-1), v).to(q.dtype)
