@@ -14,8 +14,9 @@ from collections.abc import Callable
 
 import streamlit as st
 
+from app.components.charts import compare_chart
 from app.components.lesson import render_lesson
-from app.i18n import t
+from app.i18n import switch_label, t
 from app.state import Run, Session, Settings
 
 SESSION_KEY = "servelab_session"
@@ -125,6 +126,29 @@ def step_header(runs: list[Run]) -> None:
         st.caption(t("live.all_done"))
     elif session.playing:
         st.caption(t("live.playing"))
+
+
+def variant_title(switch: str, value: str, chosen: str) -> str:
+    """A column's heading: the switch value its run uses, checked when the sidebar chose it."""
+    mark = f" · :material/check: {t('live.sidebar_choice')}" if value == chosen else ""
+    return f"{switch_label(switch, value)}{mark}"
+
+
+def side_by_side(switch: str, values: tuple[str, ...], chosen: str, runs: list[Run],
+                 draw_run: Callable[[Run], None]) -> None:
+    """One column per run, headed by its value of `switch`; `draw_run` fills each column."""
+    for col, value, run in zip(st.columns(len(runs), gap="medium"), values, runs):
+        with col:
+            st.subheader(variant_title(switch, value, chosen))
+            draw_run(run)
+
+
+def compare_row(switch: str, values: tuple[str, ...], runs: list[Run],
+                gauges: tuple[str, ...]) -> None:
+    """One chart per gauge, side by side, each with a line per run (named by its `switch`)."""
+    histories = {switch_label(switch, v): r.history for v, r in zip(values, runs)}
+    for col, gauge in zip(st.columns(len(gauges), gap="medium"), gauges):
+        col.altair_chart(compare_chart(histories, gauge), width="stretch")
 
 
 def live_page(slug: str, draw: Callable[[Session], list[Run]],

@@ -13,19 +13,13 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import streamlit as st  # noqa: E402
 
-from app.components.charts import compare_chart  # noqa: E402
 from app.components.gauges import summary  # noqa: E402
 from app.components.seats import queue_html, seat_use, seats_html, timeline_chart  # noqa: E402
 from app.i18n import switch_label, t  # noqa: E402
-from app.live import live_page, runs_for, step_header  # noqa: E402
+from app.live import compare_row, live_page, runs_for, side_by_side, step_header  # noqa: E402
 from app.state import Run, Session  # noqa: E402
 
 MODES = ("static", "continuous")
-
-
-def title(mode: str, chosen: str) -> str:
-    mark = f" · :material/check: {t('live.sidebar_choice')}" if mode == chosen else ""
-    return f"{switch_label('batching', mode)}{mark}"
 
 
 def draw_run(run: Run) -> None:
@@ -51,10 +45,7 @@ def draw(session: Session) -> list[Run]:
     s = session.settings
     runs = runs_for(session, [s.with_(batching=m) for m in MODES])
     step_header(runs)
-    for col, mode, run in zip(st.columns(2, gap="medium"), MODES, runs):
-        with col:
-            st.subheader(title(mode, s.batching))
-            draw_run(run)
+    side_by_side("batching", MODES, s.batching, runs, draw_run)
     if any(r.history for r in runs):
         st.subheader(t("batching.timeline"))
         st.caption(t("batching.timeline.help"))
@@ -62,10 +53,7 @@ def draw(session: Session) -> list[Run]:
             if run.history:
                 col.altair_chart(timeline_chart(run.history, switch_label("batching", mode)),
                                  width="stretch")
-        histories = {switch_label("batching", m): r.history for m, r in zip(MODES, runs)}
-        left, right = st.columns(2, gap="medium")
-        left.altair_chart(compare_chart(histories, "seats_busy"), width="stretch")
-        right.altair_chart(compare_chart(histories, "tokens_per_s"), width="stretch")
+        compare_row("batching", MODES, runs, ("seats_busy", "tokens_per_s"))
     return runs
 
 

@@ -13,20 +13,14 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import streamlit as st  # noqa: E402
 
-from app.components.charts import compare_chart  # noqa: E402
 from app.components.kvmap import kv_grid_html, kv_stats, legend_html, page_table  # noqa: E402
 from app.components.seats import reason_text  # noqa: E402
-from app.i18n import switch_label, t  # noqa: E402
-from app.live import live_page, runs_for, step_header  # noqa: E402
+from app.i18n import t  # noqa: E402
+from app.live import compare_row, live_page, runs_for, side_by_side, step_header  # noqa: E402
 from app.state import Run, Session  # noqa: E402
 
 LAYOUTS = ("contiguous", "paged")
 SELECTED = "kv_selected"
-
-
-def _title(layout: str, chosen: str) -> str:
-    mark = f" · :material/check: {t('live.sidebar_choice')}" if layout == chosen else ""
-    return f"{switch_label('kv_layout', layout)}{mark}"
 
 
 def _pick_request(runs: list[Run]) -> str | None:
@@ -80,15 +74,9 @@ def draw(session: Session) -> list[Run]:
                  per=first.blocks_per_seq))
     selected = _pick_request(runs)
     st.html(legend_html())
-    for col, layout, run in zip(st.columns(2, gap="medium"), LAYOUTS, runs):
-        with col:
-            st.subheader(_title(layout, s.kv_layout))
-            draw_run(run, selected)
+    side_by_side("kv_layout", LAYOUTS, s.kv_layout, runs, lambda run: draw_run(run, selected))
     if any(r.history for r in runs):
-        histories = {switch_label("kv_layout", m): r.history for m, r in zip(LAYOUTS, runs)}
-        left, right = st.columns(2, gap="medium")
-        left.altair_chart(compare_chart(histories, "kv_used"), width="stretch")
-        right.altair_chart(compare_chart(histories, "seats_busy"), width="stretch")
+        compare_row("kv_layout", LAYOUTS, runs, ("kv_used", "seats_busy"))
     return runs
 
 

@@ -90,7 +90,7 @@ def browser(server):
 
 
 class Tab:
-    """One browser tab with its console errors collected."""
+    """One browser tab with its console errors collected; `with Tab(...) as tab:` closes it."""
 
     def __init__(self, browser, server: str, width: int, height: int):
         self.server = server
@@ -140,6 +140,11 @@ class Tab:
     def sidebar_button(self, label: str):
         return self.page.locator(f'[data-testid="stSidebar"] button:has-text("{label}")').first
 
+    def press(self, label: str) -> None:
+        """Click the sidebar button `label` and wait for the script run it starts to end."""
+        self.sidebar_button(label).click()
+        self.settle()
+
     def step_number(self) -> int:
         text = self.page.locator("h3", has_text=re.compile(r"^Step \d+$")).first.inner_text()
         return int(text.split()[-1])
@@ -149,8 +154,7 @@ class Tab:
         self.page.wait_for_function(
             "n => [...document.querySelectorAll('h3')].some(h => /^Step \\d+$/.test(h.innerText)"
             " && +h.innerText.split(' ')[1] >= n)", arg=step, timeout=TIMEOUT_MS)
-        self.sidebar_button("Pause").click()
-        self.settle()
+        self.press("Pause")
 
     def screenshot(self, name: str) -> None:
         """Save assets/screenshots/<name>.png with the sidebar and the page scrolled to the top."""
@@ -163,57 +167,48 @@ class Tab:
     def exceptions(self) -> int:
         return self.page.locator('[data-testid="stException"]').count()
 
-    def close(self) -> None:
+    def __enter__(self) -> Tab:
+        return self
+
+    def __exit__(self, *exc) -> None:
         self.context.close()
 
 
 @pytest.mark.parametrize("width,height", VIEWPORTS)
 def test_every_page_renders_without_errors(browser, server, width, height):
-    tab = Tab(browser, server, width, height)
-    try:
+    with Tab(browser, server, width, height) as tab:
         tab.open("/")
         assert tab.page.url.endswith("/home"), "the root opens the home page"
         for slug in PAGES:
             tab.click_nav(slug)
             if slug in LIVE:
-                tab.sidebar_button("Step").click()
-                tab.settle()
+                tab.press("Step")
             assert tab.exceptions() == 0, f"{slug}: an exception box at {width}x{height}"
             assert tab.page.locator("h1").count() >= 1, f"{slug}: no heading"
         assert tab.errors == [], tab.errors
-    finally:
-        tab.close()
 
 
 def test_a_demo_link_sets_the_switches_and_renders(browser, server):
-    tab = Tab(browser, server, 1920, 1080)
-    try:
+    with Tab(browser, server, 1920, 1080) as tab:
         tab.open("/paging?batching=static&kv_layout=contiguous&spec=off")
         checked = tab.page.locator('[data-testid="stSidebar"] label:has(input:checked)')
         labels = " ".join(checked.all_inner_texts())
         assert "static (tour bus)" in labels and "contiguous (banquet hall)" in labels
         for _ in range(4):
-            tab.sidebar_button("Step").click()
-            tab.settle()
+            tab.press("Step")
         assert tab.page.locator(".sl-b.reserved").count() > 0
         assert tab.exceptions() == 0 and tab.errors == [], tab.errors
-    finally:
-        tab.close()
 
 
 def test_step_and_play_work_by_clicking(browser, server):
-    tab = Tab(browser, server, 1920, 1080)
-    try:
+    with Tab(browser, server, 1920, 1080) as tab:
         tab.open("/batching")
-        tab.sidebar_button("Reset").click()
-        tab.settle()
+        tab.press("Reset")
         assert tab.step_number() == 0
-        tab.sidebar_button("Step").click()
-        tab.settle()
+        tab.press("Step")
         assert tab.step_number() == 1
         seats_before = tab.page.locator(".sl-car").first.inner_text()
-        tab.sidebar_button("Step").click()
-        tab.settle()
+        tab.press("Step")
         assert tab.step_number() == 2
         assert tab.page.locator(".sl-car").first.inner_text() != seats_before, "seats changed"
         tab.play_until(5)
@@ -222,17 +217,13 @@ def test_step_and_play_work_by_clicking(browser, server):
         time.sleep(3)
         assert tab.step_number() == paused_at, "Pause stops the clock"
         assert tab.exceptions() == 0 and tab.errors == [], tab.errors
-    finally:
-        tab.close()
 
 
 def test_screenshots_of_the_main_pages(browser, server):
     """The README's pictures: each live page some way into the same run, at 1920x1080."""
-    tab = Tab(browser, server, 1920, 1080)
-    try:
+    with Tab(browser, server, 1920, 1080) as tab:
         tab.open("/batching?batching=continuous&kv_layout=paged&spec=off")
-        tab.sidebar_button("Reset").click()
-        tab.settle()
+        tab.press("Reset")
         tab.play_until(22)
         tab.screenshot("batching")
         for slug in ("paging", "speculation", "dashboard", "home"):
@@ -258,5 +249,3 @@ def test_screenshots_of_the_main_pages(browser, server):
         tab.settle()
         tab.screenshot("batching-zh")
         assert tab.exceptions() == 0 and tab.errors == [], tab.errors
-    finally:
-        tab.close()
