@@ -20,7 +20,7 @@ from engine.config import EngineConfig, SamplingParams
 from engine.kv import ContiguousAllocator, KVPool, PagedAllocator
 from engine.metrics import RunMetrics, tpot, ttft
 from engine.model.attention import get_backend
-from engine.model.llama import LlamaModel
+from engine.model.llama import shared_model
 from engine.model.loader import Progress, load_model
 from engine.report import Emitted, KVSummary, Seat, SpecRecord, StepReport
 from engine.request import Request, RequestStatus
@@ -92,7 +92,9 @@ class LLMEngine:
         if getattr(self.tokenizer, "eos_token_id", None) is not None:
             self.eos_ids.add(self.tokenizer.eos_token_id)
         k = cfg.spec.num_speculative_tokens if cfg.spec else 0
-        self.model = LlamaModel(loaded, self.device, self.dtype, cfg.max_model_len + k + 1)
+        # shared by every engine in this process with the same weights, dtype and packing
+        self.model = shared_model(loaded, self.device, self.dtype, cfg.max_model_len + k + 1,
+                                  cfg.pack_weights)
         self.backend = get_backend(self.backend_name)
 
         num_blocks = self._num_blocks(cfg)
@@ -114,8 +116,6 @@ class LLMEngine:
             from engine.spec.decoder import SpecDecoder
 
             self.spec = SpecDecoder(self, cfg.spec)
-        if cfg.pack_weights:  # after the draft, which quantizes the plain weights
-            self.model.pack_for_cpu()
         self.requests: dict[str, Request] = {}
         self.metrics = RunMetrics()
         self.step_count = 0

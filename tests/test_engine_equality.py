@@ -62,3 +62,21 @@ def test_text_matches_decode_of_ids(tokenizer):
                         SamplingParams(max_tokens=16, ignore_eos=True))
     for out in outs:
         assert out.text == tokenizer.decode(out.token_ids)
+
+
+def test_engines_share_one_model_and_stay_independent(references):
+    """Engines in one process share the read-only weights (the app keeps one engine per
+    switch setting); stepped in turns, each still gives the reference tokens."""
+    ids, refs = references
+    a = LLMEngine(EngineConfig(dtype="float32", max_num_seqs=4))
+    b = LLMEngine(EngineConfig(dtype="float32", max_num_seqs=4, batching="static",
+                               kv_layout="contiguous", max_model_len=1024))
+    assert a.model is b.model and b.model.cos.shape[0] >= 1024
+    rids_a = [a.add_request(p, _params()) for p in ids[:4]]
+    rids_b = [b.add_request(p, _params()) for p in ids[3:]]
+    while a.has_unfinished() or b.has_unfinished():
+        for eng in (a, b):
+            if eng.has_unfinished():
+                eng.step()
+    assert [a.output(r).token_ids for r in rids_a] == refs[:4]
+    assert [b.output(r).token_ids for r in rids_b] == refs[3:]

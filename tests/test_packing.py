@@ -3,8 +3,8 @@
 `LlamaModel.pack_for_cpu` reorders the linear weights once so small-batch decode reads them
 about twice as fast (numbers in its docstring and README). The matmuls then accumulate in a
 different order, so the bf16 logits may differ in the last bits, never in substance: the
-next-token choice agrees, the logits agree to bf16 precision, and everything that needs the
-plain weights (the built-in draft) is built before packing.
+next-token choice agrees, the logits agree to bf16 precision, and the built-in draft, which quantizes
+the plain weights, is the same whether the target is packed or not.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import torch
 from engine import EngineConfig, LLMEngine, SamplingParams, SpecConfig
 from engine.model.attention import build_metadata
 from engine.model.llama import cpu_packing_available
+from engine.spec import draft as draft_mod
 from engine.spec.draft import BUILTIN_RECIPE, QuantizedLlama
 from tests.conftest import PROMPTS
 
@@ -59,12 +60,20 @@ def test_fp32_is_never_packed():
     assert eng.model.pack_for_cpu() is False
 
 
-def test_draft_needs_plain_weights_and_is_built_first():
+def test_draft_from_a_packed_target_is_the_plain_targets_draft():
     eng = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=2,
                                  spec=SpecConfig("draft", num_speculative_tokens=3)))
-    assert eng.model.packed  # packed after the draft was built from the plain weights
-    with pytest.raises(ValueError, match="before the target's weights are packed"):
-        QuantizedLlama(eng.model, BUILTIN_RECIPE)
+    assert eng.model.packed
+    plain = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=1, pack_weights=False))
+    # the built-in draft quantizes the plain weights, which stay reachable after packing
+    for name, w in plain.model.layers[0].items():
+        if name in eng.model.LINEAR_WEIGHTS:
+            assert torch.equal(eng.model.plain_linear_weights(0)[name], w)
+    a = QuantizedLlama(eng.model, BUILTIN_RECIPE).layers[0]["qkv"]
+    draft_mod._quantized_cache.clear()  # quantize again, from the plain target this time
+    b = QuantizedLlama(plain.model, BUILTIN_RECIPE).layers[0]["qkv"]
+    assert a is not b
+    assert torch.equal(a.packed, b.packed) and torch.equal(a.scales, b.scales)
     outs = eng.generate(PROMPTS[:2], SamplingParams(max_tokens=12, ignore_eos=True))
     assert [len(o.token_ids) for o in outs] == [12, 12]
     assert eng.allocator.num_free_blocks == eng.allocator.num_blocks

@@ -86,14 +86,14 @@ class LlamaModel:
                  max_positions: int):
         cfg = self.cfg = loaded.config
         self.device, self.dtype = device, dtype
+        self.loaded = loaded  # the loader's per-process copy: plain weights stay reachable
         w = loaded.weights
 
         def get(name: str) -> torch.Tensor:
             return w[name].to(device=device, dtype=dtype)
 
         self.embed = get("embed_tokens.weight")  # [vocab, hidden]
-        self.lm_head = self.embed if cfg.tie_word_embeddings else w["lm_head.weight"].to(
-            device=device, dtype=dtype)
+        self.lm_head = self.plain_lm_head
         self.final_norm = get("norm.weight")
         self.layers = []
         for i in range(cfg.num_layers):
@@ -101,12 +101,7 @@ class LlamaModel:
             layer = {
                 "in_norm": get(p + "input_layernorm.weight"),
                 "post_norm": get(p + "post_attention_layernorm.weight"),
-                # fused [q; k; v]: [(Hq + 2 Hkv) * d, hidden]
-                "qkv": torch.cat([get(p + f"self_attn.{n}_proj.weight") for n in "qkv"]),
-                "o": get(p + "self_attn.o_proj.weight"),
-                # fused [gate; up]: [2 * intermediate, hidden]
-                "gate_up": torch.cat([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")]),
-                "down": get(p + "mlp.down_proj.weight"),
+                **self.plain_linear_weights(i),
                 "qkv_bias": None, "q_norm": None, "k_norm": None,
             }
             if cfg.qkv_bias:
@@ -115,14 +110,7 @@ class LlamaModel:
                 layer["q_norm"] = get(p + "self_attn.q_norm.weight")
                 layer["k_norm"] = get(p + "self_attn.k_norm.weight")
             self.layers.append(layer)
-        # rotary tables for every position a request can reach: [max_positions, head_dim]
-        inv_freq = rope_inv_freq(cfg)
-        freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        self.cos = emb.cos().to(device=device, dtype=dtype)
-        sin = emb.sin()
-        sin[:, : cfg.head_dim // 2] *= -1  # rotate_half's minus sign, folded in (apply_rope)
-        self.sin_signed = sin.to(device=device, dtype=dtype)
+        self.ensure_positions(max_positions)
         self.scale = cfg.head_dim ** -0.5
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
@@ -138,12 +126,49 @@ class LlamaModel:
         """Bytes a decode step must read: every layer's weights plus the lm_head."""
         return self._weight_bytes
 
+    def plain_linear_weights(self, i: int) -> dict[str, torch.Tensor]:
+        """Layer i's linear weights, [out, in], q/k/v and gate/up fused, built from the loaded
+        weights (so still available after `pack_for_cpu`; the built-in draft quantizes them)."""
+        w, p = self.loaded.weights, f"layers.{i}."
+
+        def get(name: str) -> torch.Tensor:
+            return w[p + name].to(device=self.device, dtype=self.dtype)
+
+        return {
+            # fused [q; k; v]: [(Hq + 2 Hkv) * d, hidden]
+            "qkv": torch.cat([get(f"self_attn.{n}_proj.weight") for n in "qkv"]),
+            "o": get("self_attn.o_proj.weight"),
+            # fused [gate; up]: [2 * intermediate, hidden]
+            "gate_up": torch.cat([get("mlp.gate_proj.weight"), get("mlp.up_proj.weight")]),
+            "down": get("mlp.down_proj.weight"),
+        }
+
+    @property
+    def plain_lm_head(self) -> torch.Tensor:
+        w = self.loaded.weights
+        if self.cfg.tie_word_embeddings:
+            return self.embed
+        return w["lm_head.weight"].to(device=self.device, dtype=self.dtype)
+
+    def ensure_positions(self, max_positions: int) -> None:
+        """Rotary tables for every position a request can reach: [max_positions, head_dim]."""
+        if getattr(self, "cos", None) is not None and self.cos.shape[0] >= max_positions:
+            return
+        cfg = self.cfg
+        inv_freq = rope_inv_freq(cfg)
+        freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.cos = emb.cos().to(device=self.device, dtype=self.dtype)
+        sin = emb.sin()
+        sin[:, : cfg.head_dim // 2] *= -1  # rotate_half's minus sign, folded in (apply_rope)
+        self.sin_signed = sin.to(device=self.device, dtype=self.dtype)
+
     LINEAR_WEIGHTS = ("qkv", "o", "gate_up", "down")
 
     def pack_for_cpu(self) -> bool:
         """Reorder every linear weight (and the lm_head) into oneDNN's blocked layout, in
-        place; True if done. Only on a CPU in bf16. Call it after anything that needs the
-        plain weights (the built-in draft quantizes them) has read them.
+        place; True if done. Only on a CPU in bf16 (`plain_linear_weights` still gives the
+        plain ones).
 
         Measured by `python -m engine.bench` (packed and plain engines stepped alternately in
         one process, 2-core Sapphire Rapids, SmolLM2-135M): batch-1 decode 21.6 vs 17.5
@@ -197,3 +222,22 @@ class LlamaModel:
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[rows, hidden] -> [rows, vocab] in fp32."""
         return self.linear(hidden, self.lm_head).float()
+
+
+_shared: dict[tuple, LlamaModel] = {}
+
+
+def shared_model(loaded: LoadedModel, device: torch.device, dtype: torch.dtype,
+                 max_positions: int, pack: bool) -> LlamaModel:
+    """One LlamaModel per (weights, device, dtype, packing) per process. Its weights are
+    read-only, so engines (the app keeps one per switch setting) share it and own only their
+    KV pools; the rotary tables grow to the longest max_positions asked for."""
+    key = (str(loaded.folder), str(device), dtype, pack)
+    model = _shared.get(key)
+    if model is None or model.loaded is not loaded:
+        model = LlamaModel(loaded, device, dtype, max_positions)
+        if pack:
+            model.pack_for_cpu()
+        _shared[key] = model
+    model.ensure_positions(max_positions)
+    return model

@@ -178,23 +178,22 @@ class QuantizedLlama(LlamaModel):
 
     @torch.inference_mode()
     def __init__(self, target: LlamaModel, recipe: DraftRecipe):
-        if target.packed:
-            raise ValueError("build the draft before the target's weights are packed "
-                             "(LlamaModel.pack_for_cpu): it quantizes the plain weights")
         self.__dict__.update(target.__dict__)  # embed, norms, cos/sin, sizes: shared
+        self.packed = False
         self.recipe = recipe
         n = target.cfg.num_layers if recipe.num_layers is None else recipe.num_layers
         # the weights come from the loader's per-process cache: one quantization per process
         key = (target.embed.data_ptr(), str(target.device), target.dtype, recipe)
         if key not in _quantized_cache:
             layers = []
-            for layer in target.layers[:n]:
+            for i, layer in enumerate(target.layers[:n]):
                 q = dict(layer)
-                for name in ("qkv", "o", "gate_up", "down"):
-                    q[name] = quant_weight(layer[name], recipe.bits)
+                for name, w in target.plain_linear_weights(i).items():  # also if packed
+                    q[name] = quant_weight(w, recipe.bits)
                 layers.append(q)
             _quantized_cache.clear()  # one cached draft at a time (they are ~0.4 GB each)
-            _quantized_cache[key] = (layers, quant_weight(target.lm_head, recipe.lm_head_bits))
+            _quantized_cache[key] = (layers, quant_weight(target.plain_lm_head,
+                                                          recipe.lm_head_bits))
         self.layers, self.lm_head = _quantized_cache[key]
         self.linear = quant_linear
 
