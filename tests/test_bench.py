@@ -41,3 +41,11 @@ def test_quick_bench_writes_valid_json(tmp_path):
     tokens = {r["output_tokens"] for r in data["results"]}
     assert len(tokens) == 1, f"every system must do identical work, got {tokens}"
     assert "engine (continuous + paged) / naive server" in proc.stdout
+
+
+def test_bench_memory_runs(capsys):
+    from engine import bench_memory
+
+    assert bench_memory.main([]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("start:") and len(lines) == 1 + len(bench_memory.SWITCHES)

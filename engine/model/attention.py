@@ -89,23 +89,13 @@ class TorchAttention:
 
     name = "torch"
 
-    def __init__(self):
-        self._store_for = None  # the slot_mapping the cached store plan belongs to (one step)
-        self._keep = None  # tokens to store (None: all of them)
-
     def store_kv(self, k_cache, v_cache, k, v, slot_mapping) -> None:
         # k, v: [num_tokens, num_kv_heads, head_dim]; caches: [num_blocks, block_size, kvh, d]
-        if self._store_for is not slot_mapping:  # once per step, not once per layer
-            keep = slot_mapping >= 0
-            self._keep = None if bool(keep.all()) else (keep, slot_mapping[keep])
-            self._store_for = slot_mapping
-        slots = slot_mapping
-        if self._keep is not None:
-            keep, slots = self._keep
-            k, v = k[keep], v[keep]
+        keep = slot_mapping >= 0
+        slots = slot_mapping[keep]
         kvh, d = k_cache.shape[2], k_cache.shape[3]
-        k_cache.view(-1, kvh, d).index_copy_(0, slots, k.to(k_cache.dtype))
-        v_cache.view(-1, kvh, d).index_copy_(0, slots, v.to(v_cache.dtype))
+        k_cache.view(-1, kvh, d).index_copy_(0, slots, k[keep].to(k_cache.dtype))
+        v_cache.view(-1, kvh, d).index_copy_(0, slots, v[keep].to(v_cache.dtype))
 
     SHORT = 16  # rows with at most this many query tokens share one padded SDPA call
 
@@ -162,7 +152,8 @@ class TorchAttention:
             qidx, qvalid, blocks, mask = plan["short"]
             B, nb = blocks.shape
             m = plan["uniform"]
-            qs = (q[qidx] if m is None else q.view(B, m, *q.shape[1:])).transpose(1, 2)  # [B, H, max_q, D]
+            qs = q[qidx] if m is None else q.view(B, m, *q.shape[1:])  # [B, max_q, H, D]
+            qs = qs.transpose(1, 2)  # [B, H, max_q, D]
             k = k_cache[blocks].view(B, -1, kvh, d).to(q.dtype).transpose(1, 2)  # [B, kvh, L, D]
             v = v_cache[blocks].view(B, -1, kvh, d).to(q.dtype).transpose(1, 2)
             o = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask, scale=scale, enable_gqa=True)

@@ -145,10 +145,10 @@ class LlamaModel:
 
     @property
     def plain_lm_head(self) -> torch.Tensor:
-        w = self.loaded.weights
+        """[vocab, hidden], plain layout: the embedding itself when the two are tied."""
         if self.cfg.tie_word_embeddings:
             return self.embed
-        return w["lm_head.weight"].to(device=self.device, dtype=self.dtype)
+        return self.loaded.weights["lm_head.weight"].to(device=self.device, dtype=self.dtype)
 
     def ensure_positions(self, max_positions: int) -> None:
         """Rotary tables for every position a request can reach: [max_positions, head_dim]."""
