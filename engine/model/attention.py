@@ -79,11 +79,19 @@ def build_metadata(
     )
 
 
+def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean keep-mask as SDPA's additive one (0 / -inf): what SDPA would convert it to
+    on every call, here once per step instead of once per layer (same numbers)."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+
+
 class TorchAttention:
     """Reference backend: gathers each sequence's context through its block table, then SDPA.
 
-    Short rows (decodes, speculative verification) are batched into a single padded SDPA call;
-    long rows (prefill chunks) run one SDPA call each. Every mask is causal, offset by the
+    The flat batch is cut into segments: runs of consecutive rows with the same query length
+    (all the decodes of a step; verifications drafting the same k), each one [B, m] SDPA call
+    that reads its queries and writes its outputs in place, with no padding and no scatter.
+    A prefill chunk is usually a segment of its own. Every mask is causal, offset by the
     cached context.
     """
 
@@ -91,81 +99,58 @@ class TorchAttention:
 
     def store_kv(self, k_cache, v_cache, k, v, slot_mapping) -> None:
         # k, v: [num_tokens, num_kv_heads, head_dim]; caches: [num_blocks, block_size, kvh, d]
-        keep = slot_mapping >= 0
-        slots = slot_mapping[keep]
         kvh, d = k_cache.shape[2], k_cache.shape[3]
-        k_cache.view(-1, kvh, d).index_copy_(0, slots, k[keep].to(k_cache.dtype))
-        v_cache.view(-1, kvh, d).index_copy_(0, slots, v[keep].to(v_cache.dtype))
+        if slot_mapping.numel() and int(slot_mapping.min()) < 0:  # idle static rows: skip -1s
+            keep = slot_mapping >= 0
+            slot_mapping, k, v = slot_mapping[keep], k[keep], v[keep]
+        k_cache.view(-1, kvh, d).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
+        v_cache.view(-1, kvh, d).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
 
-    SHORT = 16  # rows with at most this many query tokens share one padded SDPA call
-
-    def _plan(self, meta: AttentionMetadata):
-        """Per-step gather indices, computed once and shared by all layers.
-
-        Short rows (decodes, and [last, *draft] verifications) are padded into one batched
-        call; long rows (prefill chunks) get a call each, so padding never costs much."""
+    def _plan(self, meta: AttentionMetadata, dtype: torch.dtype) -> list[tuple]:
+        """Per-step segments (first token, B rows, m queries each, block ids [B*nb], additive
+        mask [B, 1, m, nb*bs]), computed once and shared by all layers."""
         if "plan" in meta._cache:
             return meta._cache["plan"]
         bs = meta.block_size
         device = meta.block_tables.device
-        short = [i for i, q in enumerate(meta.query_lens) if q <= self.SHORT]
-        long = [i for i, q in enumerate(meta.query_lens) if q > self.SHORT]
-        plan = {"short": None, "long": [], "uniform": None}
         starts = meta.query_start_loc.tolist()
-        if short:
-            rows = torch.tensor(short, device=device)
-            lens = meta.seq_lens[rows].long()  # [B]
-            qlens = torch.tensor([meta.query_lens[i] for i in short], device=device)  # [B]
-            max_len = max(meta.seq_lens_host[i] for i in short)
-            max_q = max(meta.query_lens[i] for i in short)
-            nb = -(-max_len // bs)
-            # gather whole blocks (one index per block, not per slot): [B, nb] block ids;
-            # slots past a sequence's length are masked out below
-            blocks = meta.block_tables[rows][:, :nb].long()
+        plan = []
+        i = 0
+        while i < meta.num_seqs:
+            m = meta.query_lens[i]
+            j = i + 1
+            while j < meta.num_seqs and meta.query_lens[j] == m:
+                j += 1
+            lens = meta.seq_lens[i:j].long()  # [B] context after this step's tokens
+            nb = -(-max(meta.seq_lens_host[i:j]) // bs)
+            # gather whole blocks (one index per block, not per slot); slots past a sequence's
+            # length are masked out
+            blocks = meta.block_tables[i:j, :nb].long().reshape(-1)
             pos = torch.arange(nb * bs, device=device)
-            qi = torch.arange(max_q, device=device)
-            qpos = lens[:, None] - qlens[:, None] + qi[None, :]  # [B, max_q] position of query i
-            mask = pos[None, None, :] <= qpos[:, :, None]  # [B, max_q, nb*bs], causal
-            qvalid = qi[None, :] < qlens[:, None]  # [B, max_q]
-            mask = mask | ~qvalid[:, :, None] & (pos == 0)[None, None, :]  # pad rows: no NaN
-            qstart = meta.query_start_loc[rows].long()
-            qidx = torch.where(qvalid, qstart[:, None] + qi[None, :], torch.zeros_like(qpos))
-            plan["short"] = (qidx, qvalid, blocks, mask[:, None])
-            if not long and min(meta.query_lens) == max_q:  # every row has max_q queries:
-                plan["uniform"] = max_q  # the flat batch IS [B, max_q], no gather or scatter
-        for i in long:
-            n, q = meta.seq_lens_host[i], meta.query_lens[i]
-            blocks = meta.block_tables[i, :-(-n // bs)].long()
-            pos = torch.arange(n, device=device)
-            qpos = torch.arange(n - q, n, device=device)
-            mask = pos[None, :] <= qpos[:, None]  # [q, n] causal, offset by the cached context
-            plan["long"].append((starts[i], starts[i] + q, blocks, n, mask))
+            qpos = lens[:, None] - m + torch.arange(m, device=device)  # [B, m]
+            mask = pos[None, None, :] <= qpos[:, :, None]  # [B, m, nb*bs]
+            plan.append((starts[i], j - i, m, blocks, additive(mask[:, None], dtype)))
+            i = j
         meta._cache["plan"] = plan
         return plan
 
     def forward(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         # q: [num_tokens, num_heads, head_dim] -> out: same shape
         kvh, d = k_cache.shape[2], k_cache.shape[3]
-        out = torch.empty_like(q)
-        plan = self._plan(meta)
-        if plan["short"] is not None:
-            qidx, qvalid, blocks, mask = plan["short"]
-            B, nb = blocks.shape
-            m = plan["uniform"]
-            qs = q[qidx] if m is None else q.view(B, m, *q.shape[1:])  # [B, max_q, H, D]
-            qs = qs.transpose(1, 2)  # [B, H, max_q, D]
-            k = k_cache[blocks].view(B, -1, kvh, d).to(q.dtype).transpose(1, 2)  # [B, kvh, L, D]
-            v = v_cache[blocks].view(B, -1, kvh, d).to(q.dtype).transpose(1, 2)
-            o = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
-            if m is not None:
-                return o.transpose(1, 2).reshape(q.shape)
-            out[qidx[qvalid]] = o.transpose(1, 2)[qvalid]
-        for start, end, blocks, n, mask in plan["long"]:
-            qs = q[start:end].transpose(0, 1)  # [H, q, D]
-            k = k_cache[blocks].view(-1, kvh, d)[:n].to(q.dtype).transpose(0, 1)  # [kvh, n, D]
-            v = v_cache[blocks].view(-1, kvh, d)[:n].to(q.dtype).transpose(0, 1)
-            o = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
-            out[start:end] = o.transpose(0, 1)
+        plan = self._plan(meta, q.dtype)
+        out = None if len(plan) == 1 else torch.empty_like(q)
+        for start, B, m, blocks, mask in plan:
+            qs = q[start:start + B * m].view(B, m, *q.shape[1:]).transpose(1, 2)  # [B, H, m, D]
+            # index_select copies whole blocks with memcpy; k_cache[blocks] (advanced
+            # indexing) copies element by element and took twice as long
+            k = k_cache.index_select(0, blocks).view(B, -1, kvh, d).to(q.dtype).transpose(1, 2)
+            v = v_cache.index_select(0, blocks).view(B, -1, kvh, d).to(q.dtype).transpose(1, 2)
+            o = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask, scale=scale,
+                                               enable_gqa=True)  # [B, H, m, D]
+            o = o.transpose(1, 2).reshape(B * m, *q.shape[1:])
+            if out is None:
+                return o
+            out[start:start + B * m] = o
         return out
 
 
