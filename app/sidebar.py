@@ -105,7 +105,8 @@ def _sizes() -> None:
         st.slider(t("side.seats"), 1, 16, help=t("side.seats.help"), **_kept("sz_seats"))
         st.slider(t("side.blocks"), 16, 256, step=8, help=t("side.blocks.help"),
                   **_kept("sz_blocks"))
-        st.select_slider(t("side.block_size"), (8, 16, 32), **_kept("sz_block_size"))
+        st.select_slider(t("side.block_size"), (8, 16, 32), help=t("side.block_size.help"),
+                         **_kept("sz_block_size"))
         st.checkbox(t("side.prefix"), help=t("side.prefix.help"),
                     disabled=st.session_state.sw_kv_layout != "paged", **_kept("sz_prefix"))
         st.slider(t("side.temperature"), 0.0, 1.5, step=0.1, help=t("side.temperature.help"),
