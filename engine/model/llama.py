@@ -42,10 +42,10 @@ def packed_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = 
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    # computed in fp32, as transformers' LlamaRMSNorm does
-    xf = x.float()
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * xf.to(x.dtype)
+    # computed in fp32, as transformers' LlamaRMSNorm does (x * rsqrt(mean(x^2) + eps), then
+    # cast back and scaled); torch's fused rms_norm, 4 ops instead of 8, gave identical bits
+    # on every captured step we compared (bf16 and fp32)
+    return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
 
 
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
@@ -72,10 +72,10 @@ def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
     """x * cos + rotate_half(x) * sin, with rotate_half(x) = [-x2, x1] written as the halves
-    swapped ([x2, x1], one flip) times a sin whose first half is negated: the same products,
-    bit for bit, in 4 ops instead of 7. x: [tokens, heads, d]; cos, sin_signed: [tokens, 1, d]."""
-    n, h, d = x.shape
-    swapped = x.reshape(n, h, 2, d // 2).flip(2).view(n, h, d)
+    swapped ([x2, x1], one roll by d/2) times a sin whose first half is negated: the same
+    products, bit for bit, in 4 ops instead of 7. x: [tokens, heads, d]; cos, sin_signed:
+    [tokens, 1, d]."""
+    swapped = x.roll(x.shape[-1] // 2, dims=-1)
     return x * cos + swapped * sin_signed
 
 
