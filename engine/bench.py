@@ -31,10 +31,26 @@ RESULT_KEYS = ("system", "batching", "kv_layout", "spec", "output_tokens", "wall
                "max_concurrency", "idle_seat_frac", "prefix_hit_rate")
 
 
+def spin_openmp_threads(module: str) -> None:
+    """Run this command again with OMP_WAIT_POLICY=ACTIVE, unless the environment sets a policy.
+
+    Between two ops, OpenMP's worker threads either spin (ACTIVE) or go to sleep (PASSIVE), and
+    a decode step is over a thousand small ops. A benchmark owns the machine, as a server does,
+    so its threads spin; the app shares two cores with its web server and keeps PASSIVE
+    (app/main.py). The policy is read once, when torch loads OpenMP, hence the re-exec.
+    README's performance section gives `python -m engine.bench` under both policies."""
+    if "OMP_WAIT_POLICY" in os.environ:
+        return
+    os.environ["OMP_WAIT_POLICY"] = "ACTIVE"
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, "-m", module, *sys.argv[1:]])
+
+
 def machine_info(device: str = "cpu") -> dict:
     info = {"platform": platform.platform(), "python": platform.python_version(),
             "torch": torch.__version__, "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "device": device}
+            "torch_threads": torch.get_num_threads(), "device": device,
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)")}
     if device == "cuda" and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
@@ -254,4 +270,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    spin_openmp_threads("engine.bench")
     sys.exit(main())

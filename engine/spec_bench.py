@@ -209,4 +209,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from engine.bench import spin_openmp_threads
+
+    spin_openmp_threads("engine.spec_bench")
     sys.exit(main())
