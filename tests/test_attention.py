@@ -11,6 +11,9 @@ from engine.model.attention import TorchAttention, build_metadata
 @pytest.mark.parametrize("query_lens, seq_lens", [
     ([1, 1, 1], [1, 4, 9]),  # decode only, context 1 and a full block
     ([1, 3, 20, 1, 5], [7, 9, 25, 1, 5]),  # decodes, drafts, a long prefill chunk, a prompt
+    # runs of equal query lengths share one call: two decodes, two verifications, a decode,
+    # a whole prompt and a chunk behind cached context, a prompt
+    ([1, 1, 3, 3, 1, 20, 20, 5], [5, 12, 9, 17, 1, 20, 30, 5]),
 ])
 def test_matches_naive_attention(query_lens, seq_lens):
     torch.manual_seed(0)
@@ -35,6 +38,14 @@ def test_matches_naive_attention(query_lens, seq_lens):
             ref = torch.einsum("hn,nhd->hd", att.softmax(-1), v[:pos + 1])
             torch.testing.assert_close(out[s + i], ref, atol=1e-5, rtol=1e-4)
         s += ql
+
+
+def test_rows_of_equal_query_length_share_a_segment():
+    meta = build_metadata([1, 1, 3, 3, 1, 20, 20, 5], [5, 12, 9, 17, 1, 20, 30, 5],
+                          [[0, 1, 2, 3, 4, 5, 6, 7]] * 8, [-1] * 54, 4)
+    plan = TorchAttention()._plan(meta, torch.float32)
+    assert [(start, rows, m) for start, rows, m, _, _ in plan] == [
+        (0, 2, 1), (2, 2, 3), (8, 1, 1), (9, 2, 20), (49, 1, 5)]
 
 
 def test_store_skips_minus_one():
