@@ -171,10 +171,10 @@ class LlamaModel:
         plain ones).
 
         Measured by `python -m engine.bench` (packed and plain engines stepped alternately in
-        one process, 2-core Sapphire Rapids, SmolLM2-135M): batch-1 decode 21.6 vs 17.5
-        tok/s (1.23x); with 4 and 16 running no difference (66.9 vs 67.1, 218.7 vs 218.4);
-        with 32 running 303.8 vs 329.8. Isolated matmul timings on this shared machine swung
-        between 1.0x and 2x from one minute to the next, so only same-run ratios count."""
+        one process, 2-core Sapphire Rapids, SmolLM2-135M), packed / plain decode tok/s at
+        1 / 4 / 16 / 32 running: 1.04x / 1.40x / 0.96x / 1.28x in one run, 1.72x / 1.33x /
+        1.47x / 1.15x in another on a quieter machine (README, Performance). This shared
+        machine swings from one minute to the next, so only same-run ratios count."""
         if self.packed or not cpu_packing_available(self.device, self.dtype):
             return False
         reorder = torch.ops.mkldnn._reorder_linear_weight
