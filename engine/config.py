@@ -69,7 +69,7 @@ class EngineConfig:
     device: str = "auto"  # "auto", "cpu" or "cuda"
     dtype: str = "auto"  # "auto" picks by measurement: float32 on CPU, bfloat16 on CUDA
     attention_backend: str = "auto"  # "auto" (triton on CUDA, torch on CPU), "torch", "triton"
-    pack_weights: bool = True  # CPU + bf16: reorder linear weights once for oneDNN (batch-1 decode ~1.2x)
+    pack_weights: bool = True  # CPU + bf16: reorder linear weights once for oneDNN (README)
     gpu_memory_utilization: float = 0.5  # CUDA: fraction of free memory the KV pool may take
     seed: int = 0  # default seed for requests that give none
     extra: dict = field(default_factory=dict)  # free-form notes (e.g. workload name) for reports

@@ -208,7 +208,6 @@ class LLMEngine:
         if sched.scheduled:
             fwd = self.runner.run(sched.scheduled)
             now = time.perf_counter()
-            greedy_ids = None  # every row's argmax in one call, taken when a greedy row needs it
             for s in live:
                 req = s.req
                 req.num_computed_tokens += s.num_tokens
@@ -224,10 +223,6 @@ class LLMEngine:
                     req.num_computed_tokens = req.num_tokens + len(new_tokens) - 1
                     req.spec_token_ids = []
                     self.allocator.truncate(req, req.num_computed_tokens)
-                elif req.sampling.greedy:
-                    if greedy_ids is None:
-                        greedy_ids = fwd.logits.argmax(-1).tolist()
-                    new_tokens = [greedy_ids[first + n - 1]]
                 else:
                     new_tokens = [sample(logits[-1], req.sampling, req.generator)]
                 self.allocator.on_computed(req)
