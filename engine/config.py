@@ -70,6 +70,7 @@ class EngineConfig:
     dtype: str = "auto"  # "auto" picks by measurement: float32 on CPU, bfloat16 on CUDA
     attention_backend: str = "auto"  # "auto" (triton on CUDA, torch on CPU), "torch", "triton"
     pack_weights: bool = True  # CPU + bf16: reorder linear weights once for oneDNN (README)
+    cpu_kernels: bool = True  # CPU: norms, rotary, SwiGLU, KV writes as C++ kernels if they build
     gpu_memory_utilization: float = 0.5  # CUDA: fraction of free memory the KV pool may take
     seed: int = 0  # default seed for requests that give none
     extra: dict = field(default_factory=dict)  # free-form notes (e.g. workload name) for reports
@@ -92,6 +93,8 @@ class EngineConfig:
             _int_at_least("num_kv_blocks", self.num_kv_blocks, 1)
         if not isinstance(self.pack_weights, bool):
             raise ValueError(f"pack_weights must be True or False, got {self.pack_weights!r}")
+        if not isinstance(self.cpu_kernels, bool):
+            raise ValueError(f"cpu_kernels must be True or False, got {self.cpu_kernels!r}")
         if self.enable_prefix_caching and self.kv_layout != "paged":
             raise ValueError("enable_prefix_caching needs kv_layout='paged'")
         if not (0.0 < self.gpu_memory_utilization <= 1.0):

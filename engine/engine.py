@@ -19,6 +19,7 @@ import torch
 from engine.config import EngineConfig, SamplingParams
 from engine.kv import ContiguousAllocator, KVPool, PagedAllocator
 from engine.metrics import RunMetrics, tpot, ttft
+from engine.model import cpu_ops
 from engine.model.attention import get_backend
 from engine.model.llama import shared_model
 from engine.model.loader import Progress, load_model
@@ -93,9 +94,12 @@ class LLMEngine:
             self.eos_ids.add(self.tokenizer.eos_token_id)
         k = cfg.spec.num_speculative_tokens if cfg.spec else 0
         # shared by every engine in this process with the same weights, dtype and packing
+        # C++ kernels for the small per-layer ops: built on first use, else the PyTorch ops
+        self.cpu_ops = cfg.cpu_kernels and cpu_ops.supports(self.device, self.dtype)
         self.model = shared_model(loaded, self.device, self.dtype, cfg.max_model_len + k + 1,
-                                  cfg.pack_weights)
-        self.backend = get_backend(self.backend_name)
+                                  cfg.pack_weights, self.cpu_ops)
+        self.backend = get_backend(self.backend_name,
+                                   cpu_ops=self.cpu_ops and self.backend_name == "torch")
 
         num_blocks = self._num_blocks(cfg)
         if num_blocks < cfg.blocks_per_seq:
@@ -356,4 +360,5 @@ class LLMEngine:
 
     def describe(self) -> str:
         return (f"{self.config.model} on {self.device.type} ({str(self.dtype).removeprefix('torch.')}"
-                f", attention: {self.backend_name})")
+                f", attention: {self.backend_name}"
+                f"{', C++ layer ops' if self.cpu_ops else ''})")

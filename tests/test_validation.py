@@ -31,6 +31,8 @@ def test_sampling_params(kwargs, field):
     ({"block_size": 0}, "block_size"),
     ({"enable_prefix_caching": True, "kv_layout": "contiguous"}, "prefix_caching"),
     ({"attention_backend": "cuda"}, "attention_backend"),
+    ({"cpu_kernels": "yes"}, "cpu_kernels"),
+    ({"pack_weights": 1}, "pack_weights"),
 ])
 def test_engine_config(kwargs, field):
     with pytest.raises(ValueError, match=field):

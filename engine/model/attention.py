@@ -97,8 +97,15 @@ class TorchAttention:
 
     name = "torch"
 
+    def __init__(self, cpu_ops: bool = False):
+        # cpu_ops: write K/V with the C++ kernel (engine/model/cpu_ops.cpp), one call per layer
+        self.cpu_ops = cpu_ops
+
     def store_kv(self, k_cache, v_cache, k, v, slot_mapping) -> None:
         # k, v: [num_tokens, num_kv_heads, head_dim]; caches: [num_blocks, block_size, kvh, d]
+        if self.cpu_ops:
+            torch.ops.servelab.store_kv(k_cache, v_cache, k, v, slot_mapping)  # skips -1 slots
+            return
         kvh, d = k_cache.shape[2], k_cache.shape[3]
         if slot_mapping.numel() and int(slot_mapping.min()) < 0:  # idle static rows: skip -1s
             keep = slot_mapping >= 0
@@ -154,10 +161,11 @@ class TorchAttention:
         return out
 
 
-def get_backend(name: str):
-    """'torch' or 'triton' (already resolved from 'auto' by the engine)."""
+def get_backend(name: str, cpu_ops: bool = False):
+    """'torch' or 'triton' (already resolved from 'auto' by the engine); cpu_ops: the torch
+    backend stores K/V with the C++ kernel (loaded by the caller)."""
     if name == "torch":
-        return TorchAttention()
+        return TorchAttention(cpu_ops)
     if name == "triton":
         from kernels.backend import TritonAttention  # imported lazily: triton is optional
 

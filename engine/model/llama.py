@@ -48,6 +48,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
 
 
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """The SwiGLU activation on the fused [gate; up] projection: silu(gate) * up."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
     """Inverse frequencies, with 'linear' and 'llama3' scaling (transformers' definitions)."""
     d = cfg.head_dim
@@ -117,6 +123,9 @@ class LlamaModel:
         # y = x W^T (+ b); a draft model swaps in int8 weights and int8_linear (engine/spec/draft.py)
         self.linear = F.linear
         self.packed = False
+        # the small per-layer ops; use_cpu_ops() swaps in C++ kernels with the same arithmetic
+        self.rms_norm, self.rope, self.silu_mul = rms_norm, apply_rope, silu_mul
+        self.cpu_ops = False
         n = sum(t.numel() * t.element_size() for layer in self.layers for t in layer.values()
                 if t is not None)
         self._weight_bytes = n + self.lm_head.numel() * self.lm_head.element_size()
@@ -187,6 +196,19 @@ class LlamaModel:
         self.packed = True
         return True
 
+    def use_cpu_ops(self) -> bool:
+        """Run norms, rotary embedding and SwiGLU as one C++ call each (engine/model/
+        cpu_ops.cpp) instead of 3 to 8 PyTorch operators; True if the kernels loaded. Same
+        arithmetic and roundings (tests/test_cpu_ops.py); measured by `python -m
+        engine.bench` (README, Performance)."""
+        from engine.model import cpu_ops
+
+        if not self.cpu_ops and cpu_ops.supports(self.device, self.dtype):
+            ops = torch.ops.servelab
+            self.rms_norm, self.rope, self.silu_mul = ops.rms_norm, ops.rope, ops.silu_mul
+            self.cpu_ops = True
+        return self.cpu_ops
+
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]], backend) -> torch.Tensor:
@@ -200,24 +222,23 @@ class LlamaModel:
         qk_size = self.q_size + self.kv_size
         eps = cfg.rms_norm_eps
         for layer, (k_cache, v_cache) in zip(self.layers, kv_caches):
-            x = rms_norm(h, layer["in_norm"], eps)
+            x = self.rms_norm(h, layer["in_norm"], eps)
             qkv = self.linear(x, layer["qkv"], layer["qkv_bias"])
             v = qkv[:, qk_size:].view(n, hkv, d)  # [num_tokens, Hkv, d]
             if layer["q_norm"] is None:  # rotate q and k heads together: [num_tokens, Hq + Hkv, d]
-                qk = apply_rope(qkv[:, :qk_size].view(n, hq + hkv, d), cos, sin)
+                qk = self.rope(qkv[:, :qk_size].view(n, hq + hkv, d), cos, sin)
                 q, k = qk[:, :hq], qk[:, hq:]
             else:  # Qwen3: per-head RMSNorm on q and k before the rotation
-                q = apply_rope(rms_norm(qkv[:, :self.q_size].view(n, hq, d), layer["q_norm"], eps),
-                               cos, sin)
-                k = apply_rope(rms_norm(qkv[:, self.q_size:qk_size].view(n, hkv, d),
-                                        layer["k_norm"], eps), cos, sin)
+                q = self.rope(self.rms_norm(qkv[:, :self.q_size].view(n, hq, d), layer["q_norm"],
+                                            eps), cos, sin)
+                k = self.rope(self.rms_norm(qkv[:, self.q_size:qk_size].view(n, hkv, d),
+                                            layer["k_norm"], eps), cos, sin)
             backend.store_kv(k_cache, v_cache, k, v, meta.slot_mapping)
             attn = backend.forward(q, k_cache, v_cache, meta, self.scale)  # [num_tokens, Hq, d]
             h = h + self.linear(attn.reshape(n, self.q_size), layer["o"])
-            x = rms_norm(h, layer["post_norm"], eps)
-            gate, up = self.linear(x, layer["gate_up"]).chunk(2, dim=-1)
-            h = h + self.linear(F.silu(gate) * up, layer["down"])
-        return rms_norm(h, self.final_norm, eps)
+            x = self.rms_norm(h, layer["post_norm"], eps)
+            h = h + self.linear(self.silu_mul(self.linear(x, layer["gate_up"])), layer["down"])
+        return self.rms_norm(h, self.final_norm, eps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[rows, hidden] -> [rows, vocab] in fp32."""
@@ -228,16 +249,18 @@ _shared: dict[tuple, LlamaModel] = {}
 
 
 def shared_model(loaded: LoadedModel, device: torch.device, dtype: torch.dtype,
-                 max_positions: int, pack: bool) -> LlamaModel:
+                 max_positions: int, pack: bool, cpu_ops: bool = False) -> LlamaModel:
     """One LlamaModel per (weights, device, dtype, packing) per process. Its weights are
     read-only, so engines (the app keeps one per switch setting) share it and own only their
     KV pools; the rotary tables grow to the longest max_positions asked for."""
-    key = (str(loaded.folder), str(device), dtype, pack)
+    key = (str(loaded.folder), str(device), dtype, pack, cpu_ops)
     model = _shared.get(key)
     if model is None or model.loaded is not loaded:
         model = LlamaModel(loaded, device, dtype, max_positions)
         if pack:
             model.pack_for_cpu()
+        if cpu_ops:
+            model.use_cpu_ops()
         _shared[key] = model
     model.ensure_positions(max_positions)
     return model

@@ -220,7 +220,10 @@ def build_draft_model(engine, spec_config) -> LlamaModel:
         raise ValueError(f"spec.draft_model {spec_config.draft_model!r} does not share the "
                          f"target's tokenizer")
     k = spec_config.num_speculative_tokens
-    return LlamaModel(loaded, engine.device, engine.dtype, engine.config.max_model_len + k + 1)
+    model = LlamaModel(loaded, engine.device, engine.dtype, engine.config.max_model_len + k + 1)
+    if engine.cpu_ops:
+        model.use_cpu_ops()
+    return model
 
 
 # ---------------------------------------------------------------------------------------------

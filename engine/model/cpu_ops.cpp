@@ -1,0 +1,218 @@
+// ServeLab's CPU kernels: the small per-layer operations of a Llama layer, each one loop.
+//
+// In PyTorch each of these is 3 to 8 separate operators (upcast, square, mean, rsqrt, ...),
+// and at serving batch sizes (1 to 16 rows of 576 numbers) every operator costs far more to
+// dispatch and allocate than to compute. Here each is one call. The arithmetic is the same
+// as the PyTorch code in engine/model/llama.py, step for step, including where a bf16
+// result is rounded: see the comment on each kernel. tests/test_cpu_ops.py compares the two.
+//
+// Built on first use by engine/model/cpu_ops.py (g++, torch's headers) and registered as
+// torch.ops.servelab.*; single-threaded (the tensors are tiny). The vector loops use ATen's
+// own `Vectorized` types, built for the instruction set torch itself dispatches to
+// (CPU_CAPABILITY), so a vector product or exp rounds exactly as ATen's kernels do.
+
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+// the model dtypes ServeLab runs: float32, bfloat16, float16
+#define DISPATCH_MODEL_DTYPES(TYPE, NAME, ...)                            \
+  AT_DISPATCH_SWITCH(TYPE, NAME,                                          \
+                     AT_DISPATCH_CASE(at::ScalarType::Float, __VA_ARGS__) \
+                     AT_DISPATCH_CASE(at::ScalarType::BFloat16, __VA_ARGS__) \
+                     AT_DISPATCH_CASE(at::ScalarType::Half, __VA_ARGS__))
+
+namespace {
+
+using at::vec::Vectorized;
+
+template <typename T>
+inline float up(T x) { return static_cast<float>(x); }
+
+template <typename T>
+inline T down(float x) { return static_cast<T>(x); }  // round to nearest even, as ATen does
+
+void check_cpu(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.device().is_cpu(), "servelab cpu_ops: ", name, " must be on the CPU");
+  TORCH_CHECK(t.stride(-1) == 1, "servelab cpu_ops: ", name, " needs a contiguous last dim");
+}
+
+// y = w * T(x * rsqrt(mean(x^2) + eps)) with x upcast to float: transformers' LlamaRMSNorm
+// and llama.py's rms_norm. Rows are the leading dims, flattened.
+at::Tensor rms_norm(const at::Tensor& x_in, const at::Tensor& weight, double eps) {
+  check_cpu(x_in, "x");
+  at::Tensor x = x_in.contiguous();
+  at::Tensor w = weight.contiguous();
+  const int64_t H = x.size(-1);
+  TORCH_CHECK(w.numel() == H && w.scalar_type() == x.scalar_type(),
+              "servelab rms_norm: weight must have x's last size and dtype");
+  const int64_t rows = H ? x.numel() / H : 0;
+  // mean(x^2) by ATen's own reduction, so every sum adds in the same order as torch's
+  // rms_norm does (a different order can move the last bit, and then a rounding)
+  const at::Tensor var = at::pow(x.to(at::kFloat), 2).mean(-1).contiguous();
+  const float* vp = var.const_data_ptr<float>();
+  at::Tensor y = at::empty_like(x);
+  DISPATCH_MODEL_DTYPES(x.scalar_type(), "rms_norm", [&] {
+    const scalar_t* xp = x.const_data_ptr<scalar_t>();
+    const scalar_t* wp = w.const_data_ptr<scalar_t>();
+    scalar_t* yp = y.mutable_data_ptr<scalar_t>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const scalar_t* xr = xp + r * H;
+      scalar_t* yr = yp + r * H;
+      const float inv = 1.0f / std::sqrt(vp[r] + static_cast<float>(eps));
+      for (int64_t k = 0; k < H; ++k)
+        yr[k] = down<scalar_t>(up(wp[k]) * up(down<scalar_t>(up(xr[k]) * inv)));
+    }
+  });
+  return y;
+}
+
+// out = T(T(x * cos) + T(swap(x) * sin_signed)), swap = the two halves exchanged: llama.py's
+// apply_rope (rotate_half with its minus sign folded into sin). x: [n, heads, d] (a strided
+// view of the fused qkv output is fine); cos, sin: n * d numbers, one row per token.
+at::Tensor rope(const at::Tensor& x, const at::Tensor& cos_in, const at::Tensor& sin_in) {
+  check_cpu(x, "x");
+  TORCH_CHECK(x.dim() == 3, "servelab rope: x must be [tokens, heads, head_dim]");
+  const int64_t n = x.size(0), heads = x.size(1), d = x.size(2), half = d / 2;
+  at::Tensor c = cos_in.contiguous(), s = sin_in.contiguous();
+  TORCH_CHECK(d % 2 == 0 && c.numel() == n * d && s.numel() == n * d &&
+                  c.scalar_type() == x.scalar_type() && s.scalar_type() == x.scalar_type(),
+              "servelab rope: cos and sin must be [tokens, 1, head_dim] in x's dtype");
+  at::Tensor out = at::empty({n, heads, d}, x.options());
+  const int64_t s0 = x.stride(0), s1 = x.stride(1);
+  DISPATCH_MODEL_DTYPES(x.scalar_type(), "rope", [&] {
+    const scalar_t* xp = x.const_data_ptr<scalar_t>();
+    const scalar_t* cp = c.const_data_ptr<scalar_t>();
+    const scalar_t* sp = s.const_data_ptr<scalar_t>();
+    scalar_t* op = out.mutable_data_ptr<scalar_t>();
+    using Vec = Vectorized<scalar_t>;
+    const bool vectorized = half % Vec::size() == 0;
+    for (int64_t t = 0; t < n; ++t) {
+      const scalar_t* ct = cp + t * d;
+      const scalar_t* st = sp + t * d;
+      for (int64_t h = 0; h < heads; ++h) {
+        const scalar_t* x1 = xp + t * s0 + h * s1;  // first half; x2 = x1 + half
+        scalar_t* o = op + (t * heads + h) * d;
+        if (vectorized) {
+          // every Vec * and + rounds its result to scalar_t, as ATen's mul and add do
+          for (int64_t i = 0; i < half; i += Vec::size()) {
+            const Vec a = Vec::loadu(x1 + i), b = Vec::loadu(x1 + half + i);
+            (a * Vec::loadu(ct + i) + b * Vec::loadu(st + i)).store(o + i);
+            (b * Vec::loadu(ct + half + i) + a * Vec::loadu(st + half + i)).store(o + half + i);
+          }
+          continue;
+        }
+        for (int64_t i = 0; i < d; ++i) {
+          const int64_t j = i < half ? i + half : i - half;
+          const scalar_t a = down<scalar_t>(up(x1[i]) * up(ct[i]));
+          const scalar_t b = down<scalar_t>(up(x1[j]) * up(st[i]));
+          o[i] = down<scalar_t>(up(a) + up(b));
+        }
+      }
+    }
+  });
+  return out;
+}
+
+// One row of silu_mul: o = T(T(silu(g)) * u), vector loop then a scalar tail.
+template <typename T>
+void silu_mul_row(const T* g, const T* u, T* o, int64_t I) {
+  using fVec = Vectorized<float>;
+  const fVec one(1.0f);
+  int64_t i = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    for (; i + fVec::size() <= I; i += fVec::size()) {
+      const fVec x = fVec::loadu(g + i);
+      ((x / (one + x.neg().exp())) * fVec::loadu(u + i)).store(o + i);
+    }
+  } else {
+    // ATen's silu for bf16/fp16: x / (1 + exp(-x)) in float, rounded once; then the mul
+    using bVec = Vectorized<T>;
+    for (; i + bVec::size() <= I; i += bVec::size()) {
+      auto [x0, x1] = at::vec::convert_to_float<T>(bVec::loadu(g + i));
+      const bVec act = at::vec::convert_from_float<T>(x0 / (one + x0.neg().exp()),
+                                                      x1 / (one + x1.neg().exp()));
+      (act * bVec::loadu(u + i)).store(o + i);
+    }
+  }
+  for (; i < I; ++i) {  // the tail, as ATen's scalar path computes it
+    const float x = up(g[i]);
+    const T act = down<T>(x / (1.0f + std::exp(-x)));
+    o[i] = down<T>(up(act) * up(u[i]));
+  }
+}
+
+// [n, 2I] (gate then up, the fused projection) -> T(T(silu(gate)) * up): F.silu(gate) * up.
+at::Tensor silu_mul(const at::Tensor& gu_in) {
+  check_cpu(gu_in, "gate_up");
+  at::Tensor gu = gu_in.contiguous();
+  TORCH_CHECK(gu.dim() == 2 && gu.size(1) % 2 == 0, "servelab silu_mul: gate_up must be [n, 2I]");
+  const int64_t n = gu.size(0), I = gu.size(1) / 2;
+  if (n * I >= 32768) {  // a prefill: ATen's kernels (same arithmetic) use every core
+    const at::Tensor gate = gu.narrow(1, 0, I), up_ = gu.narrow(1, I, I);
+    return at::silu(gate) * up_;
+  }
+  at::Tensor out = at::empty({n, I}, gu.options());
+  DISPATCH_MODEL_DTYPES(gu.scalar_type(), "silu_mul", [&] {
+    const scalar_t* g = gu.const_data_ptr<scalar_t>();
+    scalar_t* o = out.mutable_data_ptr<scalar_t>();
+    for (int64_t r = 0; r < n; ++r) silu_mul_row(g + r * 2 * I, g + r * 2 * I + I, o + r * I, I);
+  });
+  return out;
+}
+
+// Write token t's K and V ([n, kv_heads, head_dim], strided views are fine) into pool slot
+// slot_mapping[t] of k_cache / v_cache ([blocks, block_size, kv_heads, head_dim]); a slot of
+// -1 (an idle static rider) is skipped. TorchAttention.store_kv in one pass.
+void store_kv(at::Tensor k_cache, at::Tensor v_cache, const at::Tensor& k, const at::Tensor& v,
+              const at::Tensor& slot_mapping) {
+  check_cpu(k, "k");
+  check_cpu(v, "v");
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(),
+              "servelab store_kv: the caches must be contiguous");
+  TORCH_CHECK(k.scalar_type() == k_cache.scalar_type() && v.scalar_type() == v_cache.scalar_type(),
+              "servelab store_kv: k and v must have the cache's dtype");
+  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong, "servelab store_kv: slots must be int64");
+  const int64_t n = k.size(0), kvh = k.size(1), d = k.size(2);
+  const int64_t row = kvh * d, num_slots = k_cache.numel() / row;
+  at::Tensor slots = slot_mapping.contiguous();
+  const int64_t* sl = slots.const_data_ptr<int64_t>();
+  const int64_t es = k.element_size();
+  auto* kc = static_cast<char*>(k_cache.data_ptr());
+  auto* vc = static_cast<char*>(v_cache.data_ptr());
+  const auto* kp = static_cast<const char*>(k.const_data_ptr());
+  const auto* vp = static_cast<const char*>(v.const_data_ptr());
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t slot = sl[t];
+    if (slot < 0) continue;
+    TORCH_CHECK(slot < num_slots, "servelab store_kv: slot ", slot, " is outside the pool");
+    for (int64_t h = 0; h < kvh; ++h) {
+      std::memcpy(kc + (slot * row + h * d) * es, kp + (t * k.stride(0) + h * k.stride(1)) * es,
+                  d * es);
+      std::memcpy(vc + (slot * row + h * d) * es, vp + (t * v.stride(0) + h * v.stride(1)) * es,
+                  d * es);
+    }
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY(servelab, m) {
+  m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
+  m.def("rope(Tensor x, Tensor cos, Tensor sin) -> Tensor");
+  m.def("silu_mul(Tensor gate_up) -> Tensor");
+  m.def("store_kv(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, Tensor slot_mapping) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(servelab, CPU, m) {
+  m.impl("rms_norm", rms_norm);
+  m.impl("rope", rope);
+  m.impl("silu_mul", silu_mul);
+  m.impl("store_kv", store_kv);
+}
