@@ -16,7 +16,7 @@ KV_LAYOUTS = ("contiguous", "paged")
 SPEC_METHODS = ("ngram", "draft")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-ATTENTION_BACKENDS = ("auto", "torch", "triton")
+ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
 
 
 def _choice(name: str, value, allowed) -> None:
@@ -68,7 +68,7 @@ class EngineConfig:
     enable_prefix_caching: bool = False  # share full prompt blocks between requests (paged only)
     device: str = "auto"  # "auto", "cpu" or "cuda"
     dtype: str = "auto"  # "auto" picks by measurement: float32 on CPU, bfloat16 on CUDA
-    attention_backend: str = "auto"  # "auto" (triton on CUDA, torch on CPU), "torch", "triton"
+    attention_backend: str = "auto"  # "auto" (triton on CUDA, cpu on CPU), "torch", "cpu", "triton"
     pack_weights: bool = True  # CPU + bf16: reorder linear weights once for oneDNN (README)
     cpu_kernels: bool = True  # CPU: norms, rotary, SwiGLU, KV writes as C++ kernels if they build
     gpu_memory_utilization: float = 0.5  # CUDA: fraction of free memory the KV pool may take

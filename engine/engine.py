@@ -74,9 +74,15 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return getattr(torch, name)
 
 
-def resolve_backend(name: str, device: torch.device) -> str:
+def resolve_backend(name: str, device: torch.device, cpu_kernels: bool) -> str:
+    """'auto': Triton on CUDA; on a CPU the C++ kernels' backend if they loaded, else torch."""
     if name == "auto":
-        return "triton" if device.type == "cuda" else "torch"
+        if device.type == "cuda":
+            return "triton"
+        return "cpu" if cpu_kernels else "torch"
+    if name == "cpu" and not cpu_kernels:
+        raise ValueError("attention_backend='cpu' needs the C++ CPU kernels (cpu_kernels=True "
+                         "on a CPU with g++); use 'torch'")
     return name
 
 
@@ -85,7 +91,6 @@ class LLMEngine:
         self.config = cfg = config or EngineConfig()
         self.device = resolve_device(cfg.device)
         self.dtype = resolve_dtype(cfg.dtype, self.device)
-        self.backend_name = resolve_backend(cfg.attention_backend, self.device)
         loaded = load_model(cfg.model, self.dtype, progress)
         self.tokenizer = loaded.tokenizer
         mcfg = self.model_config = loaded.config
@@ -96,6 +101,7 @@ class LLMEngine:
         # shared by every engine in this process with the same weights, dtype and packing
         # C++ kernels for the small per-layer ops: built on first use, else the PyTorch ops
         self.cpu_ops = cfg.cpu_kernels and cpu_ops.supports(self.device, self.dtype)
+        self.backend_name = resolve_backend(cfg.attention_backend, self.device, self.cpu_ops)
         self.model = shared_model(loaded, self.device, self.dtype, cfg.max_model_len + k + 1,
                                   cfg.pack_weights, self.cpu_ops)
         self.backend = get_backend(self.backend_name,

@@ -12,6 +12,15 @@ import torch
 from engine.config import SamplingParams
 
 
+def argmax(logits: torch.Tensor) -> int:
+    """Index of the largest logit (the first, on a tie). On the CPU, numpy's argmax: torch's
+    takes ~130 us on a 49,152-logit row here, numpy's ~8 us, and a greedy step runs one per
+    request (same first-max rule; tests/test_sampling.py compares them)."""
+    if logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.dim() == 1:
+        return int(logits.numpy().argmax())
+    return int(logits.argmax())
+
+
 def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """[..., vocab] fp32 logits -> the distribution this request samples from.
 
@@ -37,6 +46,6 @@ def sample(logits: torch.Tensor, params: SamplingParams,
            generator: torch.Generator | None) -> int:
     """One token from one row of logits ([vocab], fp32)."""
     if params.greedy:
-        return int(logits.argmax())
+        return argmax(logits)
     probs = probabilities(logits, params)
     return int(torch.multinomial(probs, 1, generator=generator))

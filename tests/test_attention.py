@@ -1,11 +1,16 @@
-"""The torch attention backend against a naive per-token softmax, through shuffled blocks."""
+"""The torch and cpu attention backends against a naive per-token softmax, through shuffled
+blocks. The cpu backend runs segments of up to 8 queries per row in the C++ kernel
+(engine/model/cpu_ops.cpp) and longer ones with SDPA, so these cases cover both paths."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from engine.model.attention import TorchAttention, build_metadata
+from engine.model import cpu_ops
+from engine.model.attention import CpuAttention, TorchAttention, build_metadata
+
+BACKENDS = {"torch": TorchAttention, "cpu": CpuAttention}
 
 
 @pytest.mark.parametrize("query_lens, seq_lens", [
@@ -14,10 +19,15 @@ from engine.model.attention import TorchAttention, build_metadata
     # runs of equal query lengths share one call: two decodes, two verifications, a decode,
     # a whole prompt and a chunk behind cached context, a prompt
     ([1, 1, 3, 3, 1, 20, 20, 5], [5, 12, 9, 17, 1, 20, 30, 5]),
+    ([1, 1, 1, 1], [3, 70, 16, 33]),  # decode only: one kernel call for the whole step
 ])
-def test_matches_naive_attention(query_lens, seq_lens):
+@pytest.mark.parametrize("backend", ["torch", "cpu"])
+@pytest.mark.parametrize("d", [16, 64, 20])  # 20: not a whole vector, the scalar tails
+def test_matches_naive_attention(query_lens, seq_lens, backend, d):
+    if backend == "cpu":
+        assert cpu_ops.load()
     torch.manual_seed(0)
-    nb, bs, kvh, d, heads = 40, 4, 3, 16, 9
+    nb, bs, kvh, heads = 60, 4, 3, 9
     kc, vc = torch.randn(nb, bs, kvh, d), torch.randn(nb, bs, kvh, d)
     perm, tables, o = torch.randperm(nb).tolist(), [], 0
     for n in seq_lens:
@@ -26,7 +36,7 @@ def test_matches_naive_attention(query_lens, seq_lens):
         o += m
     q = torch.randn(sum(query_lens), heads, d)
     meta = build_metadata(query_lens, seq_lens, tables, [-1] * len(q), bs)
-    out = TorchAttention().forward(q, kc, vc, meta, scale=0.25)
+    out = BACKENDS[backend]().forward(q, kc, vc, meta, scale=0.25)
     s = 0
     for ql, n, table in zip(query_lens, seq_lens, tables):
         slots = [table[p // bs] * bs + p % bs for p in range(n)]
@@ -54,3 +64,31 @@ def test_store_skips_minus_one():
     TorchAttention().store_kv(kc, vc, k, 2 * k, torch.tensor([3, -1, 0]))
     assert kc.view(-1, 2)[:, 0].tolist() == [1, 0, 0, 1]
     assert vc.view(-1, 2)[:, 0].tolist() == [2, 0, 0, 2]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cpu_kernel_in_half_precision_matches_fp32_softmax(dtype):
+    """In bf16/fp16 the kernel keeps scores, softmax and the V sum in float and rounds once,
+    so it lands within one rounding of the exact fp32 answer (SDPA, which rounds the
+    probabilities first, is allowed two)."""
+    assert cpu_ops.load()
+    torch.manual_seed(1)
+    nb, bs, kvh, d, heads = 30, 8, 3, 64, 9
+    kc, vc = torch.randn(nb, bs, kvh, d), torch.randn(nb, bs, kvh, d)
+    tables = [list(range(0, 10)), list(range(10, 30))]
+    meta = build_metadata([1, 1], [77, 160], tables, [-1, -1], bs)
+    q = torch.randn(2, heads, d)
+    exact = TorchAttention().forward(q, kc, vc, meta, scale=0.125)
+    meta._cache.clear()
+    half = CpuAttention().forward(q.to(dtype), kc.to(dtype), vc.to(dtype), meta, scale=0.125)
+    eps = torch.finfo(dtype).eps
+    # inputs rounded to the dtype move the exact answer by a few eps; the kernel adds one
+    torch.testing.assert_close(half.float(), exact, atol=8 * eps, rtol=8 * eps)
+
+
+def test_cpu_kernel_rejects_a_table_too_short():
+    assert cpu_ops.load()
+    kc = torch.zeros(4, 4, 1, 8)
+    with pytest.raises(RuntimeError, match="does not fit its block table"):
+        torch.ops.servelab.paged_attention(torch.zeros(1, 1, 8), kc, kc, torch.zeros(1, 1,
+                                           dtype=torch.int32), torch.tensor([5]), 1, 1.0)

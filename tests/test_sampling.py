@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.sampler import probabilities
+from engine.sampler import argmax, probabilities
 
 pytestmark = pytest.mark.slow
 
@@ -32,3 +32,16 @@ def test_top_k_top_p_filter():
     assert probs[0] == 1.0, "the top token alone already holds over half the mass"
     greedy = probabilities(logits, SamplingParams(temperature=0.0))
     assert greedy.tolist() == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_fast_argmax_agrees_with_torch_including_ties():
+    g = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        row = torch.randn(49152, generator=g)
+        if trial % 2:  # several equal maxima: the first one wins in both
+            idx = torch.randint(0, 49152, (3,), generator=g)
+            row[idx] = 50.0
+        assert argmax(row) == int(row.argmax())
+    view = torch.randn(4, 64, generator=g)[2]  # a row of a batch, as the engine passes it
+    assert argmax(view) == int(view.argmax())
+    assert argmax(torch.tensor([1.0, 3.0, 3.0], dtype=torch.bfloat16)) == 1

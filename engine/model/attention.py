@@ -121,7 +121,7 @@ class TorchAttention:
         bs = meta.block_size
         device = meta.block_tables.device
         starts = meta.query_start_loc.tolist()
-        plan = []
+        plan, first_rows = [], []
         i = 0
         while i < meta.num_seqs:
             m = meta.query_lens[i]
@@ -137,27 +137,65 @@ class TorchAttention:
             qpos = lens[:, None] - m + torch.arange(m, device=device)  # [B, m]
             mask = pos[None, None, :] <= qpos[:, :, None]  # [B, m, nb*bs]
             plan.append((starts[i], j - i, m, blocks, additive(mask[:, None], dtype)))
+            first_rows.append(i)
             i = j
         meta._cache["plan"] = plan
+        meta._cache["plan_rows"] = first_rows  # the segment's first sequence
         return plan
 
     def forward(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         # q: [num_tokens, num_heads, head_dim] -> out: same shape
-        kvh, d = k_cache.shape[2], k_cache.shape[3]
         plan = self._plan(meta, q.dtype)
-        out = None if len(plan) == 1 else torch.empty_like(q)
+        if len(plan) == 1:
+            start, B, m, blocks, mask = plan[0]
+            return self._sdpa(q, k_cache, v_cache, B, m, blocks, mask, scale)
+        out = torch.empty_like(q)
         for start, B, m, blocks, mask in plan:
-            qs = q[start:start + B * m].view(B, m, *q.shape[1:]).transpose(1, 2)  # [B, H, m, D]
-            # index_select copies whole blocks with memcpy; k_cache[blocks] (advanced
-            # indexing) copies element by element and took twice as long
-            k = k_cache.index_select(0, blocks).view(B, -1, kvh, d).to(q.dtype).transpose(1, 2)
-            v = v_cache.index_select(0, blocks).view(B, -1, kvh, d).to(q.dtype).transpose(1, 2)
-            o = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask, scale=scale,
-                                               enable_gqa=True)  # [B, H, m, D]
-            o = o.transpose(1, 2).reshape(B * m, *q.shape[1:])
-            if out is None:
-                return o
-            out[start:start + B * m] = o
+            rows = slice(start, start + B * m)
+            out[rows] = self._sdpa(q[rows], k_cache, v_cache, B, m, blocks, mask, scale)
+        return out
+
+    @staticmethod
+    def _sdpa(q, k_cache, v_cache, B, m, blocks, mask, scale) -> torch.Tensor:
+        """One segment: B rows of m queries ([B * m, H, D]) against their gathered blocks."""
+        kvh, d = k_cache.shape[2], k_cache.shape[3]
+        qs = q.view(B, m, *q.shape[1:]).transpose(1, 2)  # [B, H, m, D]
+        # index_select copies whole blocks with memcpy; k_cache[blocks] (advanced
+        # indexing) copies element by element and took twice as long
+        k = k_cache.index_select(0, blocks).view(B, -1, kvh, d).to(q.dtype).transpose(1, 2)
+        v = v_cache.index_select(0, blocks).view(B, -1, kvh, d).to(q.dtype).transpose(1, 2)
+        o = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask, scale=scale,
+                                           enable_gqa=True)  # [B, H, m, D]
+        return o.transpose(1, 2).reshape(B * m, *q.shape[1:])
+
+
+class CpuAttention(TorchAttention):
+    """The torch backend with C++ kernels (engine/model/cpu_ops.cpp): K/V written in one
+    call, and short-query segments (decodes, draft verifications) attended straight from the
+    paged pool, with no gathered copy of the context and no mask. Prefill chunks keep SDPA,
+    whose blocked matmuls suit long queries."""
+
+    name = "cpu"
+    MAX_KERNEL_QUERY = 8  # segments with at most this many queries per row use the kernel
+
+    def __init__(self):
+        super().__init__(cpu_ops=True)
+
+    def forward(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        plan = self._plan(meta, q.dtype)
+        if len(plan) == 1 and plan[0][2] <= self.MAX_KERNEL_QUERY:  # all rows alike: one call
+            return torch.ops.servelab.paged_attention(q, k_cache, v_cache, meta.block_tables,
+                                                      meta.seq_lens, plan[0][2], scale)
+        out = torch.empty_like(q)
+        for seg, (start, B, m, blocks, mask) in enumerate(plan):
+            rows = slice(start, start + B * m)
+            if m <= self.MAX_KERNEL_QUERY:
+                first = meta._cache["plan_rows"][seg]
+                out[rows] = torch.ops.servelab.paged_attention(
+                    q[rows], k_cache, v_cache, meta.block_tables[first:first + B],
+                    meta.seq_lens[first:first + B], m, scale)
+            else:
+                out[rows] = self._sdpa(q[rows], k_cache, v_cache, B, m, blocks, mask, scale)
         return out
 
 
@@ -166,6 +204,8 @@ def get_backend(name: str, cpu_ops: bool = False):
     backend stores K/V with the C++ kernel (loaded by the caller)."""
     if name == "torch":
         return TorchAttention(cpu_ops)
+    if name == "cpu":
+        return CpuAttention()
     if name == "triton":
         from kernels.backend import TritonAttention  # imported lazily: triton is optional
 

@@ -13,6 +13,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
 #include <torch/library.h>
@@ -20,6 +21,8 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <vector>
+#include <algorithm>
 
 // the model dtypes ServeLab runs: float32, bfloat16, float16
 #define DISPATCH_MODEL_DTYPES(TYPE, NAME, ...)                            \
@@ -201,12 +204,142 @@ void store_kv(at::Tensor k_cache, at::Tensor v_cache, const at::Tensor& k, const
   }
 }
 
+
+// --- small float vector helpers for the attention loop (ATen's Vectorized<float>) ---------
+using fVec = Vectorized<float>;
+
+template <typename T>
+void to_float(const T* src, float* dst, int64_t n) {  // dst = float(src)
+  int64_t i = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    std::memcpy(dst, src, n * sizeof(float));
+    return;
+  } else {
+    using bVec = Vectorized<T>;
+    for (; i + bVec::size() <= n; i += bVec::size()) {
+      auto [lo, hi] = at::vec::convert_to_float<T>(bVec::loadu(src + i));
+      lo.store(dst + i);
+      hi.store(dst + i + fVec::size());
+    }
+  }
+  for (; i < n; ++i) dst[i] = up(src[i]);
+}
+
+inline float dot(const float* a, const float* b, int64_t n) {
+  fVec acc(0.0f);
+  int64_t i = 0;
+  for (; i + fVec::size() <= n; i += fVec::size())
+    acc = at::vec::fmadd(fVec::loadu(a + i), fVec::loadu(b + i), acc);
+  float sum = at::vec::vec_reduce_all<float>([](fVec& x, fVec& y) { return x + y; }, acc);
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+inline void axpy(float a, const float* x, float* y, int64_t n) {  // y += a * x
+  const fVec av(a);
+  int64_t i = 0;
+  for (; i + fVec::size() <= n; i += fVec::size())
+    at::vec::fmadd(av, fVec::loadu(x + i), fVec::loadu(y + i)).store(y + i);
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+inline float exp_minus_max(float* x, int64_t n) {  // x = exp(x - max x); returns the sum
+  float mx = x[0];
+  for (int64_t j = 1; j < n; ++j) mx = std::max(mx, x[j]);
+  const fVec mv(mx);
+  int64_t j = 0;
+  for (; j + fVec::size() <= n; j += fVec::size()) (fVec::loadu(x + j) - mv).exp().store(x + j);
+  for (; j < n; ++j) x[j] = std::exp(x[j] - mx);
+  float sum = 0.0f;
+  for (j = 0; j < n; ++j) sum += x[j];
+  return sum;
+}
+
+// Attention for a run of sequences that each bring m query tokens (decodes: m = 1; verifying
+// a draft: m = k + 1), read straight from the paged pool: no gathered copy of the context.
+// q: [B * m, Hq, D] (a strided view is fine); caches: [blocks, block_size, Hkv, D];
+// block_tables: [B, max_blocks] int32; seq_lens: [B] int32, the context after this step.
+// Query i of sequence b sits at position seq_len - m + i and sees positions 0 .. that one.
+// Scores, softmax and the weighted sum of V are all in float, rounded to T once at the end
+// (SDPA rounds the probabilities to T before its second matmul, so the two can differ in
+// the last bit of the output; tests/test_attention.py checks both against exact softmax).
+// One (sequence, KV head) pair per task, split over the cores; its Hq / Hkv query heads
+// share every K and V row they read.
+at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
+                           const at::Tensor& v_cache, const at::Tensor& block_tables_in,
+                           const at::Tensor& seq_lens_in, int64_t m, double scale) {
+  check_cpu(q, "q");
+  TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && k_cache.is_contiguous() &&
+                  v_cache.is_contiguous() && k_cache.sizes() == v_cache.sizes(),
+              "servelab paged_attention: q [tokens, heads, d], caches [blocks, bs, kvh, d]");
+  const at::Tensor tables = block_tables_in.to(at::kInt).contiguous();
+  const at::Tensor lens = seq_lens_in.to(at::kInt).contiguous();
+  const int64_t B = lens.numel(), Hq = q.size(1), D = q.size(2);
+  const int64_t bs = k_cache.size(1), Hkv = k_cache.size(2), max_blocks = tables.size(1);
+  TORCH_CHECK(m >= 1 && q.size(0) == B * m && k_cache.size(3) == D && Hq % Hkv == 0 &&
+                  tables.size(0) == B && q.scalar_type() == k_cache.scalar_type(),
+              "servelab paged_attention: q must be [B * m, Hq, D] in the cache's dtype, "
+              "with B block tables and seq_lens");
+  const int32_t* tp = tables.const_data_ptr<int32_t>();
+  const int32_t* lp = lens.const_data_ptr<int32_t>();
+  for (int64_t b = 0; b < B; ++b)
+    TORCH_CHECK(lp[b] >= m && lp[b] <= max_blocks * bs,
+                "servelab paged_attention: seq_len ", lp[b], " does not fit its block table");
+  const int64_t group = Hq / Hkv;
+  const int64_t qs0 = q.stride(0), qs1 = q.stride(1);
+  at::Tensor out = at::empty({B * m, Hq, D}, q.options());
+  DISPATCH_MODEL_DTYPES(q.scalar_type(), "paged_attention", [&] {
+    const scalar_t* qp = q.const_data_ptr<scalar_t>();
+    const scalar_t* kp = k_cache.const_data_ptr<scalar_t>();
+    const scalar_t* vp = v_cache.const_data_ptr<scalar_t>();
+    scalar_t* op = out.mutable_data_ptr<scalar_t>();
+    at::parallel_for(0, B * Hkv, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> qf(group * D), acc(group * D), row(D), scores, denom(group);
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t b = task / Hkv, g = task % Hkv, len = lp[b];
+        const int32_t* table = tp + b * max_blocks;
+        auto kv_row = [&](const scalar_t* cache, int64_t j) {  // position j's row, head g
+          return cache + ((int64_t(table[j / bs]) * bs + j % bs) * Hkv + g) * D;
+        };
+        scores.resize(group * len);
+        for (int64_t i = 0; i < m; ++i) {
+          const int64_t t = b * m + i, ctx = len - m + i + 1;  // this query sees ctx positions
+          for (int64_t h = 0; h < group; ++h)
+            to_float(qp + t * qs0 + (g * group + h) * qs1, qf.data() + h * D, D);
+          // scores[h][j] = q_h . k_j * scale
+          for (int64_t j = 0; j < ctx; ++j) {
+            to_float(kv_row(kp, j), row.data(), D);
+            for (int64_t h = 0; h < group; ++h)
+              scores[h * len + j] = dot(qf.data() + h * D, row.data(), D) * float(scale);
+          }
+          // softmax over j (kept unnormalized; the sum divides at the end)
+          for (int64_t h = 0; h < group; ++h) denom[h] = exp_minus_max(scores.data() + h * len, ctx);
+          // the probability-weighted sum of V rows
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          for (int64_t j = 0; j < ctx; ++j) {
+            to_float(kv_row(vp, j), row.data(), D);
+            for (int64_t h = 0; h < group; ++h)
+              axpy(scores[h * len + j], row.data(), acc.data() + h * D, D);
+          }
+          for (int64_t h = 0; h < group; ++h) {
+            scalar_t* o = op + (t * Hq + g * group + h) * D;
+            for (int64_t c = 0; c < D; ++c) o[c] = down<scalar_t>(acc[h * D + c] / denom[h]);
+          }
+        }
+      }
+    });
+  });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(servelab, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.def("rope(Tensor x, Tensor cos, Tensor sin) -> Tensor");
   m.def("silu_mul(Tensor gate_up) -> Tensor");
+  m.def("paged_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
+        "Tensor seq_lens, int m, float scale) -> Tensor");
   m.def("store_kv(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, Tensor slot_mapping) -> ()");
 }
 
@@ -215,4 +348,5 @@ TORCH_LIBRARY_IMPL(servelab, CPU, m) {
   m.impl("rope", rope);
   m.impl("silu_mul", silu_mul);
   m.impl("store_kv", store_kv);
+  m.impl("paged_attention", paged_attention);
 }

@@ -68,14 +68,20 @@ def build(out: Path) -> None:
     cmd += [f"-I{p}" for p in cpp_extension.include_paths()]
     for lib in cpp_extension.library_paths():
         cmd += [f"-L{lib}", f"-Wl,-rpath,{lib}"]
+    # at::parallel_for is OpenMP in torch's CPU build; -lgomp finds the libgomp torch ships
+    # (torch/lib), so the process keeps one OpenMP runtime and one thread pool
+    cmd += ["-fopenmp"]
     with tempfile.NamedTemporaryFile(dir=out.parent, suffix=".so", delete=False) as tmp:
         tmp_path = Path(tmp.name)
     try:
-        res = subprocess.run(cmd + ["-lc10", "-ltorch_cpu", "-o", str(tmp_path)],
+        res = subprocess.run(cmd + ["-lc10", "-ltorch_cpu", "-lgomp", "-o", str(tmp_path)],
                              capture_output=True, text=True)
         if res.returncode != 0:
             raise RuntimeError(f"g++ failed building {SOURCE.name}:\n{res.stderr[-2000:]}")
         tmp_path.replace(out)
+        for stale in out.parent.glob("servelab_cpu_ops-*.so"):  # builds of older sources
+            if stale != out:
+                stale.unlink(missing_ok=True)
     finally:
         tmp_path.unlink(missing_ok=True)
 
