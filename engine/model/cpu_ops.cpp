@@ -56,10 +56,11 @@ at::Tensor rms_norm(const at::Tensor& x_in, const at::Tensor& weight, double eps
   TORCH_CHECK(w.numel() == H && w.scalar_type() == x.scalar_type(),
               "servelab rms_norm: weight must have x's last size and dtype");
   const int64_t rows = H ? x.numel() / H : 0;
-  // mean(x^2) by ATen's own reduction, so every sum adds in the same order as torch's
-  // rms_norm does (a different order can move the last bit, and then a rounding)
-  const at::Tensor var = at::pow(x.to(at::kFloat), 2).mean(-1).contiguous();
-  const float* vp = var.const_data_ptr<float>();
+  // sum(x^2) by ATen's own reduction, so every sum adds in the same order as torch's
+  // rms_norm does (a different order can move the last bit, and then a rounding); its mean
+  // is that sum divided by H in float, as ATen's mean does
+  const at::Tensor sumsq = at::pow(x.to(at::kFloat), 2).sum(-1).contiguous();
+  const float* sp = sumsq.const_data_ptr<float>();
   at::Tensor y = at::empty_like(x);
   DISPATCH_MODEL_DTYPES(x.scalar_type(), "rms_norm", [&] {
     const scalar_t* xp = x.const_data_ptr<scalar_t>();
@@ -68,7 +69,8 @@ at::Tensor rms_norm(const at::Tensor& x_in, const at::Tensor& weight, double eps
     for (int64_t r = 0; r < rows; ++r) {
       const scalar_t* xr = xp + r * H;
       scalar_t* yr = yp + r * H;
-      const float inv = 1.0f / std::sqrt(vp[r] + static_cast<float>(eps));
+      const float var = sp[r] / static_cast<float>(H);
+      const float inv = 1.0f / std::sqrt(var + static_cast<float>(eps));
       for (int64_t k = 0; k < H; ++k)
         yr[k] = down<scalar_t>(up(wp[k]) * up(down<scalar_t>(up(xr[k]) * inv)));
     }
@@ -298,8 +300,12 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
       for (int64_t task = begin; task < end; ++task) {
         const int64_t b = task / Hkv, g = task % Hkv, len = lp[b];
         const int32_t* table = tp + b * max_blocks;
-        auto kv_row = [&](const scalar_t* cache, int64_t j) {  // position j's row, head g
-          return cache + ((int64_t(table[j / bs]) * bs + j % bs) * Hkv + g) * D;
+        // call fn(j, row) for positions j < ctx, walking the block table block by block
+        auto for_each_row = [&](const scalar_t* cache, int64_t ctx, auto&& fn) {
+          for (int64_t blk = 0, j = 0; j < ctx; ++blk) {
+            const scalar_t* row = cache + (int64_t(table[blk]) * bs * Hkv + g) * D;
+            for (int64_t o = 0; o < bs && j < ctx; ++o, ++j, row += Hkv * D) fn(j, row);
+          }
         };
         scores.resize(group * len);
         for (int64_t i = 0; i < m; ++i) {
@@ -307,20 +313,20 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
           for (int64_t h = 0; h < group; ++h)
             to_float(qp + t * qs0 + (g * group + h) * qs1, qf.data() + h * D, D);
           // scores[h][j] = q_h . k_j * scale
-          for (int64_t j = 0; j < ctx; ++j) {
-            to_float(kv_row(kp, j), row.data(), D);
+          for_each_row(kp, ctx, [&](int64_t j, const scalar_t* k) {
+            to_float(k, row.data(), D);
             for (int64_t h = 0; h < group; ++h)
               scores[h * len + j] = dot(qf.data() + h * D, row.data(), D) * float(scale);
-          }
+          });
           // softmax over j (kept unnormalized; the sum divides at the end)
           for (int64_t h = 0; h < group; ++h) denom[h] = exp_minus_max(scores.data() + h * len, ctx);
           // the probability-weighted sum of V rows
           std::fill(acc.begin(), acc.end(), 0.0f);
-          for (int64_t j = 0; j < ctx; ++j) {
-            to_float(kv_row(vp, j), row.data(), D);
+          for_each_row(vp, ctx, [&](int64_t j, const scalar_t* v) {
+            to_float(v, row.data(), D);
             for (int64_t h = 0; h < group; ++h)
               axpy(scores[h * len + j], row.data(), acc.data() + h * D, D);
-          }
+          });
           for (int64_t h = 0; h < group; ++h) {
             scalar_t* o = op + (t * Hq + g * group + h) * D;
             for (int64_t c = 0; c < D; ++c) o[c] = down<scalar_t>(acc[h * D + c] / denom[h]);
