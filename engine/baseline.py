@@ -176,6 +176,7 @@ class BaselineResult:
     workload: str
     wall_s: float  # from the first arrival (t = 0) to the last batch's return
     row_steps: int  # rows x decoding steps actually computed, summed over batches
+    steps: int  # decoding steps (one forward of the whole batch each), summed over batches
     prompt_slots: int  # rows x padded prompt length, summed over batches
     prompt_pad_slots: int  # of which left padding
     max_concurrency: int  # the most requests that sat in one batch
@@ -217,6 +218,7 @@ class BaselineResult:
             "idle_seat_frac": self.idle_seat_frac,
             "prompt_pad_frac": self.prompt_pad_frac,
             "max_concurrency": self.max_concurrency,
+            "steps": self.steps,
         }
 
     def to_dict(self) -> dict:
@@ -247,7 +249,7 @@ class NaiveServer:
         order = sorted(range(len(items)), key=lambda i: (items[i].arrival_s, i))
         done: dict[int, BaselineRequest] = {}
         now = 0.0  # the run's clock: measured compute plus skipped idle gaps
-        row_steps = prompt_slots = pad_slots = max_conc = 0
+        row_steps = prompt_slots = pad_slots = max_conc = total_steps = 0
         pos = batch_index = 0
         while pos < len(order):
             now = max(now, items[order[pos]].arrival_s)  # idle until someone is at the door
@@ -277,6 +279,7 @@ class NaiveServer:
             steps = len(new[0])
             assert len(clock.times) == steps, (len(clock.times), steps)
             row_steps += len(reqs) * steps
+            total_steps += steps
             prompt_slots += len(reqs) * width
             pad_slots += sum(width - n for n in real)
             stamps = [now + (t - t0) for t in clock.times]
@@ -305,7 +308,8 @@ class NaiveServer:
         return BaselineResult(
             model=self.model_name, device=self.device, dtype=str(self.dtype).removeprefix(
                 "torch."), batch_size=self.batch_size, workload=name, wall_s=now,
-            row_steps=row_steps, prompt_slots=prompt_slots, prompt_pad_slots=pad_slots,
+            row_steps=row_steps, steps=total_steps, prompt_slots=prompt_slots,
+            prompt_pad_slots=pad_slots,
             max_concurrency=max_conc, requests=[done[i] for i in range(len(items))],
         )
 

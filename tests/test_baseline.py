@@ -53,6 +53,7 @@ def test_token_counts_and_idle_seats(tiny):
     # batch 1 = [hi, sum]: 8 steps x 2 rows, 5 of hi's row-steps wasted; batch 2 = [sum-stop]
     # alone, and generate stops when its only row writes EOS: 7 steps
     assert tiny.row_steps == 2 * 8 + 7
+    assert tiny.steps == 8 + 7
     assert tiny.idle_seat_frac == pytest.approx(5 / 23)
     assert [r.batch_index for r in tiny.requests] == [0, 0, 1]
     s = tiny.summary()
