@@ -22,7 +22,7 @@ BACKENDS = {"torch": TorchAttention, "cpu": CpuAttention}
     ([1, 1, 1, 1], [3, 70, 16, 33]),  # decode only: one kernel call for the whole step
 ])
 @pytest.mark.parametrize("backend", ["torch", "cpu"])
-@pytest.mark.parametrize("d", [16, 64, 20])  # 20: not a whole vector, the scalar tails
+@pytest.mark.parametrize("d", [16, 64, 128, 20])  # 64, 128: the register path; 20: scalar tails
 def test_matches_naive_attention(query_lens, seq_lens, backend, d):
     if backend == "cpu":
         assert cpu_ops.load()

@@ -257,6 +257,62 @@ inline float exp_minus_max(float* x, int64_t n) {  // x = exp(x - max x); return
   return sum;
 }
 
+// One query's attention for head dims of DV * 16 (64, 128), the common case: K and V rows
+// are converted straight into registers and the group's V sums stay in registers, instead
+// of going through float buffers. Same operations in the same order as the loop in
+// paged_attention, so the same result. rows(ctx, fn) calls fn(j, k_row, v_row) in order.
+constexpr int kMaxGroup = 8;
+
+template <typename T, int DV, typename Rows>
+void attend_fixed(const float* qf, int64_t group, int64_t ctx, float scale, float* scores,
+                  int64_t len, T* out, int64_t out_head_stride, Rows&& rows) {
+  auto load = [](const T* src, fVec* dst) {
+    if constexpr (std::is_same_v<T, float>) {
+      for (int c = 0; c < DV; ++c) dst[c] = fVec::loadu(src + c * fVec::size());
+    } else {
+      using bVec = Vectorized<T>;
+      for (int c = 0; c < DV; c += 2) {
+        auto [lo, hi] = at::vec::convert_to_float<T>(bVec::loadu(src + c * fVec::size()));
+        dst[c] = lo;
+        dst[c + 1] = hi;
+      }
+    }
+  };
+  auto sum = [](const fVec& v) {
+    return at::vec::vec_reduce_all<float>([](fVec& x, fVec& y) { return x + y; }, v);
+  };
+  fVec qv[kMaxGroup][DV];
+  for (int64_t h = 0; h < group; ++h)
+    for (int c = 0; c < DV; ++c) qv[h][c] = fVec::loadu(qf + h * DV * fVec::size() + c * fVec::size());
+  rows(ctx, [&](int64_t j, const T* k, const T*) {  // scores[h][j] = q_h . k_j * scale
+    fVec kv[DV];
+    load(k, kv);
+    for (int64_t h = 0; h < group; ++h) {
+      fVec acc(0.0f);
+      for (int c = 0; c < DV; ++c) acc = at::vec::fmadd(qv[h][c], kv[c], acc);
+      scores[h * len + j] = sum(acc) * scale;
+    }
+  });
+  float denom[kMaxGroup];
+  for (int64_t h = 0; h < group; ++h) denom[h] = exp_minus_max(scores + h * len, ctx);
+  fVec acc[kMaxGroup][DV];
+  for (int64_t h = 0; h < group; ++h)
+    for (int c = 0; c < DV; ++c) acc[h][c] = fVec(0.0f);
+  rows(ctx, [&](int64_t j, const T*, const T* v) {  // acc_h += p_hj * v_j
+    fVec vv[DV];
+    load(v, vv);
+    for (int64_t h = 0; h < group; ++h) {
+      const fVec p(scores[h * len + j]);
+      for (int c = 0; c < DV; ++c) acc[h][c] = at::vec::fmadd(p, vv[c], acc[h][c]);
+    }
+  });
+  for (int64_t h = 0; h < group; ++h) {
+    float o[DV * fVec::size()];
+    for (int c = 0; c < DV; ++c) (acc[h][c] / fVec(denom[h])).store(o + c * fVec::size());
+    for (int c = 0; c < DV * fVec::size(); ++c) out[h * out_head_stride + c] = down<T>(o[c]);
+  }
+}
+
 // Attention for a run of sequences that each bring m query tokens (decodes: m = 1; verifying
 // a draft: m = k + 1), read straight from the paged pool: no gathered copy of the context.
 // q: [B * m, Hq, D] (a strided view is fine); caches: [blocks, block_size, Hkv, D];
@@ -300,11 +356,13 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
       for (int64_t task = begin; task < end; ++task) {
         const int64_t b = task / Hkv, g = task % Hkv, len = lp[b];
         const int32_t* table = tp + b * max_blocks;
-        // call fn(j, row) for positions j < ctx, walking the block table block by block
-        auto for_each_row = [&](const scalar_t* cache, int64_t ctx, auto&& fn) {
+        // call fn(j, k_row, v_row) for positions j < ctx, walking the block table block by
+        // block (head g's rows of one block are Hkv * D apart)
+        auto kv_rows = [&](int64_t ctx, auto&& fn) {
           for (int64_t blk = 0, j = 0; j < ctx; ++blk) {
-            const scalar_t* row = cache + (int64_t(table[blk]) * bs * Hkv + g) * D;
-            for (int64_t o = 0; o < bs && j < ctx; ++o, ++j, row += Hkv * D) fn(j, row);
+            int64_t off = (int64_t(table[blk]) * bs * Hkv + g) * D;
+            for (int64_t o = 0; o < bs && j < ctx; ++o, ++j, off += Hkv * D)
+              fn(j, kp + off, vp + off);
           }
         };
         scores.resize(group * len);
@@ -312,8 +370,16 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
           const int64_t t = b * m + i, ctx = len - m + i + 1;  // this query sees ctx positions
           for (int64_t h = 0; h < group; ++h)
             to_float(qp + t * qs0 + (g * group + h) * qs1, qf.data() + h * D, D);
+          scalar_t* o = op + (t * Hq + g * group) * D;
+          if (group <= kMaxGroup && (D == 64 || D == 128)) {
+            if (D == 64)
+              attend_fixed<scalar_t, 4>(qf.data(), group, ctx, scale, scores.data(), len, o, D, kv_rows);
+            else
+              attend_fixed<scalar_t, 8>(qf.data(), group, ctx, scale, scores.data(), len, o, D, kv_rows);
+            continue;
+          }
           // scores[h][j] = q_h . k_j * scale
-          for_each_row(kp, ctx, [&](int64_t j, const scalar_t* k) {
+          kv_rows(ctx, [&](int64_t j, const scalar_t* k, const scalar_t*) {
             to_float(k, row.data(), D);
             for (int64_t h = 0; h < group; ++h)
               scores[h * len + j] = dot(qf.data() + h * D, row.data(), D) * float(scale);
@@ -322,7 +388,7 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
           for (int64_t h = 0; h < group; ++h) denom[h] = exp_minus_max(scores.data() + h * len, ctx);
           // the probability-weighted sum of V rows
           std::fill(acc.begin(), acc.end(), 0.0f);
-          for_each_row(vp, ctx, [&](int64_t j, const scalar_t* v) {
+          kv_rows(ctx, [&](int64_t j, const scalar_t*, const scalar_t* v) {
             to_float(v, row.data(), D);
             for (int64_t h = 0; h < group; ++h)
               axpy(scores[h * len + j], row.data(), acc.data() + h * D, D);
