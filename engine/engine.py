@@ -98,10 +98,10 @@ class LLMEngine:
         if getattr(self.tokenizer, "eos_token_id", None) is not None:
             self.eos_ids.add(self.tokenizer.eos_token_id)
         k = cfg.spec.num_speculative_tokens if cfg.spec else 0
-        # shared by every engine in this process with the same weights, dtype and packing
         # C++ kernels for the small per-layer ops: built on first use, else the PyTorch ops
         self.cpu_ops = cfg.cpu_kernels and cpu_ops.supports(self.device, self.dtype)
         self.backend_name = resolve_backend(cfg.attention_backend, self.device, self.cpu_ops)
+        # shared by every engine in this process with the same weights, dtype, packing, kernels
         self.model = shared_model(loaded, self.device, self.dtype, cfg.max_model_len + k + 1,
                                   cfg.pack_weights, self.cpu_ops)
         self.backend = get_backend(self.backend_name,

@@ -200,8 +200,8 @@ class CpuAttention(TorchAttention):
 
 
 def get_backend(name: str, cpu_ops: bool = False):
-    """'torch' or 'triton' (already resolved from 'auto' by the engine); cpu_ops: the torch
-    backend stores K/V with the C++ kernel (loaded by the caller)."""
+    """'torch', 'cpu' or 'triton' (already resolved from 'auto' by the engine); cpu_ops: the
+    torch backend stores K/V with the C++ kernel (the caller has loaded the kernels)."""
     if name == "torch":
         return TorchAttention(cpu_ops)
     if name == "cpu":

@@ -7,7 +7,8 @@
 // result is rounded: see the comment on each kernel. tests/test_cpu_ops.py compares the two.
 //
 // Built on first use by engine/model/cpu_ops.py (g++, torch's headers) and registered as
-// torch.ops.servelab.*; single-threaded (the tensors are tiny). The vector loops use ATen's
+// torch.ops.servelab.*; single-threaded (the tensors are tiny) except paged_attention,
+// which splits its (request, KV head) tasks over the cores. The vector loops use ATen's
 // own `Vectorized` types, built for the instruction set torch itself dispatches to
 // (CPU_CAPABILITY), so a vector product or exp rounds exactly as ATen's kernels do.
 

@@ -2,7 +2,7 @@
 
 `load()` compiles cpu_ops.cpp with g++ against the installed torch's headers (about 20 s,
 once per machine and source version), caches the library under the ServeLab cache folder,
-and registers `torch.ops.servelab.{rms_norm, rope, silu_mul, store_kv}`. Without a compiler
+and registers `torch.ops.servelab.{rms_norm, rope, silu_mul, store_kv, paged_attention}`. Without a compiler
 it returns False, says why once, and the engine keeps to its PyTorch code (same numbers,
 more operator calls). `SERVELAB_CPU_OPS=0` turns the kernels off.
 """
