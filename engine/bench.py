@@ -35,7 +35,7 @@ def spin_openmp_threads(module: str) -> None:
     """Run this command again with OMP_WAIT_POLICY=ACTIVE, unless the environment sets a policy.
 
     Between two ops, OpenMP's worker threads either spin (ACTIVE) or go to sleep (PASSIVE), and
-    a decode step is over a thousand small ops. A benchmark owns the machine, as a server does,
+    a decode step is hundreds of small ops. A benchmark owns the machine, as a server does,
     so its threads spin; the app shares two cores with its web server and keeps PASSIVE
     (app/main.py). The policy is read once, when torch loads OpenMP, hence the re-exec.
     README's performance section gives `python -m engine.bench` under both policies."""

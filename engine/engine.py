@@ -104,8 +104,7 @@ class LLMEngine:
         # shared by every engine in this process with the same weights, dtype, packing, kernels
         self.model = shared_model(loaded, self.device, self.dtype, cfg.max_model_len + k + 1,
                                   cfg.pack_weights, self.cpu_ops)
-        self.backend = get_backend(self.backend_name,
-                                   cpu_ops=self.cpu_ops and self.backend_name == "torch")
+        self.backend = get_backend(self.backend_name)
 
         num_blocks = self._num_blocks(cfg)
         if num_blocks < cfg.blocks_per_seq:

@@ -1,6 +1,7 @@
 """The torch and cpu attention backends against a naive per-token softmax, through shuffled
 blocks. The cpu backend runs segments of up to 8 queries per row in the C++ kernel
-(engine/model/cpu_ops.cpp) and longer ones with SDPA, so these cases cover both paths."""
+(engine/model/cpu_ops.cpp) when the head dim is 64 or 128, and the rest with SDPA, so these
+cases cover both paths."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ BACKENDS = {"torch": TorchAttention, "cpu": CpuAttention}
     ([1, 1, 1, 1], [3, 70, 16, 33]),  # decode only: one kernel call for the whole step
 ])
 @pytest.mark.parametrize("backend", ["torch", "cpu"])
-@pytest.mark.parametrize("d", [16, 64, 128, 20])  # 64, 128: the register path; 20: scalar tails
+@pytest.mark.parametrize("d", [16, 64, 128, 20])  # cpu: 64, 128 in the kernel; 16, 20 via SDPA
 def test_matches_naive_attention(query_lens, seq_lens, backend, d):
     if backend == "cpu":
         assert cpu_ops.load()
@@ -88,7 +89,12 @@ def test_cpu_kernel_in_half_precision_matches_fp32_softmax(dtype):
 
 def test_cpu_kernel_rejects_a_table_too_short():
     assert cpu_ops.load()
-    kc = torch.zeros(4, 4, 1, 8)
+    kc = torch.zeros(4, 4, 1, 64)
     with pytest.raises(RuntimeError, match="does not fit its block table"):
-        torch.ops.servelab.paged_attention(torch.zeros(1, 1, 8), kc, kc, torch.zeros(1, 1,
+        torch.ops.servelab.paged_attention(torch.zeros(1, 1, 64), kc, kc, torch.zeros(1, 1,
                                            dtype=torch.int32), torch.tensor([5]), 1, 1.0)
+    with pytest.raises(RuntimeError, match="head dim must be 64 or 128"):
+        torch.ops.servelab.paged_attention(torch.zeros(1, 1, 8), kc[..., :8].contiguous(),
+                                           kc[..., :8].contiguous(),
+                                           torch.zeros(1, 1, dtype=torch.int32),
+                                           torch.tensor([1]), 1, 1.0)

@@ -17,7 +17,7 @@ import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.model import cpu_ops
-from engine.model.attention import TorchAttention
+from engine.model.attention import CpuAttention, TorchAttention
 from engine.model.llama import apply_rope, rms_norm, silu_mul
 from tests.conftest import PROMPTS
 
@@ -80,8 +80,8 @@ def test_store_kv_writes_the_same_slots_and_skips_idle_rows(ops, dtype):
     v = qkv[:, (9 + kvh) * d:].view(n, kvh, d)
     slots = torch.tensor([5, -1, 17, 0, -1, 63])  # -1: an idle static rider, not stored
     caches = [torch.full((8, 8, kvh, d), 7.0, dtype=dtype) for _ in range(4)]
-    TorchAttention(cpu_ops=False).store_kv(caches[0], caches[1], k, v, slots)
-    TorchAttention(cpu_ops=True).store_kv(caches[2], caches[3], k, v, slots)
+    TorchAttention().store_kv(caches[0], caches[1], k, v, slots)
+    CpuAttention().store_kv(caches[2], caches[3], k, v, slots)
     assert torch.equal(caches[0], caches[2]) and torch.equal(caches[1], caches[3])
     assert (caches[2].view(-1, kvh, d)[1] == 7).all(), "an unlisted slot was written"
 

@@ -97,15 +97,8 @@ class TorchAttention:
 
     name = "torch"
 
-    def __init__(self, cpu_ops: bool = False):
-        # cpu_ops: write K/V with the C++ kernel (engine/model/cpu_ops.cpp), one call per layer
-        self.cpu_ops = cpu_ops
-
     def store_kv(self, k_cache, v_cache, k, v, slot_mapping) -> None:
         # k, v: [num_tokens, num_kv_heads, head_dim]; caches: [num_blocks, block_size, kvh, d]
-        if self.cpu_ops:
-            torch.ops.servelab.store_kv(k_cache, v_cache, k, v, slot_mapping)  # skips -1 slots
-            return
         kvh, d = k_cache.shape[2], k_cache.shape[3]
         if slot_mapping.numel() and int(slot_mapping.min()) < 0:  # idle static rows: skip -1s
             keep = slot_mapping >= 0
@@ -146,14 +139,19 @@ class TorchAttention:
     def forward(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         # q: [num_tokens, num_heads, head_dim] -> out: same shape
         plan = self._plan(meta, q.dtype)
-        if len(plan) == 1:
-            start, B, m, blocks, mask = plan[0]
-            return self._sdpa(q, k_cache, v_cache, B, m, blocks, mask, scale)
+        if len(plan) == 1:  # one segment (e.g. all decodes): its output is the output
+            return self._segment(q, k_cache, v_cache, meta, 0, scale)
         out = torch.empty_like(q)
-        for start, B, m, blocks, mask in plan:
+        for seg, (start, B, m, _, _) in enumerate(plan):
             rows = slice(start, start + B * m)
-            out[rows] = self._sdpa(q[rows], k_cache, v_cache, B, m, blocks, mask, scale)
+            out[rows] = self._segment(q[rows], k_cache, v_cache, meta, seg, scale)
         return out
+
+    def _segment(self, q, k_cache, v_cache, meta: AttentionMetadata, seg: int,
+                 scale: float) -> torch.Tensor:
+        """Segment `seg` of the step's plan; q holds its rows only."""
+        _, B, m, blocks, mask = meta._cache["plan"][seg]
+        return self._sdpa(q, k_cache, v_cache, B, m, blocks, mask, scale)
 
     @staticmethod
     def _sdpa(q, k_cache, v_cache, B, m, blocks, mask, scale) -> torch.Tensor:
@@ -173,37 +171,35 @@ class CpuAttention(TorchAttention):
     """The torch backend with C++ kernels (engine/model/cpu_ops.cpp): K/V written in one
     call, and short-query segments (decodes, draft verifications) attended straight from the
     paged pool, with no gathered copy of the context and no mask. Prefill chunks keep SDPA,
-    whose blocked matmuls suit long queries."""
+    whose blocked matmuls suit long queries, and so do head shapes the kernel does not take."""
 
     name = "cpu"
     MAX_KERNEL_QUERY = 8  # segments with at most this many queries per row use the kernel
 
-    def __init__(self):
-        super().__init__(cpu_ops=True)
+    def store_kv(self, k_cache, v_cache, k, v, slot_mapping) -> None:
+        torch.ops.servelab.store_kv(k_cache, v_cache, k, v, slot_mapping)  # skips -1 slots
 
-    def forward(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        plan = self._plan(meta, q.dtype)
-        if len(plan) == 1 and plan[0][2] <= self.MAX_KERNEL_QUERY:  # all rows alike: one call
-            return torch.ops.servelab.paged_attention(q, k_cache, v_cache, meta.block_tables,
-                                                      meta.seq_lens, plan[0][2], scale)
-        out = torch.empty_like(q)
-        for seg, (start, B, m, blocks, mask) in enumerate(plan):
-            rows = slice(start, start + B * m)
-            if m <= self.MAX_KERNEL_QUERY:
-                first = meta._cache["plan_rows"][seg]
-                out[rows] = torch.ops.servelab.paged_attention(
-                    q[rows], k_cache, v_cache, meta.block_tables[first:first + B],
-                    meta.seq_lens[first:first + B], m, scale)
-            else:
-                out[rows] = self._sdpa(q[rows], k_cache, v_cache, B, m, blocks, mask, scale)
-        return out
+    def _segment(self, q, k_cache, v_cache, meta: AttentionMetadata, seg: int,
+                 scale: float) -> torch.Tensor:
+        _, B, m, _, _ = meta._cache["plan"][seg]
+        if m > self.MAX_KERNEL_QUERY or not self.kernel_fits(q, k_cache):
+            return super()._segment(q, k_cache, v_cache, meta, seg, scale)
+        first = meta._cache["plan_rows"][seg]
+        return torch.ops.servelab.paged_attention(q, k_cache, v_cache,
+                                                  meta.block_tables[first:first + B],
+                                                  meta.seq_lens[first:first + B], m, scale)
+
+    @staticmethod
+    def kernel_fits(q, k_cache) -> bool:
+        """The kernel's shapes: head dim 64 or 128, at most 8 query heads per KV head."""
+        return q.shape[-1] in (64, 128) and q.shape[1] // k_cache.shape[2] <= 8
 
 
-def get_backend(name: str, cpu_ops: bool = False):
-    """'torch', 'cpu' or 'triton' (already resolved from 'auto' by the engine); cpu_ops: the
-    torch backend stores K/V with the C++ kernel (the caller has loaded the kernels)."""
+def get_backend(name: str):
+    """'torch', 'cpu' or 'triton' (already resolved from 'auto' by the engine, which has
+    loaded the C++ kernels for 'cpu')."""
     if name == "torch":
-        return TorchAttention(cpu_ops)
+        return TorchAttention()
     if name == "cpu":
         return CpuAttention()
     if name == "triton":

@@ -208,43 +208,9 @@ void store_kv(at::Tensor k_cache, at::Tensor v_cache, const at::Tensor& k, const
 }
 
 
-// --- small float vector helpers for the attention loop (ATen's Vectorized<float>) ---------
+// --- paged decode attention ---------------------------------------------------------------
 using fVec = Vectorized<float>;
-
-template <typename T>
-void to_float(const T* src, float* dst, int64_t n) {  // dst = float(src)
-  int64_t i = 0;
-  if constexpr (std::is_same_v<T, float>) {
-    std::memcpy(dst, src, n * sizeof(float));
-    return;
-  } else {
-    using bVec = Vectorized<T>;
-    for (; i + bVec::size() <= n; i += bVec::size()) {
-      auto [lo, hi] = at::vec::convert_to_float<T>(bVec::loadu(src + i));
-      lo.store(dst + i);
-      hi.store(dst + i + fVec::size());
-    }
-  }
-  for (; i < n; ++i) dst[i] = up(src[i]);
-}
-
-inline float dot(const float* a, const float* b, int64_t n) {
-  fVec acc(0.0f);
-  int64_t i = 0;
-  for (; i + fVec::size() <= n; i += fVec::size())
-    acc = at::vec::fmadd(fVec::loadu(a + i), fVec::loadu(b + i), acc);
-  float sum = at::vec::vec_reduce_all<float>([](fVec& x, fVec& y) { return x + y; }, acc);
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-inline void axpy(float a, const float* x, float* y, int64_t n) {  // y += a * x
-  const fVec av(a);
-  int64_t i = 0;
-  for (; i + fVec::size() <= n; i += fVec::size())
-    at::vec::fmadd(av, fVec::loadu(x + i), fVec::loadu(y + i)).store(y + i);
-  for (; i < n; ++i) y[i] += a * x[i];
-}
+constexpr int kMaxGroup = 8;  // query heads per KV head the kernel takes
 
 inline float exp_minus_max(float* x, int64_t n) {  // x = exp(x - max x); returns the sum
   float mx = x[0];
@@ -258,16 +224,15 @@ inline float exp_minus_max(float* x, int64_t n) {  // x = exp(x - max x); return
   return sum;
 }
 
-// One query's attention for head dims of DV * 16 (64, 128), the common case: K and V rows
-// are converted straight into registers and the group's V sums stay in registers, instead
-// of going through float buffers. Same operations in the same order as the loop in
-// paged_attention, so the same result. rows(ctx, fn) calls fn(j, k_row, v_row) in order.
-constexpr int kMaxGroup = 8;
-
+// One query row of `group` heads (q, heads q_head_stride apart) against ctx positions, for
+// head dim D = DV * 16: each K and V row is converted into registers once and used by every
+// head of the group; the group's V sums stay in registers. rows(ctx, fn) calls
+// fn(j, k_row, v_row) for j = 0 .. ctx - 1. scores: group * len floats of scratch.
 template <typename T, int DV, typename Rows>
-void attend_fixed(const float* qf, int64_t group, int64_t ctx, float scale, float* scores,
-                  int64_t len, T* out, int64_t out_head_stride, Rows&& rows) {
-  auto load = [](const T* src, fVec* dst) {
+void attend(const T* q, int64_t q_head_stride, int64_t group, int64_t ctx, float scale,
+            float* scores, int64_t len, T* out, Rows&& rows) {
+  constexpr int D = DV * fVec::size();
+  auto load = [](const T* src, fVec* dst) {  // D numbers -> DV float vectors
     if constexpr (std::is_same_v<T, float>) {
       for (int c = 0; c < DV; ++c) dst[c] = fVec::loadu(src + c * fVec::size());
     } else {
@@ -279,22 +244,19 @@ void attend_fixed(const float* qf, int64_t group, int64_t ctx, float scale, floa
       }
     }
   };
-  auto sum = [](const fVec& v) {
-    return at::vec::vec_reduce_all<float>([](fVec& x, fVec& y) { return x + y; }, v);
-  };
   fVec qv[kMaxGroup][DV];
-  for (int64_t h = 0; h < group; ++h)
-    for (int c = 0; c < DV; ++c) qv[h][c] = fVec::loadu(qf + h * DV * fVec::size() + c * fVec::size());
+  for (int64_t h = 0; h < group; ++h) load(q + h * q_head_stride, qv[h]);
   rows(ctx, [&](int64_t j, const T* k, const T*) {  // scores[h][j] = q_h . k_j * scale
     fVec kv[DV];
     load(k, kv);
     for (int64_t h = 0; h < group; ++h) {
       fVec acc(0.0f);
       for (int c = 0; c < DV; ++c) acc = at::vec::fmadd(qv[h][c], kv[c], acc);
-      scores[h * len + j] = sum(acc) * scale;
+      scores[h * len + j] =
+          at::vec::vec_reduce_all<float>([](fVec& x, fVec& y) { return x + y; }, acc) * scale;
     }
   });
-  float denom[kMaxGroup];
+  float denom[kMaxGroup];  // softmax, kept unnormalized: the sum divides at the end
   for (int64_t h = 0; h < group; ++h) denom[h] = exp_minus_max(scores + h * len, ctx);
   fVec acc[kMaxGroup][DV];
   for (int64_t h = 0; h < group; ++h)
@@ -308,15 +270,16 @@ void attend_fixed(const float* qf, int64_t group, int64_t ctx, float scale, floa
     }
   });
   for (int64_t h = 0; h < group; ++h) {
-    float o[DV * fVec::size()];
+    float o[D];
     for (int c = 0; c < DV; ++c) (acc[h][c] / fVec(denom[h])).store(o + c * fVec::size());
-    for (int c = 0; c < DV * fVec::size(); ++c) out[h * out_head_stride + c] = down<T>(o[c]);
+    for (int c = 0; c < D; ++c) out[h * D + c] = down<T>(o[c]);
   }
 }
 
 // Attention for a run of sequences that each bring m query tokens (decodes: m = 1; verifying
 // a draft: m = k + 1), read straight from the paged pool: no gathered copy of the context.
-// q: [B * m, Hq, D] (a strided view is fine); caches: [blocks, block_size, Hkv, D];
+// q: [B * m, Hq, D] (a strided view is fine); caches: [blocks, block_size, Hkv, D], D = 64
+// or 128 with at most 8 query heads per KV head (CpuAttention sends other shapes to SDPA);
 // block_tables: [B, max_blocks] int32; seq_lens: [B] int32, the context after this step.
 // Query i of sequence b sits at position seq_len - m + i and sees positions 0 .. that one.
 // Scores, softmax and the weighted sum of V are all in float, rounded to T once at the end
@@ -339,12 +302,15 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
                   tables.size(0) == B && q.scalar_type() == k_cache.scalar_type(),
               "servelab paged_attention: q must be [B * m, Hq, D] in the cache's dtype, "
               "with B block tables and seq_lens");
+  const int64_t group = Hq / Hkv;
+  TORCH_CHECK((D == 64 || D == 128) && group <= kMaxGroup,
+              "servelab paged_attention: head dim must be 64 or 128 with at most ", kMaxGroup,
+              " query heads per KV head, got ", D, " and ", group);
   const int32_t* tp = tables.const_data_ptr<int32_t>();
   const int32_t* lp = lens.const_data_ptr<int32_t>();
   for (int64_t b = 0; b < B; ++b)
     TORCH_CHECK(lp[b] >= m && lp[b] <= max_blocks * bs,
                 "servelab paged_attention: seq_len ", lp[b], " does not fit its block table");
-  const int64_t group = Hq / Hkv;
   const int64_t qs0 = q.stride(0), qs1 = q.stride(1);
   at::Tensor out = at::empty({B * m, Hq, D}, q.options());
   DISPATCH_MODEL_DTYPES(q.scalar_type(), "paged_attention", [&] {
@@ -353,7 +319,7 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
     const scalar_t* vp = v_cache.const_data_ptr<scalar_t>();
     scalar_t* op = out.mutable_data_ptr<scalar_t>();
     at::parallel_for(0, B * Hkv, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> qf(group * D), acc(group * D), row(D), scores, denom(group);
+      std::vector<float> scores;
       for (int64_t task = begin; task < end; ++task) {
         const int64_t b = task / Hkv, g = task % Hkv, len = lp[b];
         const int32_t* table = tp + b * max_blocks;
@@ -369,35 +335,12 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
         scores.resize(group * len);
         for (int64_t i = 0; i < m; ++i) {
           const int64_t t = b * m + i, ctx = len - m + i + 1;  // this query sees ctx positions
-          for (int64_t h = 0; h < group; ++h)
-            to_float(qp + t * qs0 + (g * group + h) * qs1, qf.data() + h * D, D);
+          const scalar_t* qh = qp + t * qs0 + g * group * qs1;
           scalar_t* o = op + (t * Hq + g * group) * D;
-          if (group <= kMaxGroup && (D == 64 || D == 128)) {
-            if (D == 64)
-              attend_fixed<scalar_t, 4>(qf.data(), group, ctx, scale, scores.data(), len, o, D, kv_rows);
-            else
-              attend_fixed<scalar_t, 8>(qf.data(), group, ctx, scale, scores.data(), len, o, D, kv_rows);
-            continue;
-          }
-          // scores[h][j] = q_h . k_j * scale
-          kv_rows(ctx, [&](int64_t j, const scalar_t* k, const scalar_t*) {
-            to_float(k, row.data(), D);
-            for (int64_t h = 0; h < group; ++h)
-              scores[h * len + j] = dot(qf.data() + h * D, row.data(), D) * float(scale);
-          });
-          // softmax over j (kept unnormalized; the sum divides at the end)
-          for (int64_t h = 0; h < group; ++h) denom[h] = exp_minus_max(scores.data() + h * len, ctx);
-          // the probability-weighted sum of V rows
-          std::fill(acc.begin(), acc.end(), 0.0f);
-          kv_rows(ctx, [&](int64_t j, const scalar_t*, const scalar_t* v) {
-            to_float(v, row.data(), D);
-            for (int64_t h = 0; h < group; ++h)
-              axpy(scores[h * len + j], row.data(), acc.data() + h * D, D);
-          });
-          for (int64_t h = 0; h < group; ++h) {
-            scalar_t* o = op + (t * Hq + g * group + h) * D;
-            for (int64_t c = 0; c < D; ++c) o[c] = down<scalar_t>(acc[h * D + c] / denom[h]);
-          }
+          if (D == 64)
+            attend<scalar_t, 4>(qh, qs1, group, ctx, scale, scores.data(), len, o, kv_rows);
+          else
+            attend<scalar_t, 8>(qh, qs1, group, ctx, scale, scores.data(), len, o, kv_rows);
         }
       }
     });
