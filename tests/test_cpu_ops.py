@@ -18,7 +18,15 @@ import torch
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.model import cpu_ops
 from engine.model.attention import CpuAttention, TorchAttention
-from engine.model.llama import apply_rope, rms_norm, silu_mul
+from engine.model.llama import (
+    LlamaModel,
+    add_rms_norm,
+    amx_linear,
+    apply_rope,
+    rms_norm,
+    silu_mul,
+    vnni_pack,
+)
 from tests.conftest import PROMPTS
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -49,6 +57,18 @@ def test_rms_norm_is_bit_identical(ops, dtype, rows):
     heads = qkv[:, :576].view(rows, 9, 64)
     wh = _rand(64, dtype=dtype, seed=3)
     assert torch.equal(ops.rms_norm(heads, wh, 1e-6), rms_norm(heads, wh, 1e-6))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize("hidden", [576, 896, 4096 + 48])  # 4096 + 48: ATen's cascade
+def test_add_rms_norm_is_bit_identical(ops, dtype, rows, hidden):
+    h = _rand(rows, hidden, dtype=dtype, scale=2.0)
+    h[:, 3] *= 60
+    delta = _rand(rows, hidden, dtype=dtype, scale=0.5, seed=1)
+    w = _rand(hidden, dtype=dtype, seed=2)
+    got, want = ops.add_rms_norm(h, delta, w, 1e-6), add_rms_norm(h, delta, w, 1e-6)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -98,18 +118,75 @@ def test_bad_inputs_name_what_is_wrong(ops):
                      torch.tensor([0, 4]))
 
 
+needs_amx = pytest.mark.skipif(not cpu_ops.amx_linear_available(),
+                               reason="this CPU (or kernel) has no AMX bf16 tiles")
+
+
+@needs_amx
+@pytest.mark.parametrize("rows", [1, 5, 16, 17, 40, 130])  # decodes, and row tiles past one
+@pytest.mark.parametrize("out_in", [(960, 576), (576, 1536), (4096, 576)])
+def test_amx_linear_rounds_the_exact_product(rows, out_in):
+    """The AMX matmul adds bf16 products in fp32 and rounds once: each output is the exact
+    (fp64) result rounded to bf16, give or take one bf16 step where fp32 addition order moves
+    a value across a rounding boundary (or, where large terms cancel, fp32's own error on
+    the terms' magnitude); oneDNN's bf16 linear (the engine without AMX) gives the same
+    numbers."""
+    n, k = out_in
+    x = _rand(rows, k, dtype=torch.bfloat16, scale=2.0)
+    w = _rand(n, k, dtype=torch.bfloat16, scale=0.05, seed=1)
+    b = _rand(n, dtype=torch.bfloat16, seed=2)
+    exact = x.double() @ w.double().T
+    magnitude = x.double().abs() @ w.double().abs().T
+    for bias, ref in ((None, exact), (b, exact + b.double())):
+        y = amx_linear(x, vnni_pack(w), bias)
+        assert y.dtype == torch.bfloat16 and y.shape == (rows, n)
+        rounded = ref.to(torch.bfloat16)
+        ulp = rounded.double().abs() * 2.0 ** -7
+        assert ((y.double() - ref).abs() <= ulp + magnitude * 2.0 ** -20).all()
+        assert (y == rounded).double().mean() > 0.99
+        assert (y == torch.nn.functional.linear(x, w, bias)).double().mean() > 0.99
+
+
+@needs_amx
+def test_amx_linear_names_bad_inputs(ops):
+    w = vnni_pack(torch.randn(32, 64, dtype=torch.bfloat16))
+    with pytest.raises(RuntimeError, match="x has 96 columns, the weight 64"):
+        ops.amx_linear(torch.randn(2, 96, dtype=torch.bfloat16), w)
+    with pytest.raises(RuntimeError, match="vnni_pack"):
+        ops.amx_linear(torch.randn(2, 64, dtype=torch.bfloat16), torch.randn(32, 64))
+    with pytest.raises(RuntimeError, match="2-D bf16"):
+        ops.amx_linear(torch.randn(2, 64), w)
+    with pytest.raises(RuntimeError, match="bias has 5 values for 32 outputs"):
+        ops.amx_linear(torch.randn(2, 64, dtype=torch.bfloat16), w, torch.randn(5))
+
+
+@needs_amx
+def test_engine_packs_for_amx_only_with_the_kernels():
+    assert LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=1)).model.pack_layout == "amx"
+    plain = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=1, cpu_kernels=False))
+    assert plain.model.pack_layout == "onednn"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_engines_with_and_without_the_kernels_give_the_same_tokens(dtype):
     """Whole engines, batched prefill and decode: identical greedy tokens. Both use the
     torch attention backend: the C++ attention kernel rounds differently from SDPA in bf16
-    (tests/test_attention.py checks it); every other kernel must change nothing."""
+    (tests/test_attention.py checks it); every other small kernel must change nothing. In
+    bf16 the kernels also bring the AMX matmul, which adds in a different order from
+    oneDNN's once a prefill has more than 16 rows (test_amx_linear_rounds_the_exact_product;
+    test_packing.py compares the two models' logits): here both sides use oneDNN's."""
     params = SamplingParams(max_tokens=24, ignore_eos=True)
     runs = {}
     for kernels in (True, False):
         eng = LLMEngine(EngineConfig(dtype=dtype, cpu_kernels=kernels, max_num_seqs=8,
                                      attention_backend="torch"))
         assert eng.cpu_ops is kernels
+        if eng.model.pack_layout == "amx":
+            model = LlamaModel(eng.model.loaded, eng.device, eng.dtype, 1024)
+            model.pack_for_cpu(amx=False)
+            model.use_cpu_ops()
+            eng.model = eng.runner.model = model
         runs[kernels] = [o.token_ids for o in eng.generate(PROMPTS, params)]
     assert runs[True] == runs[False]
 

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <tuple>
 #include <vector>
 #include <algorithm>
 
@@ -47,36 +48,108 @@ void check_cpu(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.stride(-1) == 1, "servelab cpu_ops: ", name, " needs a contiguous last dim");
 }
 
-// y = w * T(x * rsqrt(mean(x^2) + eps)) with x upcast to float: transformers' LlamaRMSNorm
-// and llama.py's rms_norm. Rows are the leading dims, flattened.
+// --- RMSNorm ------------------------------------------------------------------------------
+using fVec = Vectorized<float>;
+
+// Rows of y = w * T(x * rsqrt(mean(x^2) + eps)) with x upcast to float: transformers'
+// LlamaRMSNorm and llama.py's rms_norm. x, y: [rows, H] contiguous. The squares are ours
+// (ATen's pow(x, 2) is x * x); their sums come from ATen's own reduction in one call, so every
+// sum adds in torch's order (ATen's cascade order depends on the shape, and a different order
+// can move the last bit, and then a rounding); mean = sum / H in float, as ATen's mean does.
+// out[i] = T(f(a[i], b[i])) with both upcast to float and one rounding, as an ATen binary
+// op computes it; f takes float vectors and floats alike. b may be null (f ignores it).
+template <typename T, typename F>
+void map_rounded(const T* a, const T* b, T* out, int64_t n, F f) {
+  int64_t i = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    for (; i + fVec::size() <= n; i += fVec::size())
+      f(fVec::loadu(a + i), b ? fVec::loadu(b + i) : fVec(0.0f)).store(out + i);
+  } else {
+    using bVec = Vectorized<T>;
+    for (; i + bVec::size() <= n; i += bVec::size()) {
+      auto [a0, a1] = at::vec::convert_to_float<T>(bVec::loadu(a + i));
+      auto [b0, b1] = b ? at::vec::convert_to_float<T>(bVec::loadu(b + i))
+                        : std::make_tuple(fVec(0.0f), fVec(0.0f));
+      at::vec::convert_from_float<T>(f(a0, b0), f(a1, b1)).store(out + i);
+    }
+  }
+  for (; i < n; ++i) out[i] = down<T>(f(up(a[i]), b ? up(b[i]) : 0.0f));
+}
+
+template <typename T>
+void rms_norm_rows(const T* x, const T* w, T* y, int64_t rows, int64_t H, double eps) {
+  at::Tensor sq = at::empty({rows, H}, at::kFloat);
+  float* sp = sq.mutable_data_ptr<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * H;
+    float* sr = sp + r * H;
+    int64_t k = 0;
+    if constexpr (!std::is_same_v<T, float>) {
+      using bVec = Vectorized<T>;
+      for (; k + bVec::size() <= H; k += bVec::size()) {
+        auto [x0, x1] = at::vec::convert_to_float<T>(bVec::loadu(xr + k));
+        (x0 * x0).store(sr + k);
+        (x1 * x1).store(sr + k + fVec::size());
+      }
+    }
+    for (; k < H; ++k) sr[k] = up(xr[k]) * up(xr[k]);
+  }
+  const at::Tensor sums = sq.sum(-1);
+  const float* sums_p = sums.const_data_ptr<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float var = sums_p[r] / static_cast<float>(H);
+    const float inv_s = 1.0f / std::sqrt(var + static_cast<float>(eps));
+    const fVec inv_v(inv_s);
+    T* yr = y + r * H;
+    // T(x * inv), then T(w * that): two roundings, as the PyTorch code has
+    map_rounded(x + r * H, static_cast<const T*>(nullptr), yr, H, [&](auto a, auto) {
+      if constexpr (std::is_same_v<decltype(a), float>) return a * inv_s;
+      else return a * inv_v;
+    });
+    map_rounded(w, static_cast<const T*>(yr), yr, H, [](auto a, auto b) { return a * b; });
+  }
+}
+
+void check_norm(const at::Tensor& x, const at::Tensor& w) {
+  TORCH_CHECK(w.numel() == x.size(-1) && w.scalar_type() == x.scalar_type(),
+              "servelab rms_norm: weight must have x's last size and dtype");
+}
+
+// Rows are the leading dims, flattened (a strided view, e.g. Qwen3's heads, is copied first).
 at::Tensor rms_norm(const at::Tensor& x_in, const at::Tensor& weight, double eps) {
   check_cpu(x_in, "x");
-  at::Tensor x = x_in.contiguous();
-  at::Tensor w = weight.contiguous();
-  const int64_t H = x.size(-1);
-  TORCH_CHECK(w.numel() == H && w.scalar_type() == x.scalar_type(),
-              "servelab rms_norm: weight must have x's last size and dtype");
-  const int64_t rows = H ? x.numel() / H : 0;
-  // sum(x^2) by ATen's own reduction, so every sum adds in the same order as torch's
-  // rms_norm does (a different order can move the last bit, and then a rounding); its mean
-  // is that sum divided by H in float, as ATen's mean does
-  const at::Tensor sumsq = at::pow(x.to(at::kFloat), 2).sum(-1).contiguous();
-  const float* sp = sumsq.const_data_ptr<float>();
+  const at::Tensor x = x_in.contiguous(), w = weight.contiguous();
+  check_norm(x, w);
+  const int64_t H = x.size(-1), rows = H ? x.numel() / H : 0;
   at::Tensor y = at::empty_like(x);
   DISPATCH_MODEL_DTYPES(x.scalar_type(), "rms_norm", [&] {
-    const scalar_t* xp = x.const_data_ptr<scalar_t>();
-    const scalar_t* wp = w.const_data_ptr<scalar_t>();
-    scalar_t* yp = y.mutable_data_ptr<scalar_t>();
-    for (int64_t r = 0; r < rows; ++r) {
-      const scalar_t* xr = xp + r * H;
-      scalar_t* yr = yp + r * H;
-      const float var = sp[r] / static_cast<float>(H);
-      const float inv = 1.0f / std::sqrt(var + static_cast<float>(eps));
-      for (int64_t k = 0; k < H; ++k)
-        yr[k] = down<scalar_t>(up(wp[k]) * up(down<scalar_t>(up(xr[k]) * inv)));
-    }
+    rms_norm_rows(x.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(),
+                  y.mutable_data_ptr<scalar_t>(), rows, H, eps);
   });
   return y;
+}
+
+// The residual step of every layer in one call: h = T(h + delta), rounded as ATen's add
+// rounds it, then x = rms_norm(h). Returns (h, x); llama.py's add_rms_norm is the twin.
+std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& h_in, const at::Tensor& d_in,
+                                                const at::Tensor& weight, double eps) {
+  check_cpu(h_in, "h");
+  check_cpu(d_in, "delta");
+  const at::Tensor h = h_in.contiguous(), d = d_in.contiguous(), w = weight.contiguous();
+  TORCH_CHECK(h.sizes() == d.sizes() && h.scalar_type() == d.scalar_type(),
+              "servelab add_rms_norm: h and delta must have the same shape and dtype");
+  check_norm(h, w);
+  const int64_t H = h.size(-1), rows = H ? h.numel() / H : 0;
+  at::Tensor sum = at::empty_like(h), y = at::empty_like(h);
+  DISPATCH_MODEL_DTYPES(h.scalar_type(), "add_rms_norm", [&] {
+    const scalar_t* hp = h.const_data_ptr<scalar_t>();
+    const scalar_t* dp = d.const_data_ptr<scalar_t>();
+    scalar_t* sp = sum.mutable_data_ptr<scalar_t>();
+    map_rounded(hp, dp, sp, rows * H, [](auto a, auto b) { return a + b; });
+    rms_norm_rows(sp, w.const_data_ptr<scalar_t>(), y.mutable_data_ptr<scalar_t>(), rows, H,
+                  eps);
+  });
+  return {sum, y};
 }
 
 // out = T(T(x * cos) + T(swap(x) * sin_signed)), swap = the two halves exchanged: llama.py's
@@ -209,7 +282,6 @@ void store_kv(at::Tensor k_cache, at::Tensor v_cache, const at::Tensor& k, const
 
 
 // --- paged decode attention ---------------------------------------------------------------
-using fVec = Vectorized<float>;
 constexpr int kMaxGroup = 8;  // query heads per KV head the kernel takes
 
 inline float exp_minus_max(float* x, int64_t n) {  // x = exp(x - max x); returns the sum
@@ -352,6 +424,7 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
 
 TORCH_LIBRARY(servelab, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
+  m.def("add_rms_norm(Tensor h, Tensor delta, Tensor weight, float eps) -> (Tensor, Tensor)");
   m.def("rope(Tensor x, Tensor cos, Tensor sin) -> Tensor");
   m.def("silu_mul(Tensor gate_up) -> Tensor");
   m.def("paged_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
@@ -361,6 +434,7 @@ TORCH_LIBRARY(servelab, m) {
 
 TORCH_LIBRARY_IMPL(servelab, CPU, m) {
   m.impl("rms_norm", rms_norm);
+  m.impl("add_rms_norm", add_rms_norm);
   m.impl("rope", rope);
   m.impl("silu_mul", silu_mul);
   m.impl("store_kv", store_kv);

@@ -1,8 +1,9 @@
 """The C++ CPU kernels (cpu_ops.cpp): build once, load, and fall back when that fails.
 
-`load()` compiles cpu_ops.cpp with g++ against the installed torch's headers (about 20 s,
+`load()` compiles cpu_ops.cpp and cpu_linear.cpp with g++ against the installed torch's headers (about 20 s,
 once per machine and source version), caches the library under the ServeLab cache folder,
-and registers `torch.ops.servelab.{rms_norm, rope, silu_mul, store_kv, paged_attention}`. Without a compiler
+and registers `torch.ops.servelab.{rms_norm, rope, silu_mul, store_kv, paged_attention}` and,
+on a CPU with AMX, `amx_linear` (`amx_linear_available()`). Without a compiler
 it returns False, says why once, and the engine keeps to its PyTorch code (same numbers,
 more operator calls). `SERVELAB_CPU_OPS=0` turns the kernels off.
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("cpu_ops.cpp")
+SOURCES = [Path(__file__).with_name(name) for name in ("cpu_ops.cpp", "cpu_linear.cpp")]
 
 
 def _cpu_signature() -> str:
@@ -46,14 +47,15 @@ def capability_flags() -> list[str]:
 def library_path() -> Path:
     from engine.model.loader import cache_root
 
-    key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), torch.__version__.encode(),
+    key = hashlib.sha256(b"\0".join([*(src.read_bytes() for src in SOURCES),
+                                     torch.__version__.encode(),
                                      sys.version.encode(), _cpu_signature().encode(),
                                      " ".join(capability_flags()).encode()]))
     return cache_root() / "cpu_ops" / f"servelab_cpu_ops-{key.hexdigest()[:16]}.so"
 
 
 def build(out: Path) -> None:
-    """g++ cpu_ops.cpp -> out (written to a temporary file first, then renamed)."""
+    """g++ cpu_ops.cpp cpu_linear.cpp -> out (written to a temporary file first, then renamed)."""
     from torch.utils import cpp_extension
 
     cxx = shutil.which(os.environ.get("CXX", "g++"))
@@ -64,7 +66,7 @@ def build(out: Path) -> None:
     # -ffp-contract=off: no fused multiply-adds, so a * b + c rounds twice, as ATen's
     # separate mul and add do
     cmd = [cxx, "-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC",
-           f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *capability_flags(), str(SOURCE)]
+           f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *capability_flags(), *map(str, SOURCES)]
     cmd += [f"-I{p}" for p in cpp_extension.include_paths()]
     for lib in cpp_extension.library_paths():
         cmd += [f"-L{lib}", f"-Wl,-rpath,{lib}"]
@@ -77,7 +79,7 @@ def build(out: Path) -> None:
         res = subprocess.run(cmd + ["-lc10", "-ltorch_cpu", "-lgomp", "-o", str(tmp_path)],
                              capture_output=True, text=True)
         if res.returncode != 0:
-            raise RuntimeError(f"g++ failed building {SOURCE.name}:\n{res.stderr[-2000:]}")
+            raise RuntimeError(f"g++ failed building {' '.join(s.name for s in SOURCES)}:\n{res.stderr[-2000:]}")
         tmp_path.replace(out)
         for stale in out.parent.glob("servelab_cpu_ops-*.so"):  # builds of older sources
             if stale != out:
@@ -108,3 +110,9 @@ def load() -> bool:
 def supports(device: torch.device, dtype: torch.dtype) -> bool:
     return (device.type == "cpu"
             and dtype in (torch.float32, torch.bfloat16, torch.float16) and load())
+
+
+@functools.lru_cache(maxsize=1)
+def amx_linear_available() -> bool:
+    """True if the kernels loaded and this CPU (and Linux) lets them use AMX bf16 tiles."""
+    return load() and torch.ops.servelab.amx_available()

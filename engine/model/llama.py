@@ -8,8 +8,8 @@ back to back, and the attention backend finds each request's context in the KV p
 
 q/k/v and gate/up projections are fused into one matmul each: fewer, larger matmuls are
 what a CPU (and a GPU) runs best. On a CPU in bf16, `pack_for_cpu()` also reorders every
-linear weight once into oneDNN's blocked layout: the same numbers, a little faster at batch 1
-(measured in `pack_for_cpu`'s docstring).
+linear weight once, for our AMX kernel (engine/model/cpu_linear.cpp) where the CPU has AMX
+and the C++ kernels are on, else into oneDNN's blocked layout (measured in its docstring).
 """
 
 from __future__ import annotations
@@ -48,6 +48,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
 
 
+def add_rms_norm(h: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float,
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residual step: h + delta, and its RMSNorm (one C++ call with the kernels)."""
+    h = h + delta
+    return h, rms_norm(h, weight, eps)
+
+
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """The SwiGLU activation on the fused [gate; up] projection: silu(gate) * up."""
     gate, up = gate_up.chunk(2, dim=-1)
@@ -83,6 +90,24 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> 
     [tokens, 1, d]."""
     swapped = x.roll(x.shape[-1] // 2, dims=-1)
     return x * cos + swapped * sin_signed
+
+
+def vnni_pack(w: torch.Tensor) -> torch.Tensor:
+    """[N, K] -> [N/16, K/2, 32]: per block of 16 output columns, K/2 rows of 16 (even, odd)
+    pairs, the AMX tile layout `torch.ops.servelab.amx_linear` reads (cpu_linear.cpp)."""
+    n, k = w.shape
+    return w.reshape(n // 16, 16, k // 2, 2).permute(0, 2, 1, 3).reshape(n // 16, k // 2, 32
+                                                                          ).contiguous()
+
+
+def amx_fits(w: torch.Tensor) -> bool:
+    return w.dtype == torch.bfloat16 and w.shape[0] % 16 == 0 and w.shape[1] % 32 == 0
+
+
+def amx_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+               ) -> torch.Tensor:
+    """F.linear for a weight packed by `vnni_pack`."""
+    return torch.ops.servelab.amx_linear(x, w, bias)
 
 
 class LlamaModel:
@@ -123,8 +148,10 @@ class LlamaModel:
         # y = x W^T (+ b); a draft model swaps in int8 weights and int8_linear (engine/spec/draft.py)
         self.linear = F.linear
         self.packed = False
+        self.pack_layout = "plain"  # pack_for_cpu: "amx" or "onednn"
         # the small per-layer ops; use_cpu_ops() swaps in C++ kernels with the same arithmetic
-        self.rms_norm, self.rope, self.silu_mul = rms_norm, apply_rope, silu_mul
+        self.rms_norm, self.add_rms_norm = rms_norm, add_rms_norm
+        self.rope, self.silu_mul = apply_rope, silu_mul
         self.cpu_ops = False
         n = sum(t.numel() * t.element_size() for layer in self.layers for t in layer.values()
                 if t is not None)
@@ -174,25 +201,31 @@ class LlamaModel:
 
     LINEAR_WEIGHTS = ("qkv", "o", "gate_up", "down")
 
-    def pack_for_cpu(self) -> bool:
-        """Reorder every linear weight (and the lm_head) into oneDNN's blocked layout, in
-        place; True if done. Only on a CPU in bf16 (`plain_linear_weights` still gives the
+    def pack_for_cpu(self, amx: bool = False) -> bool:
+        """Reorder every linear weight (and the lm_head) once, in place, for the CPU's bf16
+        matmul; True if done. Only on a CPU in bf16 (`plain_linear_weights` still gives the
         plain ones).
 
-        Measured by `python -m engine.bench` (packed and plain engines stepped alternately in
-        one process, 2-core Sapphire Rapids, SmolLM2-135M), packed / plain decode tok/s at
-        1 / 4 / 16 / 32 running: 1.04x / 1.40x / 0.96x / 1.28x in one run, 1.72x / 1.33x /
-        1.47x / 1.15x in another on a quieter machine (README, Performance). This shared
-        machine swings from one minute to the next, so only same-run ratios count."""
+        amx=True (the engine asks when its C++ kernels load and the CPU has AMX): VNNI pairs
+        for `amx_linear`. Otherwise oneDNN's blocked layout, for its prepacked linear.
+        Measured by `python -m engine.bench`, decode tok/s side by side in one process
+        (README, Performance): the AMX kernel against oneDNN's, and oneDNN's packed layout
+        against plain weights (1.04x to 1.72x at 1 to 32 running, on a 2-core Sapphire Rapids).
+        """
         if self.packed or not cpu_packing_available(self.device, self.dtype):
             return False
-        reorder = torch.ops.mkldnn._reorder_linear_weight
+        mats = [self.lm_head] + [layer[n] for layer in self.layers for n in self.LINEAR_WEIGHTS]
+        if amx and all(amx_fits(w) for w in mats):
+            pack, self.linear, self.pack_layout = vnni_pack, amx_linear, "amx"
+        else:
+            reorder = torch.ops.mkldnn._reorder_linear_weight
+            pack, self.linear, self.pack_layout = (lambda w: reorder(w, PACK_ROWS_HINT),
+                                                   packed_linear, "onednn")
         for layer in self.layers:
             for name in self.LINEAR_WEIGHTS:
-                layer[name] = reorder(layer[name], PACK_ROWS_HINT)
+                layer[name] = pack(layer[name])
         # the lm_head is tied to the embedding, which lookups still read plain: a packed copy
-        self.lm_head = reorder(self.lm_head, PACK_ROWS_HINT)
-        self.linear = packed_linear
+        self.lm_head = pack(self.lm_head)
         self.packed = True
         return True
 
@@ -205,7 +238,8 @@ class LlamaModel:
 
         if not self.cpu_ops and cpu_ops.supports(self.device, self.dtype):
             ops = torch.ops.servelab
-            self.rms_norm, self.rope, self.silu_mul = ops.rms_norm, ops.rope, ops.silu_mul
+            self.rms_norm, self.add_rms_norm = ops.rms_norm, ops.add_rms_norm
+            self.rope, self.silu_mul = ops.rope, ops.silu_mul
             self.cpu_ops = True
         return self.cpu_ops
 
@@ -221,8 +255,8 @@ class LlamaModel:
         hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         qk_size = self.q_size + self.kv_size
         eps = cfg.rms_norm_eps
-        for layer, (k_cache, v_cache) in zip(self.layers, kv_caches):
-            x = self.rms_norm(h, layer["in_norm"], eps)
+        x = self.rms_norm(h, self.layers[0]["in_norm"], eps)
+        for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, kv_caches)):
             qkv = self.linear(x, layer["qkv"], layer["qkv_bias"])
             v = qkv[:, qk_size:].view(n, hkv, d)  # [num_tokens, Hkv, d]
             if layer["q_norm"] is None:  # rotate q and k heads together: [num_tokens, Hq + Hkv, d]
@@ -235,10 +269,14 @@ class LlamaModel:
                                             layer["k_norm"], eps), cos, sin)
             backend.store_kv(k_cache, v_cache, k, v, meta.slot_mapping)
             attn = backend.forward(q, k_cache, v_cache, meta, self.scale)  # [num_tokens, Hq, d]
-            h = h + self.linear(attn.reshape(n, self.q_size), layer["o"])
-            x = self.rms_norm(h, layer["post_norm"], eps)
-            h = h + self.linear(self.silu_mul(self.linear(x, layer["gate_up"])), layer["down"])
-        return self.rms_norm(h, self.final_norm, eps)
+            # h += attention, then the norm before the MLP
+            h, x = self.add_rms_norm(h, self.linear(attn.reshape(n, self.q_size), layer["o"]),
+                                     layer["post_norm"], eps)
+            mlp = self.linear(self.silu_mul(self.linear(x, layer["gate_up"])), layer["down"])
+            # h += MLP, then the next layer's input norm (after the last layer: the final norm)
+            norm = self.layers[i + 1]["in_norm"] if i + 1 < len(self.layers) else self.final_norm
+            h, x = self.add_rms_norm(h, mlp, norm, eps)
+        return x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[rows, hidden] -> [rows, vocab] in fp32."""
@@ -258,7 +296,9 @@ def shared_model(loaded: LoadedModel, device: torch.device, dtype: torch.dtype,
     if model is None or model.loaded is not loaded:
         model = LlamaModel(loaded, device, dtype, max_positions)
         if pack:
-            model.pack_for_cpu()
+            from engine.model import cpu_ops as cpu_kernels
+
+            model.pack_for_cpu(amx=cpu_ops and cpu_kernels.amx_linear_available())
         if cpu_ops:
             model.use_cpu_ops()
         _shared[key] = model

@@ -179,7 +179,7 @@ class QuantizedLlama(LlamaModel):
     @torch.inference_mode()
     def __init__(self, target: LlamaModel, recipe: DraftRecipe):
         self.__dict__.update(target.__dict__)  # embed, norms, cos/sin, sizes: shared
-        self.packed = False
+        self.packed, self.pack_layout = False, f"int{recipe.bits}"
         self.recipe = recipe
         n = target.cfg.num_layers if recipe.num_layers is None else recipe.num_layers
         # the weights come from the loader's per-process cache: one quantization per process
