@@ -10,7 +10,8 @@
 // Weight layout ("VNNI pairs", made once by engine/model/llama.py `vnni_pack`):
 //   W [N, K] -> [N/16][K/2][16][2]: for each block of 16 output columns, row p holds
 //   (W[n, 2p], W[n, 2p+1]) for the 16 columns n, so 16 such rows are one AMX B tile.
-// x's rows go in tiles of 16 (the last one zero-padded). Products of bf16 pairs add up in
+// x's rows go in tiles of 16; a decode's single tile has just its M rows, a prefill's last
+// tile is zero-padded. Products of bf16 pairs add up in
 // fp32 (the tile instruction); the bias is added in fp32; the result rounds to bf16 once.
 //
 // Built with the other CPU kernels (engine/model/cpu_ops.py) and registered as
@@ -54,16 +55,17 @@ constexpr int kGroup = 4;  // output tiles (16 columns each) computed per pass o
 
 // Tiles: 0-3 accumulate 16 rows x 16 columns in fp32; 4 holds 16 rows x 32 values of x;
 // 5 and 6 hold 32 x 16 of W^T (as 16 rows of VNNI pairs).
-void configure_tiles() {
+// rows: how many rows of x (and of the outputs) the tiles hold, 1 to 16.
+void configure_tiles(int rows) {
   TileConfig cfg;
   for (int t = 0; t < 7; ++t) {
-    cfg.rows[t] = 16;
+    cfg.rows[t] = t < 5 ? rows : 16;
     cfg.colsb[t] = 64;
   }
   _tile_loadconfig(&cfg);
 }
 
-// Output columns [16 * nb0, 16 * (nb0 + nbs)) of 16 rows of x (xt: [16, K], padded).
+// Output columns [16 * nb0, 16 * (nb0 + nbs)) of one row tile of x (xt: its rows of K).
 void tile_group(const uint16_t* xt, int64_t K, const uint16_t* w, int64_t nb0, int nbs,
                 float (*acc)[16][16]) {
   _tile_zero(0);
@@ -119,10 +121,11 @@ at::Tensor amx_linear(const at::Tensor& x_in, const at::Tensor& w_vnni,
     TORCH_CHECK(bias.numel() == N, "servelab amx_linear: bias has ", bias.numel(),
                 " values for ", N, " outputs");
   }
-  // x in row tiles of 16: the last tile zero-padded, so every tile instruction is full size
+  // x in row tiles of 16. Up to 16 rows (a decode step) the tiles hold exactly M rows; past
+  // that the last tile is zero-padded, so every tile has the same shape
   const int64_t tiles = (M + 15) / 16;
   at::Tensor xs = x_in.contiguous();
-  if (M % 16) {
+  if (M > 16 && M % 16) {
     at::Tensor padded = at::zeros({tiles * 16, K}, x_in.options());
     padded.narrow(0, 0, M).copy_(xs);
     xs = padded;
@@ -135,7 +138,7 @@ at::Tensor amx_linear(const at::Tensor& x_in, const at::Tensor& w_vnni,
   // for more than 16 rows the group's weights (at most 4 x 16 columns x K) stay in cache
   // while every row tile passes over them
   at::parallel_for(0, N / 16, 1, [&](int64_t b0, int64_t b1) {
-    configure_tiles();
+    configure_tiles(static_cast<int>(std::min<int64_t>(M, 16)));
     alignas(64) float acc[kGroup][16][16];
     for (int64_t nb0 = b0; nb0 < b1; nb0 += kGroup) {
       const int nbs = static_cast<int>(std::min<int64_t>(kGroup, b1 - nb0));

@@ -285,15 +285,58 @@ void store_kv(at::Tensor k_cache, at::Tensor v_cache, const at::Tensor& k, const
 constexpr int kMaxGroup = 8;  // query heads per KV head the kernel takes
 
 inline float exp_minus_max(float* x, int64_t n) {  // x = exp(x - max x); returns the sum
+  constexpr int64_t W = fVec::size();
+  const int64_t nv = n - n % W;
   float mx = x[0];
-  for (int64_t j = 1; j < n; ++j) mx = std::max(mx, x[j]);
+  if (nv) {
+    fVec m = fVec::loadu(x);
+    for (int64_t j = W; j < nv; j += W) m = at::vec::maximum(m, fVec::loadu(x + j));
+    mx = at::vec::vec_reduce_all<float>([](fVec& a, fVec& b) { return at::vec::maximum(a, b); }, m);
+  }
+  for (int64_t j = nv; j < n; ++j) mx = std::max(mx, x[j]);
   const fVec mv(mx);
-  int64_t j = 0;
-  for (; j + fVec::size() <= n; j += fVec::size()) (fVec::loadu(x + j) - mv).exp().store(x + j);
-  for (; j < n; ++j) x[j] = std::exp(x[j] - mx);
-  float sum = 0.0f;
-  for (j = 0; j < n; ++j) sum += x[j];
+  fVec acc(0.0f);
+  for (int64_t j = 0; j < nv; j += W) {
+    const fVec e = (fVec::loadu(x + j) - mv).exp();
+    e.store(x + j);
+    acc = acc + e;
+  }
+  float sum = at::vec::vec_reduce_all<float>([](fVec& a, fVec& b) { return a + b; }, acc);
+  for (int64_t j = nv; j < n; ++j) {
+    x[j] = std::exp(x[j] - mx);
+    sum += x[j];
+  }
   return sum;
+}
+
+// sums[i] = the sum of v[i]'s lanes, for kTile = fVec::size() vectors at once. With 16-lane
+// vectors: a transpose-and-add tree (4 rounds of shuffles and adds for all 16 sums).
+constexpr int kTile = fVec::size();
+
+inline void sum_lanes(const fVec* v, float* sums) {
+#if defined(CPU_CAPABILITY_AVX512)
+  static_assert(kTile == 16);
+  __m512 b[8], c[4], d[2];
+  for (int i = 0; i < 8; ++i) {  // per 128-bit lane: pairs of v[2i], v[2i+1] added
+    const __m512 x = v[2 * i], y = v[2 * i + 1];
+    b[i] = _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y));
+  }
+  for (int i = 0; i < 4; ++i) {  // per 128-bit lane: the 4-sums of v[4i .. 4i+3]
+    const __m512d x = _mm512_castps_pd(b[2 * i]), y = _mm512_castps_pd(b[2 * i + 1]);
+    c[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),  // moved as pairs,
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));  // added as floats
+  }
+  for (int i = 0; i < 2; ++i)  // add the 128-bit lanes pairwise, twice
+    d[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xDD));
+  _mm512_storeu_ps(sums, _mm512_add_ps(_mm512_shuffle_f32x4(d[0], d[1], 0x88),
+                                       _mm512_shuffle_f32x4(d[0], d[1], 0xDD)));
+#else
+  for (int i = 0; i < kTile; ++i) {
+    fVec x = v[i];
+    sums[i] = at::vec::vec_reduce_all<float>([](fVec& a, fVec& b) { return a + b; }, x);
+  }
+#endif
 }
 
 // One query row of `group` heads (q, heads q_head_stride apart) against ctx positions, for
@@ -318,16 +361,29 @@ void attend(const T* q, int64_t q_head_stride, int64_t group, int64_t ctx, float
   };
   fVec qv[kMaxGroup][DV];
   for (int64_t h = 0; h < group; ++h) load(q + h * q_head_stride, qv[h]);
-  rows(ctx, [&](int64_t j, const T* k, const T*) {  // scores[h][j] = q_h . k_j * scale
+  // scores[h][j] = q_h . k_j * scale. Each dot product ends as a vector of partial sums;
+  // those of 16 positions wait in `part` and are added up together (sum16), which costs a
+  // handful of shuffles instead of one full horizontal sum per position and head.
+  fVec part[kMaxGroup][kTile];
+  auto flush = [&](int64_t j0, int64_t n) {  // positions j0 .. j0 + n - 1 are in part[h][0..n)
+    for (int64_t h = 0; h < group; ++h) {
+      for (int64_t i = n; i < kTile; ++i) part[h][i] = fVec(0.0f);
+      float sums[kTile];
+      sum_lanes(part[h], sums);
+      for (int64_t i = 0; i < n; ++i) scores[h * len + j0 + i] = sums[i] * scale;
+    }
+  };
+  rows(ctx, [&](int64_t j, const T* k, const T*) {
     fVec kv[DV];
     load(k, kv);
     for (int64_t h = 0; h < group; ++h) {
       fVec acc(0.0f);
       for (int c = 0; c < DV; ++c) acc = at::vec::fmadd(qv[h][c], kv[c], acc);
-      scores[h * len + j] =
-          at::vec::vec_reduce_all<float>([](fVec& x, fVec& y) { return x + y; }, acc) * scale;
+      part[h][j % kTile] = acc;
     }
+    if (j % kTile == kTile - 1) flush(j - kTile + 1, kTile);
   });
+  if (ctx % kTile) flush(ctx - ctx % kTile, ctx % kTile);
   float denom[kMaxGroup];  // softmax, kept unnormalized: the sum divides at the end
   for (int64_t h = 0; h < group; ++h) denom[h] = exp_minus_max(scores + h * len, ctx);
   fVec acc[kMaxGroup][DV];
