@@ -26,6 +26,9 @@ class TritonAttention:
 
     name = "triton"
 
+    def whole_step_in_kernel(self, meta, num_heads, num_kv_heads, head_dim) -> bool:
+        return False  # the model's layer loop stays in Python (the C++ one is CPU-only)
+
     def store_kv(self, k_cache, v_cache, k, v, slot_mapping) -> None:
         # k, v: [num_tokens, num_kv_heads, head_dim]; caches: [num_blocks, block_size, kvh, d]
         store_kv(k_cache, v_cache, k, v, slot_mapping)

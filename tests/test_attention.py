@@ -1,7 +1,7 @@
 """The torch and cpu attention backends against a naive per-token softmax, through shuffled
-blocks. The cpu backend runs segments of up to 8 queries per row in the C++ kernel
-(engine/model/cpu_ops.cpp) when the head dim is 64 or 128, and the rest with SDPA, so these
-cases cover both paths."""
+blocks. The cpu backend runs requests of up to 64 queries in the C++ kernel
+(engine/model/cpu_ops.cpp) when the head dim is 64 or 128 (the whole step in one call when
+every request fits), and the rest with SDPA, so these cases cover both paths."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ BACKENDS = {"torch": TorchAttention, "cpu": CpuAttention}
     # a whole prompt and a chunk behind cached context, a prompt
     ([1, 1, 3, 3, 1, 20, 20, 5], [5, 12, 9, 17, 1, 20, 30, 5]),
     ([1, 1, 1, 1], [3, 70, 16, 33]),  # decode only: one kernel call for the whole step
+    # a chunk longer than CpuAttention.MAX_KERNEL_QUERY: SDPA for it, the kernel for the rest
+    ([1, 3, 70, 1], [7, 9, 80, 5]),
 ])
 @pytest.mark.parametrize("backend", ["torch", "cpu"])
 @pytest.mark.parametrize("d", [16, 64, 128, 20])  # cpu: 64, 128 in the kernel; 16, 20 via SDPA
@@ -90,11 +92,16 @@ def test_cpu_kernel_in_half_precision_matches_fp32_softmax(dtype):
 def test_cpu_kernel_rejects_a_table_too_short():
     assert cpu_ops.load()
     kc = torch.zeros(4, 4, 1, 64)
+    starts = torch.tensor([0, 1], dtype=torch.int32)
     with pytest.raises(RuntimeError, match="does not fit its block table"):
         torch.ops.servelab.paged_attention(torch.zeros(1, 1, 64), kc, kc, torch.zeros(1, 1,
-                                           dtype=torch.int32), torch.tensor([5]), 1, 1.0)
+                                           dtype=torch.int32), torch.tensor([5]), starts, 1.0)
+    with pytest.raises(RuntimeError, match="brings 2 queries with a context of 1"):
+        torch.ops.servelab.paged_attention(torch.zeros(2, 1, 64), kc, kc,
+                                           torch.zeros(1, 1, dtype=torch.int32),
+                                           torch.tensor([1]), torch.tensor([0, 2]), 1.0)
     with pytest.raises(RuntimeError, match="head dim must be 64 or 128"):
         torch.ops.servelab.paged_attention(torch.zeros(1, 1, 8), kc[..., :8].contiguous(),
                                            kc[..., :8].contiguous(),
                                            torch.zeros(1, 1, dtype=torch.int32),
-                                           torch.tensor([1]), 1, 1.0)
+                                           torch.tensor([1]), starts, 1.0)

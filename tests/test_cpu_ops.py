@@ -17,7 +17,7 @@ import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.model import cpu_ops
-from engine.model.attention import CpuAttention, TorchAttention
+from engine.model.attention import CpuAttention, TorchAttention, build_metadata
 from engine.model.llama import (
     LlamaModel,
     add_rms_norm,
@@ -200,3 +200,53 @@ def test_off_switch_falls_back_to_pytorch(monkeypatch):
         monkeypatch.delenv("SERVELAB_CPU_OPS")
         cpu_ops.load.cache_clear()
     assert cpu_ops.supports(torch.device("cpu"), torch.float32)
+
+
+@needs_amx
+@pytest.mark.parametrize("query_lens", [
+    [1, 1, 1],  # decodes
+    [3, 3, 3],  # verifications of 2-token drafts
+    [1, 5, 20],  # a decode, a prompt's chunk and a whole prompt in one step
+])
+def test_cpp_layer_loop_is_the_python_loop(tokenizer, query_lens):
+    """A step whose attention the C++ kernel takes whole (every request brings at most
+    MAX_KERNEL_QUERY tokens) runs the layer stack in one C++ call (decode_layers); it must
+    give exactly the bits of the Python loop over the same kernels, and write the same K/V."""
+    eng = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=4))
+    model, bs = eng.model, eng.config.block_size
+    assert model.fused_weights is not None and eng.backend_name == "cpu"
+    # three requests with cached contexts of different lengths, each in its own blocks
+    contexts = [tokenizer.encode(p, add_special_tokens=False) for p in PROMPTS[:3]]
+    tables, next_block = [], 0
+    for ids, m in zip(contexts, query_lens):
+        n = len(ids) + m
+        tables.append(list(range(next_block, next_block + -(-n // bs))))
+        next_block += len(tables[-1])
+        meta = build_metadata([len(ids)], [len(ids)], [tables[-1]],
+                              [tables[-1][p // bs] * bs + p % bs for p in range(len(ids))],
+                              bs, eng.device)
+        model.forward(torch.tensor(ids), torch.arange(len(ids)), meta, eng.pool.layers,
+                      eng.backend)
+    new_ids, positions, slots = [], [], []
+    for ids, table, m in zip(contexts, tables, query_lens):
+        for p in range(len(ids), len(ids) + m):
+            new_ids.append(ids[p % len(ids)])
+            positions.append(p)
+            slots.append(table[p // bs] * bs + p % bs)
+    meta_args = (query_lens, [len(ids) + m for ids, m in zip(contexts, query_lens)], tables,
+                 slots, bs, eng.device)
+    assert eng.backend.whole_step_in_kernel(build_metadata(*meta_args), 9, 3, 64)
+    outs, pools = [], []
+    for fused in (model.fused_weights, None):
+        saved, model.fused_weights = model.fused_weights, fused
+        try:
+            outs.append(model.forward(torch.tensor(new_ids), torch.tensor(positions),
+                                      build_metadata(*meta_args), eng.pool.layers, eng.backend))
+        finally:
+            model.fused_weights = saved
+        pools.append([t.clone() for kv in eng.pool.layers for t in kv])
+    assert torch.equal(outs[0], outs[1])
+    assert all(torch.equal(a, b) for a, b in zip(*pools))
+    long_chunk = build_metadata([1, 70], [5, 80], [[0], list(range(1, 11))], [4] + [-1] * 70,
+                                bs, eng.device)
+    assert not eng.backend.whole_step_in_kernel(long_chunk, 9, 3, 64)

@@ -10,6 +10,8 @@ Pool layout, per layer:  k_cache, v_cache: [num_blocks, block_size, num_kv_heads
 A backend has two methods: `store_kv` (write this step's K/V into the pool) and `forward`
 (each query token attends causally to its sequence's cached context, which already includes
 the tokens written this step). The Triton backend in `kernels/` implements the same two.
+A third, `whole_step_in_kernel`, says when the C++ layer loop (CpuAttention only) may run
+the whole step instead.
 """
 
 from __future__ import annotations
@@ -97,6 +99,12 @@ class TorchAttention:
 
     name = "torch"
 
+    def whole_step_in_kernel(self, meta, num_heads: int, num_kv_heads: int, head_dim: int
+                             ) -> bool:
+        """True if one C++ kernel call serves the whole step's attention, so the C++ layer
+        loop (engine/model/cpu_ops.cpp decode_layers) may run it; never for this backend."""
+        return False
+
     def store_kv(self, k_cache, v_cache, k, v, slot_mapping) -> None:
         # k, v: [num_tokens, num_kv_heads, head_dim]; caches: [num_blocks, block_size, kvh, d]
         kvh, d = k_cache.shape[2], k_cache.shape[3]
@@ -169,15 +177,24 @@ class TorchAttention:
 
 class CpuAttention(TorchAttention):
     """The torch backend with C++ kernels (engine/model/cpu_ops.cpp): K/V written in one
-    call, and short-query segments (decodes, draft verifications) attended straight from the
-    paged pool, with no gathered copy of the context and no mask. Prefill chunks keep SDPA,
-    whose blocked matmuls suit long queries, and so do head shapes the kernel does not take."""
+    call, and attention read straight from the paged pool, with no gathered copy of the
+    context and no mask, for every request bringing at most MAX_KERNEL_QUERY tokens (decodes,
+    draft verifications, short prompts and chunks). When every request of the step does, one
+    kernel call serves the whole step; otherwise longer segments keep SDPA, whose blocked
+    matmuls suit long queries (each query costs the kernel a pass over its context), and so
+    do head shapes the kernel does not take."""
 
     name = "cpu"
-    MAX_KERNEL_QUERY = 8  # segments with at most this many queries per row use the kernel
+    MAX_KERNEL_QUERY = 64
 
     def store_kv(self, k_cache, v_cache, k, v, slot_mapping) -> None:
         torch.ops.servelab.store_kv(k_cache, v_cache, k, v, slot_mapping)  # skips -1 slots
+
+    def forward(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        if self.whole_step_in_kernel(meta, q.shape[1], k_cache.shape[2], q.shape[2]):
+            return torch.ops.servelab.paged_attention(q, k_cache, v_cache, meta.block_tables,
+                                                      meta.seq_lens, meta.query_start_loc, scale)
+        return super().forward(q, k_cache, v_cache, meta, scale)
 
     def _segment(self, q, k_cache, v_cache, meta: AttentionMetadata, seg: int,
                  scale: float) -> torch.Tensor:
@@ -185,9 +202,17 @@ class CpuAttention(TorchAttention):
         if m > self.MAX_KERNEL_QUERY or not self.kernel_fits(q, k_cache):
             return super()._segment(q, k_cache, v_cache, meta, seg, scale)
         first = meta._cache["plan_rows"][seg]
+        starts = torch.arange(0, (B + 1) * m, m, dtype=torch.int32)
         return torch.ops.servelab.paged_attention(q, k_cache, v_cache,
                                                   meta.block_tables[first:first + B],
-                                                  meta.seq_lens[first:first + B], m, scale)
+                                                  meta.seq_lens[first:first + B], starts, scale)
+
+    def whole_step_in_kernel(self, meta, num_heads: int, num_kv_heads: int, head_dim: int
+                             ) -> bool:
+        """True when the kernel takes every request of the step (each brings at most
+        MAX_KERNEL_QUERY tokens) and the heads' shape."""
+        return (bool(meta.query_lens) and max(meta.query_lens) <= self.MAX_KERNEL_QUERY
+                and head_dim in (64, 128) and num_heads // num_kv_heads <= 8)
 
     @staticmethod
     def kernel_fits(q, k_cache) -> bool:

@@ -90,6 +90,10 @@ void tile_group(const uint16_t* xt, int64_t K, const uint16_t* w, int64_t nb0, i
 }
 #endif
 
+}  // namespace
+
+namespace servelab {
+
 bool amx_available() {
 #ifdef SERVELAB_AMX
   return amx_permitted();
@@ -163,11 +167,12 @@ at::Tensor amx_linear(const at::Tensor& x_in, const at::Tensor& w_vnni,
   return y;
 }
 
-}  // namespace
+}  // namespace servelab
+
 
 TORCH_LIBRARY_FRAGMENT(servelab, m) {
-  m.def("amx_available() -> bool", &amx_available);  // no tensors: one kernel for all
+  m.def("amx_available() -> bool", &servelab::amx_available);  // no tensors: one kernel for all
   m.def("amx_linear(Tensor x, Tensor w_vnni, Tensor? bias=None) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(servelab, CPU, m) { m.impl("amx_linear", amx_linear); }
+TORCH_LIBRARY_IMPL(servelab, CPU, m) { m.impl("amx_linear", servelab::amx_linear); }

@@ -33,6 +33,11 @@
                      AT_DISPATCH_CASE(at::ScalarType::BFloat16, __VA_ARGS__) \
                      AT_DISPATCH_CASE(at::ScalarType::Half, __VA_ARGS__))
 
+namespace servelab {  // cpu_linear.cpp
+at::Tensor amx_linear(const at::Tensor& x, const at::Tensor& w_vnni,
+                      const c10::optional<at::Tensor>& bias);
+}
+
 namespace {
 
 using at::vec::Vectorized;
@@ -404,12 +409,15 @@ void attend(const T* q, int64_t q_head_stride, int64_t group, int64_t ctx, float
   }
 }
 
-// Attention for a run of sequences that each bring m query tokens (decodes: m = 1; verifying
-// a draft: m = k + 1), read straight from the paged pool: no gathered copy of the context.
-// q: [B * m, Hq, D] (a strided view is fine); caches: [blocks, block_size, Hkv, D], D = 64
-// or 128 with at most 8 query heads per KV head (CpuAttention sends other shapes to SDPA);
-// block_tables: [B, max_blocks] int32; seq_lens: [B] int32, the context after this step.
-// Query i of sequence b sits at position seq_len - m + i and sees positions 0 .. that one.
+// Attention for a batch of sequences, each bringing its own m_b query tokens (decodes: 1;
+// verifying a draft: k + 1; a short prefill chunk: its length), read straight from the paged
+// pool: no gathered copy of the context, no mask.
+// q: [tokens, Hq, D] (a strided view is fine), sequence b's queries in rows
+// query_start_loc[b] .. query_start_loc[b + 1] (int32 [B + 1], from 0); caches:
+// [blocks, block_size, Hkv, D], D = 64 or 128 with at most 8 query heads per KV head
+// (CpuAttention sends other shapes to SDPA); block_tables: [B, max_blocks] int32; seq_lens:
+// [B] int32, the context after this step. Query i of sequence b sits at position
+// seq_len - m_b + i and sees positions 0 .. that one.
 // Scores, softmax and the weighted sum of V are all in float, rounded to T once at the end
 // (SDPA rounds the probabilities to T before its second matmul, so the two can differ in
 // the last bit of the output; tests/test_attention.py checks both against exact softmax).
@@ -417,30 +425,39 @@ void attend(const T* q, int64_t q_head_stride, int64_t group, int64_t ctx, float
 // share every K and V row they read.
 at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
                            const at::Tensor& v_cache, const at::Tensor& block_tables_in,
-                           const at::Tensor& seq_lens_in, int64_t m, double scale) {
+                           const at::Tensor& seq_lens_in, const at::Tensor& query_start_loc,
+                           double scale) {
   check_cpu(q, "q");
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && k_cache.is_contiguous() &&
                   v_cache.is_contiguous() && k_cache.sizes() == v_cache.sizes(),
               "servelab paged_attention: q [tokens, heads, d], caches [blocks, bs, kvh, d]");
   const at::Tensor tables = block_tables_in.to(at::kInt).contiguous();
   const at::Tensor lens = seq_lens_in.to(at::kInt).contiguous();
+  const at::Tensor qsl = query_start_loc.to(at::kInt).contiguous();
   const int64_t B = lens.numel(), Hq = q.size(1), D = q.size(2);
   const int64_t bs = k_cache.size(1), Hkv = k_cache.size(2), max_blocks = tables.size(1);
-  TORCH_CHECK(m >= 1 && q.size(0) == B * m && k_cache.size(3) == D && Hq % Hkv == 0 &&
+  TORCH_CHECK(qsl.numel() == B + 1 && k_cache.size(3) == D && Hq % Hkv == 0 &&
                   tables.size(0) == B && q.scalar_type() == k_cache.scalar_type(),
-              "servelab paged_attention: q must be [B * m, Hq, D] in the cache's dtype, "
-              "with B block tables and seq_lens");
+              "servelab paged_attention: q must be [tokens, Hq, D] in the cache's dtype, "
+              "with B block tables and seq_lens and B + 1 query starts");
   const int64_t group = Hq / Hkv;
   TORCH_CHECK((D == 64 || D == 128) && group <= kMaxGroup,
               "servelab paged_attention: head dim must be 64 or 128 with at most ", kMaxGroup,
               " query heads per KV head, got ", D, " and ", group);
   const int32_t* tp = tables.const_data_ptr<int32_t>();
   const int32_t* lp = lens.const_data_ptr<int32_t>();
-  for (int64_t b = 0; b < B; ++b)
-    TORCH_CHECK(lp[b] >= m && lp[b] <= max_blocks * bs,
+  const int32_t* sp = qsl.const_data_ptr<int32_t>();
+  TORCH_CHECK(sp[0] == 0 && sp[B] == q.size(0),
+              "servelab paged_attention: query starts must run from 0 to the number of rows");
+  for (int64_t b = 0; b < B; ++b) {
+    TORCH_CHECK(sp[b + 1] > sp[b] && lp[b] >= sp[b + 1] - sp[b],
+                "servelab paged_attention: sequence ", b, " brings ", sp[b + 1] - sp[b],
+                " queries with a context of ", lp[b]);
+    TORCH_CHECK(lp[b] <= max_blocks * bs,
                 "servelab paged_attention: seq_len ", lp[b], " does not fit its block table");
+  }
   const int64_t qs0 = q.stride(0), qs1 = q.stride(1);
-  at::Tensor out = at::empty({B * m, Hq, D}, q.options());
+  at::Tensor out = at::empty({q.size(0), Hq, D}, q.options());
   DISPATCH_MODEL_DTYPES(q.scalar_type(), "paged_attention", [&] {
     const scalar_t* qp = q.const_data_ptr<scalar_t>();
     const scalar_t* kp = k_cache.const_data_ptr<scalar_t>();
@@ -449,7 +466,7 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
     at::parallel_for(0, B * Hkv, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> scores;
       for (int64_t task = begin; task < end; ++task) {
-        const int64_t b = task / Hkv, g = task % Hkv, len = lp[b];
+        const int64_t b = task / Hkv, g = task % Hkv, len = lp[b], m = sp[b + 1] - sp[b];
         const int32_t* table = tp + b * max_blocks;
         // call fn(j, k_row, v_row) for positions j < ctx, walking the block table block by
         // block (head g's rows of one block are Hkv * D apart)
@@ -462,7 +479,7 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
         };
         scores.resize(group * len);
         for (int64_t i = 0; i < m; ++i) {
-          const int64_t t = b * m + i, ctx = len - m + i + 1;  // this query sees ctx positions
+          const int64_t t = sp[b] + i, ctx = len - m + i + 1;  // this query sees ctx positions
           const scalar_t* qh = qp + t * qs0 + g * group * qs1;
           scalar_t* o = op + (t * Hq + g * group) * D;
           if (D == 64)
@@ -476,6 +493,49 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
   return out;
 }
 
+// --- the whole layer stack of a decode step --------------------------------------------------
+// LlamaModel.forward's layer loop for a step whose attention the kernel above takes whole
+// (every request brings at most CpuAttention.MAX_KERNEL_QUERY tokens), with AMX weights: the
+// same kernels
+// as the Python loop, called in the same order on the same views, so the same bits
+// (tests/test_cpu_ops.py), without Python and the dispatcher between the ~300 calls.
+// layers: 6 tensors per layer (in_norm, qkv, o, post_norm, gate_up, down; linear weights
+// vnni_pack()ed); h: the embeddings [n, hidden]; returns the final norm's output.
+at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos, const at::Tensor& sin,
+                         at::TensorList layers, const at::Tensor& final_norm,
+                         at::TensorList k_caches, at::TensorList v_caches,
+                         const at::Tensor& slot_mapping, const at::Tensor& block_tables,
+                         const at::Tensor& seq_lens, const at::Tensor& query_start_loc,
+                         int64_t num_heads,
+                         int64_t num_kv_heads, double scale, double eps) {
+  const int64_t L = static_cast<int64_t>(k_caches.size());
+  TORCH_CHECK(L > 0 && static_cast<int64_t>(layers.size()) == 6 * L &&
+                  static_cast<int64_t>(v_caches.size()) == L,
+              "servelab decode_layers: 6 weights and a K and V cache per layer");
+  const int64_t n = h_in.size(0), d = k_caches[0].size(3), hq = num_heads, hkv = num_kv_heads;
+  const int64_t qk = (hq + hkv) * d;
+  const c10::optional<at::Tensor> no_bias;
+  at::Tensor h = h_in;
+  at::Tensor x = rms_norm(h, layers[0], eps);
+  for (int64_t i = 0; i < L; ++i) {
+    const at::Tensor* w = layers.data() + 6 * i;  // in_norm, qkv, o, post_norm, gate_up, down
+    const at::Tensor qkv = servelab::amx_linear(x, w[1], no_bias);
+    const at::Tensor v = qkv.narrow(1, qk, hkv * d).view({n, hkv, d});
+    const at::Tensor qk_rot = rope(qkv.narrow(1, 0, qk).view({n, hq + hkv, d}), cos, sin);
+    const at::Tensor q = qk_rot.narrow(1, 0, hq), k = qk_rot.narrow(1, hq, hkv);
+    store_kv(k_caches[i], v_caches[i], k, v, slot_mapping);
+    const at::Tensor attn =
+        paged_attention(q, k_caches[i], v_caches[i], block_tables, seq_lens, query_start_loc,
+                        scale);
+    std::tie(h, x) = add_rms_norm(
+        h, servelab::amx_linear(attn.reshape({n, hq * d}), w[2], no_bias), w[3], eps);
+    const at::Tensor mlp = servelab::amx_linear(
+        silu_mul(servelab::amx_linear(x, w[4], no_bias)), w[5], no_bias);
+    std::tie(h, x) = add_rms_norm(h, mlp, i + 1 < L ? layers[6 * (i + 1)] : final_norm, eps);
+  }
+  return x;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(servelab, m) {
@@ -484,7 +544,11 @@ TORCH_LIBRARY(servelab, m) {
   m.def("rope(Tensor x, Tensor cos, Tensor sin) -> Tensor");
   m.def("silu_mul(Tensor gate_up) -> Tensor");
   m.def("paged_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
-        "Tensor seq_lens, int m, float scale) -> Tensor");
+        "Tensor seq_lens, Tensor query_start_loc, float scale) -> Tensor");
+  m.def("decode_layers(Tensor h, Tensor cos, Tensor sin, Tensor[] layers, Tensor final_norm, "
+        "Tensor[] k_caches, Tensor[] v_caches, Tensor slot_mapping, Tensor block_tables, "
+        "Tensor seq_lens, Tensor query_start_loc, int num_heads, int num_kv_heads, float scale, "
+        "float eps) -> Tensor");
   m.def("store_kv(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, Tensor slot_mapping) -> ()");
 }
 
@@ -495,4 +559,5 @@ TORCH_LIBRARY_IMPL(servelab, CPU, m) {
   m.impl("silu_mul", silu_mul);
   m.impl("store_kv", store_kv);
   m.impl("paged_attention", paged_attention);
+  m.impl("decode_layers", decode_layers);
 }

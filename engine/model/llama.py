@@ -153,6 +153,9 @@ class LlamaModel:
         self.rms_norm, self.add_rms_norm = rms_norm, add_rms_norm
         self.rope, self.silu_mul = apply_rope, silu_mul
         self.cpu_ops = False
+        # use_cpu_ops(): every layer's weights in the order torch.ops.servelab.decode_layers
+        # takes them, when it can run this model; None: the Python loop always
+        self.fused_weights: list[torch.Tensor] | None = None
         n = sum(t.numel() * t.element_size() for layer in self.layers for t in layer.values()
                 if t is not None)
         self._weight_bytes = n + self.lm_head.numel() * self.lm_head.element_size()
@@ -241,6 +244,12 @@ class LlamaModel:
             self.rms_norm, self.add_rms_norm = ops.rms_norm, ops.add_rms_norm
             self.rope, self.silu_mul = ops.rope, ops.silu_mul
             self.cpu_ops = True
+            # with AMX weights and a plain Llama layer (no q/k/v bias, no q/k norm), decode
+            # steps run the whole layer loop in C++ (forward)
+            if self.pack_layout == "amx" and all(
+                    layer["qkv_bias"] is None and layer["q_norm"] is None for layer in self.layers):
+                self.fused_weights = [layer[name] for layer in self.layers for name in (
+                    "in_norm", "qkv", "o", "post_norm", "gate_up", "down")]
         return self.cpu_ops
 
     @torch.inference_mode()
@@ -255,6 +264,12 @@ class LlamaModel:
         hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         qk_size = self.q_size + self.kv_size
         eps = cfg.rms_norm_eps
+        if self.fused_weights and backend.whole_step_in_kernel(meta, hq, hkv, d):
+            # one attention kernel call per layer serves the step: the loop below, in C++
+            return torch.ops.servelab.decode_layers(
+                h, cos, sin, self.fused_weights, self.final_norm, [kv[0] for kv in kv_caches],
+                [kv[1] for kv in kv_caches], meta.slot_mapping, meta.block_tables, meta.seq_lens,
+                meta.query_start_loc, hq, hkv, self.scale, eps)
         x = self.rms_norm(h, self.layers[0]["in_norm"], eps)
         for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, kv_caches)):
             qkv = self.linear(x, layer["qkv"], layer["qkv_bias"])

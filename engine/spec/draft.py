@@ -180,6 +180,7 @@ class QuantizedLlama(LlamaModel):
     def __init__(self, target: LlamaModel, recipe: DraftRecipe):
         self.__dict__.update(target.__dict__)  # embed, norms, cos/sin, sizes: shared
         self.packed, self.pack_layout = False, f"int{recipe.bits}"
+        self.fused_weights = None  # the target's C++ layer loop would read the target's weights
         self.recipe = recipe
         n = target.cfg.num_layers if recipe.num_layers is None else recipe.num_layers
         # the weights come from the loader's per-process cache: one quantization per process
