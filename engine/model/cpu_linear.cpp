@@ -66,14 +66,20 @@ void configure_tiles(int rows) {
 }
 
 // Output columns [16 * nb0, 16 * (nb0 + nbs)) of one row tile of x (xt: its rows of K).
+// With several row tiles the same weights come from cache on the later passes while memory
+// sits idle; so every pass also asks for `ahead_lines` 64-byte lines of the next group's
+// weights from `ahead` on (into L2), and the next group arrives during this one.
 void tile_group(const uint16_t* xt, int64_t K, const uint16_t* w, int64_t nb0, int nbs,
-                float (*acc)[16][16]) {
+                float (*acc)[16][16], const char* ahead, int64_t ahead_lines) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
   const int64_t block = K * 16;  // bf16 values per 16-column block of W
-  for (int64_t k = 0; k < K; k += 32) {
+  const int64_t steps = K / 32, per_step = (ahead_lines + steps - 1) / steps;
+  for (int64_t k = 0, line = 0; k < K; k += 32) {
+    for (int64_t i = 0; i < per_step && line < ahead_lines; ++i, ++line)
+      _mm_prefetch(ahead + line * 64, _MM_HINT_T1);
     _tile_loadd(4, xt + k, K * 2);
     const uint16_t* wk = w + nb0 * block + k * 16;
     // the tile instruction names its registers at compile time: one line per tile
@@ -146,8 +152,15 @@ at::Tensor amx_linear(const at::Tensor& x_in, const at::Tensor& w_vnni,
     alignas(64) float acc[kGroup][16][16];
     for (int64_t nb0 = b0; nb0 < b1; nb0 += kGroup) {
       const int nbs = static_cast<int>(std::min<int64_t>(kGroup, b1 - nb0));
+      // the next group's weights, split over this group's passes (none for a single pass:
+      // one stream through memory is what the hardware prefetcher follows by itself)
+      const int64_t next = std::min<int64_t>(kGroup, b1 - nb0 - nbs);
+      const int64_t lines = tiles > 1 && next > 0 ? next * K * 32 / 64 : 0;
+      const char* ahead = reinterpret_cast<const char*>(w + (nb0 + nbs) * K * 16);
       for (int64_t t = 0; t < tiles; ++t) {
-        tile_group(xp + t * 16 * K, K, w, nb0, nbs, acc);
+        const int64_t share = (lines + tiles - 1) / tiles;
+        const int64_t first = std::min(lines, t * share), count = std::min(lines - first, share);
+        tile_group(xp + t * 16 * K, K, w, nb0, nbs, acc, ahead + first * 64, count);
         const int rows = static_cast<int>(std::min<int64_t>(16, M - t * 16));
         for (int j = 0; j < nbs; ++j) {
           const int64_t col = (nb0 + j) * 16;
