@@ -8,7 +8,8 @@
 //
 // Built on first use by engine/model/cpu_ops.py (g++, torch's headers) and registered as
 // torch.ops.servelab.*; single-threaded (the tensors are tiny) except paged_attention,
-// which splits its (request, KV head) tasks over the cores. The vector loops use ATen's
+// which splits its (request, KV head) tasks over the cores. decode_layers, at the end, runs
+// a whole step's layer loop from C++ (with cpu_linear.cpp's AMX matmul). The vector loops use ATen's
 // own `Vectorized` types, built for the instruction set torch itself dispatches to
 // (CPU_CAPABILITY), so a vector product or exp rounds exactly as ATen's kernels do.
 

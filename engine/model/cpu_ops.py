@@ -1,11 +1,12 @@
 """The C++ CPU kernels (cpu_ops.cpp): build once, load, and fall back when that fails.
 
-`load()` compiles cpu_ops.cpp and cpu_linear.cpp with g++ against the installed torch's headers (about 20 s,
-once per machine and source version), caches the library under the ServeLab cache folder,
-and registers `torch.ops.servelab.{rms_norm, rope, silu_mul, store_kv, paged_attention}` and,
-on a CPU with AMX, `amx_linear` (`amx_linear_available()`). Without a compiler
-it returns False, says why once, and the engine keeps to its PyTorch code (same numbers,
-more operator calls). `SERVELAB_CPU_OPS=0` turns the kernels off.
+`load()` compiles cpu_ops.cpp and cpu_linear.cpp with g++ against the installed torch's
+headers (about 20 s, once per machine and source version), caches the library under the
+ServeLab cache folder, and registers `torch.ops.servelab.{rms_norm, add_rms_norm, rope,
+silu_mul, store_kv, paged_attention, decode_layers}` and, on a CPU with AMX, `amx_linear`
+(`amx_linear_available()`). Without a compiler it returns False, says why once, and the
+engine keeps to its PyTorch code (same numbers, more operator calls). `SERVELAB_CPU_OPS=0`
+turns the kernels off.
 """
 
 from __future__ import annotations
