@@ -185,7 +185,7 @@ class CpuAttention(TorchAttention):
     do head shapes the kernel does not take."""
 
     name = "cpu"
-    MAX_KERNEL_QUERY = 64
+    MAX_KERNEL_QUERY = 64  # requests bringing at most this many tokens use the kernel
 
     def store_kv(self, k_cache, v_cache, k, v, slot_mapping) -> None:
         torch.ops.servelab.store_kv(k_cache, v_cache, k, v, slot_mapping)  # skips -1 slots

@@ -11,8 +11,8 @@
 //   W [N, K] -> [N/16][K/2][16][2]: for each block of 16 output columns, row p holds
 //   (W[n, 2p], W[n, 2p+1]) for the 16 columns n, so 16 such rows are one AMX B tile.
 // x's rows go in tiles of 16; a decode's single tile has just its M rows, a prefill's last
-// tile is zero-padded. Products of bf16 pairs add up in
-// fp32 (the tile instruction); the bias is added in fp32; the result rounds to bf16 once.
+// tile is zero-padded. Products of bf16 pairs add up in fp32 (the tile instruction); the
+// bias is added in fp32; the result rounds to bf16 once.
 //
 // Built with the other CPU kernels (engine/model/cpu_ops.py) and registered as
 // torch.ops.servelab.amx_linear; torch.ops.servelab.amx_available() says if this CPU and

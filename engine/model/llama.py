@@ -210,11 +210,10 @@ class LlamaModel:
         plain ones).
 
         amx=True (the engine asks when its C++ kernels load and the CPU has AMX): VNNI pairs
-        for `amx_linear`. Otherwise oneDNN's blocked layout, for its prepacked linear.
-        Measured by `python -m engine.bench`, decode tok/s side by side in one process
-        (README, Performance): the AMX kernel against oneDNN's, and oneDNN's packed layout
-        against plain weights (1.04x to 1.72x at 1 to 32 running, on a 2-core Sapphire Rapids).
-        """
+        for `amx_linear`, which read the weights 1.5-1.8x faster than oneDNN's prepacked
+        linear at 1 to 32 rows in a side-by-side probe (README, Performance). Otherwise
+        oneDNN's blocked layout: 1.04x to 1.72x the decode rate of plain weights at 1 to 32
+        running in earlier runs of `python -m engine.bench` (2-core Sapphire Rapids)."""
         if self.packed or not cpu_packing_available(self.device, self.dtype):
             return False
         mats = [self.lm_head] + [layer[n] for layer in self.layers for n in self.LINEAR_WEIGHTS]
@@ -244,8 +243,8 @@ class LlamaModel:
             self.rms_norm, self.add_rms_norm = ops.rms_norm, ops.add_rms_norm
             self.rope, self.silu_mul = ops.rope, ops.silu_mul
             self.cpu_ops = True
-            # with AMX weights and a plain Llama layer (no q/k/v bias, no q/k norm), decode
-            # steps run the whole layer loop in C++ (forward)
+            # with AMX weights and a plain Llama layer (no q/k/v bias, no q/k norm), a step
+            # whose attention one kernel call serves runs the whole layer loop in C++ (forward)
             if self.pack_layout == "amx" and all(
                     layer["qkv_bias"] is None and layer["q_norm"] is None for layer in self.layers):
                 self.fused_weights = [layer[name] for layer in self.layers for name in (
