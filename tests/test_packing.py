@@ -1,7 +1,9 @@
-"""Packed bf16 weights (oneDNN's blocked layout) compute the same model as plain ones.
+"""Packed bf16 weights compute the same model as plain ones.
 
 `LlamaModel.pack_for_cpu` reorders the linear weights once so the matmul kernels read them
-directly (measured gain in its docstring and README). The matmuls then accumulate in a
+directly: for our AMX matmul where the CPU has AMX and the C++ kernels load (then the C++
+layer loop runs decode steps too), else into oneDNN's blocked layout (measured gain in its
+docstring and README). The matmuls then accumulate in a
 different order, so the bf16 logits may differ in the last bits, never in substance: the
 next-token choice agrees, the logits agree to bf16 precision, and the built-in draft, which quantizes
 the plain weights, is the same whether the target is packed or not.
