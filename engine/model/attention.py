@@ -199,7 +199,8 @@ class CpuAttention(TorchAttention):
     def _segment(self, q, k_cache, v_cache, meta: AttentionMetadata, seg: int,
                  scale: float) -> torch.Tensor:
         _, B, m, _, _ = meta._cache["plan"][seg]
-        if m > self.MAX_KERNEL_QUERY or not self.kernel_fits(q, k_cache):
+        if m > self.MAX_KERNEL_QUERY or not self.heads_fit(q.shape[1], k_cache.shape[2],
+                                                           q.shape[2]):
             return super()._segment(q, k_cache, v_cache, meta, seg, scale)
         first = meta._cache["plan_rows"][seg]
         starts = torch.arange(0, (B + 1) * m, m, dtype=torch.int32)
@@ -212,12 +213,12 @@ class CpuAttention(TorchAttention):
         """True when the kernel takes every request of the step (each brings at most
         MAX_KERNEL_QUERY tokens) and the heads' shape."""
         return (bool(meta.query_lens) and max(meta.query_lens) <= self.MAX_KERNEL_QUERY
-                and head_dim in (64, 128) and num_heads // num_kv_heads <= 8)
+                and self.heads_fit(num_heads, num_kv_heads, head_dim))
 
     @staticmethod
-    def kernel_fits(q, k_cache) -> bool:
+    def heads_fit(num_heads: int, num_kv_heads: int, head_dim: int) -> bool:
         """The kernel's shapes: head dim 64 or 128, at most 8 query heads per KV head."""
-        return q.shape[-1] in (64, 128) and q.shape[1] // k_cache.shape[2] <= 8
+        return head_dim in (64, 128) and num_heads // num_kv_heads <= 8
 
 
 def get_backend(name: str):

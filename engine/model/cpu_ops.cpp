@@ -9,9 +9,9 @@
 // Built on first use by engine/model/cpu_ops.py (g++, torch's headers) and registered as
 // torch.ops.servelab.*; single-threaded (the tensors are tiny) except paged_attention,
 // which splits its (request, KV head) tasks over the cores. decode_layers, at the end, runs
-// a whole step's layer loop from C++ (with cpu_linear.cpp's AMX matmul). The vector loops use ATen's
-// own `Vectorized` types, built for the instruction set torch itself dispatches to
-// (CPU_CAPABILITY), so a vector product or exp rounds exactly as ATen's kernels do.
+// a whole step's layer loop from C++ (with cpu_linear.cpp's AMX matmul). The vector loops
+// use ATen's own `Vectorized` types, built for the instruction set torch itself dispatches
+// to (CPU_CAPABILITY), so a vector product or exp rounds exactly as ATen's kernels do.
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -23,9 +23,9 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <algorithm>
 #include <tuple>
 #include <vector>
-#include <algorithm>
 
 // the model dtypes ServeLab runs: float32, bfloat16, float16
 #define DISPATCH_MODEL_DTYPES(TYPE, NAME, ...)                            \
@@ -57,31 +57,30 @@ void check_cpu(const at::Tensor& t, const char* name) {
 // --- RMSNorm ------------------------------------------------------------------------------
 using fVec = Vectorized<float>;
 
-// Rows of y = w * T(x * rsqrt(mean(x^2) + eps)) with x upcast to float: transformers'
-// LlamaRMSNorm and llama.py's rms_norm. x, y: [rows, H] contiguous. The squares are ours
-// (ATen's pow(x, 2) is x * x); their sums come from ATen's own reduction in one call, so every
-// sum adds in torch's order (ATen's cascade order depends on the shape, and a different order
-// can move the last bit, and then a rounding); mean = sum / H in float, as ATen's mean does.
 // out[i] = T(f(a[i], b[i])) with both upcast to float and one rounding, as an ATen binary
-// op computes it; f takes float vectors and floats alike. b may be null (f ignores it).
+// op computes it; f takes float vectors and floats alike.
 template <typename T, typename F>
 void map_rounded(const T* a, const T* b, T* out, int64_t n, F f) {
   int64_t i = 0;
   if constexpr (std::is_same_v<T, float>) {
     for (; i + fVec::size() <= n; i += fVec::size())
-      f(fVec::loadu(a + i), b ? fVec::loadu(b + i) : fVec(0.0f)).store(out + i);
+      f(fVec::loadu(a + i), fVec::loadu(b + i)).store(out + i);
   } else {
     using bVec = Vectorized<T>;
     for (; i + bVec::size() <= n; i += bVec::size()) {
       auto [a0, a1] = at::vec::convert_to_float<T>(bVec::loadu(a + i));
-      auto [b0, b1] = b ? at::vec::convert_to_float<T>(bVec::loadu(b + i))
-                        : std::make_tuple(fVec(0.0f), fVec(0.0f));
+      auto [b0, b1] = at::vec::convert_to_float<T>(bVec::loadu(b + i));
       at::vec::convert_from_float<T>(f(a0, b0), f(a1, b1)).store(out + i);
     }
   }
-  for (; i < n; ++i) out[i] = down<T>(f(up(a[i]), b ? up(b[i]) : 0.0f));
+  for (; i < n; ++i) out[i] = down<T>(f(up(a[i]), up(b[i])));
 }
 
+// Rows of y = w * T(x * rsqrt(mean(x^2) + eps)) with x upcast to float: transformers'
+// LlamaRMSNorm and llama.py's rms_norm. x, y: [rows, H] contiguous. The squares are ours
+// (ATen's pow(x, 2) is x * x); their sums come from ATen's own reduction in one call, so every
+// sum adds in torch's order (ATen's cascade order depends on the shape, and a different order
+// can move the last bit, and then a rounding); mean = sum / H in float, as ATen's mean does.
 template <typename T>
 void rms_norm_rows(const T* x, const T* w, T* y, int64_t rows, int64_t H, double eps) {
   at::Tensor sq = at::empty({rows, H}, at::kFloat);
@@ -104,14 +103,11 @@ void rms_norm_rows(const T* x, const T* w, T* y, int64_t rows, int64_t H, double
   const float* sums_p = sums.const_data_ptr<float>();
   for (int64_t r = 0; r < rows; ++r) {
     const float var = sums_p[r] / static_cast<float>(H);
-    const float inv_s = 1.0f / std::sqrt(var + static_cast<float>(eps));
-    const fVec inv_v(inv_s);
+    const float inv = 1.0f / std::sqrt(var + static_cast<float>(eps));
     T* yr = y + r * H;
     // T(x * inv), then T(w * that): two roundings, as the PyTorch code has
-    map_rounded(x + r * H, static_cast<const T*>(nullptr), yr, H, [&](auto a, auto) {
-      if constexpr (std::is_same_v<decltype(a), float>) return a * inv_s;
-      else return a * inv_v;
-    });
+    const T* xr = x + r * H;  // (passed twice: the first product reads x alone)
+    map_rounded(xr, xr, yr, H, [inv](auto a, auto) { return a * decltype(a)(inv); });
     map_rounded(w, static_cast<const T*>(yr), yr, H, [](auto a, auto b) { return a * b; });
   }
 }
@@ -286,7 +282,6 @@ void store_kv(at::Tensor k_cache, at::Tensor v_cache, const at::Tensor& k, const
   }
 }
 
-
 // --- paged decode attention ---------------------------------------------------------------
 constexpr int kMaxGroup = 8;  // query heads per KV head the kernel takes
 
@@ -368,7 +363,7 @@ void attend(const T* q, int64_t q_head_stride, int64_t group, int64_t ctx, float
   fVec qv[kMaxGroup][DV];
   for (int64_t h = 0; h < group; ++h) load(q + h * q_head_stride, qv[h]);
   // scores[h][j] = q_h . k_j * scale. Each dot product ends as a vector of partial sums;
-  // those of 16 positions wait in `part` and are added up together (sum16), which costs a
+  // those of 16 positions wait in `part` and are added up together (sum_lanes), which costs a
   // handful of shuffles instead of one full horizontal sum per position and head.
   fVec part[kMaxGroup][kTile];
   auto flush = [&](int64_t j0, int64_t n) {  // positions j0 .. j0 + n - 1 are in part[h][0..n)
@@ -497,9 +492,8 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
 // --- the whole layer stack of a decode step --------------------------------------------------
 // LlamaModel.forward's layer loop for a step whose attention the kernel above takes whole
 // (every request brings at most CpuAttention.MAX_KERNEL_QUERY tokens), with AMX weights: the
-// same kernels
-// as the Python loop, called in the same order on the same views, so the same bits
-// (tests/test_cpu_ops.py), without Python and the dispatcher between the ~300 calls.
+// same kernels as the Python loop, called in the same order on the same views, so the same
+// bits (tests/test_cpu_ops.py), without Python and the dispatcher between the ~300 calls.
 // layers: 6 tensors per layer (in_norm, qkv, o, post_norm, gate_up, down; linear weights
 // vnni_pack()ed); h: the embeddings [n, hidden]; returns the final norm's output.
 at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos, const at::Tensor& sin,
@@ -507,8 +501,7 @@ at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos, const at
                          at::TensorList k_caches, at::TensorList v_caches,
                          const at::Tensor& slot_mapping, const at::Tensor& block_tables,
                          const at::Tensor& seq_lens, const at::Tensor& query_start_loc,
-                         int64_t num_heads,
-                         int64_t num_kv_heads, double scale, double eps) {
+                         int64_t num_heads, int64_t num_kv_heads, double scale, double eps) {
   const int64_t L = static_cast<int64_t>(k_caches.size());
   TORCH_CHECK(L > 0 && static_cast<int64_t>(layers.size()) == 6 * L &&
                   static_cast<int64_t>(v_caches.size()) == L,

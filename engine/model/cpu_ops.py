@@ -56,7 +56,7 @@ def library_path() -> Path:
 
 
 def build(out: Path) -> None:
-    """g++ cpu_ops.cpp cpu_linear.cpp -> out (written to a temporary file first, then renamed)."""
+    """g++ SOURCES -> out (written to a temporary file first, then renamed)."""
     from torch.utils import cpp_extension
 
     cxx = shutil.which(os.environ.get("CXX", "g++"))
@@ -80,7 +80,8 @@ def build(out: Path) -> None:
         res = subprocess.run(cmd + ["-lc10", "-ltorch_cpu", "-lgomp", "-o", str(tmp_path)],
                              capture_output=True, text=True)
         if res.returncode != 0:
-            raise RuntimeError(f"g++ failed building {' '.join(s.name for s in SOURCES)}:\n{res.stderr[-2000:]}")
+            names = " ".join(src.name for src in SOURCES)
+            raise RuntimeError(f"g++ failed building {names}:\n{res.stderr[-2000:]}")
         tmp_path.replace(out)
         for stale in out.parent.glob("servelab_cpu_ops-*.so"):  # builds of older sources
             if stale != out:
