@@ -53,3 +53,15 @@ def test_bench_memory_runs(capsys):
     assert bench_memory.main([]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("start:") and len(lines) == 1 + len(bench_memory.SWITCHES)
+
+
+def test_kernel_bench_attention_runs(capsys):
+    """`python -m engine.kernel_bench`'s attention part, which needs no model: both backends
+    run on the same pool and it prints a ratio per context (no timing is asserted)."""
+    from engine import kernel_bench
+    from engine.model import cpu_ops
+
+    assert cpu_ops.load()
+    kernel_bench.bench_attention()
+    out = capsys.readouterr().out
+    assert out.count("C++ kernel") == 3 and out.count("x\n") == 3

@@ -210,8 +210,8 @@ class LlamaModel:
         plain ones).
 
         amx=True (the engine asks when its C++ kernels load and the CPU has AMX): VNNI pairs
-        for `amx_linear`, which read the weights 1.5-1.8x faster than oneDNN's prepacked
-        linear at 1 to 32 rows in a side-by-side probe (README, Performance). Otherwise
+        for `amx_linear`, which read the weights 1.3-1.7x faster than oneDNN's prepacked
+        linear at 1 to 64 rows (`python -m engine.kernel_bench`; README, Performance). Otherwise
         oneDNN's blocked layout: 1.04x to 1.72x the decode rate of plain weights at 1 to 32
         running in earlier runs of `python -m engine.bench` (2-core Sapphire Rapids)."""
         if self.packed or not cpu_packing_available(self.device, self.dtype):

@@ -1,0 +1,141 @@
+"""`python -m engine.kernel_bench`: the CPU kernels against what they replace, side by side.
+
+1. Matmuls: every linear layer of the bundled model (30 layers x qkv, o, gate_up, down: the
+   bytes a step streams), at 1, 16 and 64 rows, through our AMX kernel (when this CPU has
+   AMX), oneDNN's prepacked bf16 linear and plain `F.linear`.
+2. Attention: 16 requests decoding at contexts 30, 100 and 200 through the C++ kernel and
+   through the torch backend (gather + SDPA), one layer's pool, bf16.
+3. The layer loop: decode steps of two engines stepped alternately, one running the layers
+   in C++ (`decode_layers`), the other the same kernels from Python.
+
+Each figure is the best of several rounds, and the rounds of the two sides alternate, so a
+slow moment of this shared machine hits both. README's Performance section quotes a run.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from engine.bench import spin_openmp_threads
+
+
+def best_of(fn, *args, rounds: int = 5, reps: int = 1) -> float:
+    """Seconds per fn(*args): the best of `rounds` averages over `reps` calls."""
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(reps):
+            fn(*args)
+        best = min(best, (time.perf_counter() - t) / reps)
+    return best
+
+
+def bench_matmuls(model) -> None:
+    from engine.model import cpu_ops
+    from engine.model.llama import PACK_ROWS_HINT, amx_linear, packed_linear, vnni_pack
+
+    plain = [w for i in range(model.cfg.num_layers)
+             for w in model.plain_linear_weights(i).values()]
+    ways = {"plain F.linear": (plain, F.linear),
+            "oneDNN packed": ([torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS_HINT)
+                               for w in plain], packed_linear)}
+    if cpu_ops.amx_linear_available():
+        ways["AMX kernel"] = ([vnni_pack(w) for w in plain], amx_linear)
+    mb = sum(w.numel() * w.element_size() for w in plain) / 1e6
+    print(f"matmuls: {len(plain)} linear layers, {mb:.0f} MB of bf16 weights, ms per pass")
+    for rows in (1, 16, 64):
+        xs = {k: torch.randn(rows, k, dtype=torch.bfloat16) for k in {w.shape[1] for w in plain}}
+
+        def run(weights, linear, xs):
+            for w, p in zip(plain, weights):
+                linear(xs[w.shape[1]], p)
+
+        times = {name: float("inf") for name in ways}
+        for _ in range(5):  # alternate the ways, keep each one's best
+            for name, (weights, linear) in ways.items():
+                times[name] = min(times[name], best_of(run, weights, linear, xs, rounds=1))
+        line = "  ".join(f"{name} {t * 1e3:6.2f}" for name, t in times.items())
+        if "AMX kernel" in times:
+            line += f"  -> AMX {times['oneDNN packed'] / times['AMX kernel']:.2f}x oneDNN"
+        print(f"  {rows:3d} rows: {line}")
+
+
+def bench_attention() -> None:
+    from engine.model.attention import CpuAttention, TorchAttention, build_metadata
+
+    torch.manual_seed(0)
+    B, hq, hkv, d, bs = 16, 9, 3, 64, 8
+    print(f"attention: {B} decoding requests, {hq} query / {hkv} KV heads of {d}, bf16, "
+          "us per layer")
+    for ctx in (30, 100, 200):
+        per = -(-ctx // bs)
+        kc = torch.randn(B * per, bs, hkv, d, dtype=torch.bfloat16)
+        vc = torch.randn_like(kc)
+        perm = torch.randperm(B * per).tolist()
+        tables = [perm[i * per:(i + 1) * per] for i in range(B)]
+        q = torch.randn(B, hq, d, dtype=torch.bfloat16)
+        meta = build_metadata([1] * B, [ctx] * B, tables, [-1] * B, bs)
+        ways = {"C++ kernel": CpuAttention(), "gather+SDPA": TorchAttention()}
+        times = {name: float("inf") for name in ways}
+        for _ in range(3):  # the torch backend plans once per step (meta._cache), as in layer 2+
+            for name, backend in ways.items():
+                t = best_of(backend.forward, q, kc, vc, meta, d ** -0.5, rounds=3, reps=20)
+                times[name] = min(times[name], t)
+        ratio = times["gather+SDPA"] / times["C++ kernel"]
+        print(f"  context {ctx:3d}: C++ kernel {times['C++ kernel'] * 1e6:6.1f}  gather+SDPA "
+              f"{times['gather+SDPA'] * 1e6:6.1f}  -> {ratio:.2f}x")
+
+
+def bench_layer_loop(engine) -> None:
+    from engine.config import SamplingParams
+    from engine.engine import LLMEngine
+    from engine.model.llama import LlamaModel
+
+    if engine.model.fused_weights is None:
+        print("layer loop: this model or CPU runs the Python loop only (no AMX weights)")
+        return
+    other = LLMEngine(engine.config)
+    python_loop = LlamaModel(engine.model.loaded, engine.device, engine.dtype,
+                             engine.config.max_model_len + 1)
+    python_loop.pack_for_cpu(amx=True)
+    python_loop.use_cpu_ops()
+    python_loop.fused_weights = None  # the same kernels, called from LlamaModel.forward
+    other.model = other.runner.model = python_loop
+    print("layer loop: decode steps, ms per step")
+    params = SamplingParams(max_tokens=200, ignore_eos=True)
+    for running in (1, 4, 16):
+        for e in (engine, other):
+            for i in range(running):
+                e.add_request(f"Count slowly from {i} upwards:", params)
+            for _ in range(3):
+                e.step()
+        times = [float("inf"), float("inf")]
+        for _ in range(6):
+            for j, e in enumerate((engine, other)):
+                times[j] = min(times[j], best_of(e.step, rounds=1, reps=6))
+        print(f"  {running:2d} running: C++ loop {times[0] * 1e3:5.1f}  Python loop "
+              f"{times[1] * 1e3:5.1f}  -> {times[1] / times[0]:.2f}x")
+        for e in (engine, other):
+            while e.has_unfinished():
+                e.step()
+
+
+def main() -> int:
+    from engine.config import EngineConfig
+    from engine.engine import LLMEngine
+
+    engine = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=16, max_model_len=512))
+    print(f"[{engine.describe()}]")
+    bench_matmuls(engine.model)
+    bench_attention()
+    bench_layer_loop(engine)
+    return 0
+
+
+if __name__ == "__main__":
+    spin_openmp_threads("engine.kernel_bench")
+    sys.exit(main())
