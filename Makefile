@@ -30,7 +30,7 @@ test: $(STAMP)
 	$(VPY) -m pytest -q
 
 bench: $(STAMP)
-	$(VPY) -m engine.bench
+	$(VPY) -m benchmarks.bench
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check engine kernels app tests

@@ -3,7 +3,7 @@
 Both get the same requests (engine/workloads.py "longtail", answers capped, EOS ignored so both
 compute exactly the same tokens), the same number of seats and the same dtype (the one the
 engine picks for this machine), so what differs is how they serve. The naive server is
-`engine.baseline.NaiveServer`: transformers' generate() on static padded batches. The engine
+`benchmarks.baseline.NaiveServer`: transformers' generate() on static padded batches. The engine
 runs continuous batching over a paged KV cache. Output tokens per second of compute are
 measured for both; their ratio is the home page's headline.
 """
@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 
 from app.state import Job, preset_jobs
+from benchmarks.workloads import WorkItem
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.workloads import WorkItem
 
 Progress = Callable[[float, str], None]
 RACE_REQUESTS = 16
@@ -38,7 +38,7 @@ def engine_dtype() -> str:
 
 
 def run_naive(jobs: list[Job], seats: int, model: str, progress: Progress = _noop) -> dict:
-    from engine.baseline import NaiveServer
+    from benchmarks.baseline import NaiveServer
 
     server = NaiveServer(model=model, batch_size=seats, dtype=engine_dtype())
     items = [WorkItem(j.prompt, j.max_tokens, j.ignore_eos, 0.0, j.name) for j in jobs]

@@ -15,7 +15,7 @@ import streamlit as st
 from app.i18n import language_selector, switch_label, t
 from app.lessons import SWITCHES
 from app.state import MODELS, Session, Settings
-from engine.workloads import WORKLOAD_NAMES
+from benchmarks.workloads import WORKLOAD_NAMES
 
 DEFAULTS = Settings()
 SPEEDS = (0.25, 0.5, 1.0, 2.0)  # seconds between two Play steps

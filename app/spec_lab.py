@@ -112,7 +112,7 @@ def target_probs(model: str, ids: list[int]):
     """The target's next-token distribution after `ids`, by transformers (temperature 1)."""
     import torch
 
-    from engine.baseline import load_hf
+    from benchmarks.baseline import load_hf
 
     hf, _ = load_hf(model, torch.float32, "cpu")
     with torch.inference_mode():

@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
+from benchmarks.workloads import WORKLOAD_NAMES, chat, get_workload
 from engine import EngineConfig, LLMEngine, SamplingParams, SpecConfig
-from engine.workloads import WORKLOAD_NAMES, chat, get_workload
 
 # The models a browser may pick: server-side configuration only (never a path from a browser).
 MODELS = tuple(m for m in os.environ.get("SERVELAB_APP_MODELS", "smollm2-135m").split(",") if m)

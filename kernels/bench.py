@@ -19,7 +19,7 @@ leaves what it measured):
     Achieved bandwidth = (K/V bytes read + q and out bytes) / median time, printed next to the
     copy bandwidth.
  5. a small launch-parameter sweep (tile sizes, warps, pipeline stages) for decode and extend
- 6. `python -m engine.bench --json DIR/engine.json --concurrency 1,4,16,64,256` as a subprocess
+ 6. `python -m benchmarks.bench --json DIR/engine.json --concurrency 1,4,16,64,256` as a subprocess
     with the time that is left; its failure is recorded, never raised
 
 Without CUDA it exits with status 2 and a message. `--dry-run-cpu` runs every section on tiny
@@ -588,9 +588,9 @@ def tuning(b: Bench) -> dict:
 
 
 def engine_bench(b: Bench, timeout_s: float | None) -> dict:
-    """`python -m engine.bench` in a subprocess with the time left; failures are recorded."""
+    """`python -m benchmarks.bench` in a subprocess with the time left; failures are recorded."""
     path = os.path.join(b.out_dir, "engine.json")
-    cmd = [sys.executable, "-m", "engine.bench", "--json", path,
+    cmd = [sys.executable, "-m", "benchmarks.bench", "--json", path,
            "--concurrency", ENGINE_CONCURRENCY]
     left = b.budget_s - b.elapsed() - 10
     limit = left if timeout_s is None else min(timeout_s, left)
@@ -611,7 +611,7 @@ def engine_bench(b: Bench, timeout_s: float | None) -> dict:
                    stderr_tail=proc.stderr[-4000:])
         res["ok"] = proc.returncode == 0
         if proc.returncode != 0:
-            res["error"] = f"engine.bench exited with status {proc.returncode}"
+            res["error"] = f"benchmarks.bench exited with status {proc.returncode}"
     except subprocess.TimeoutExpired as e:
         res.update(ok=False, error=f"timed out after {limit:.0f}s",
                    stdout_tail=_text(e.stdout)[-4000:], stderr_tail=_text(e.stderr)[-4000:])

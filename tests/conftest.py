@@ -26,7 +26,7 @@ def tokenizer():
 
 @functools.lru_cache(maxsize=64)
 def _reference(ids: tuple[int, ...], max_new_tokens: int) -> tuple[int, ...]:
-    from engine.baseline import reference_greedy
+    from benchmarks.baseline import reference_greedy
 
     (out,) = reference_greedy([list(ids)], max_new_tokens, ignore_eos=True)
     return tuple(out)

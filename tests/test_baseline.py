@@ -12,8 +12,8 @@ import json
 import pytest
 import torch
 
-from engine.baseline import NaiveServer, reference_greedy
-from engine.workloads import WorkItem, Workload, with_arrivals
+from benchmarks.baseline import NaiveServer, reference_greedy
+from benchmarks.workloads import WorkItem, Workload, with_arrivals
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""`python -m engine.bench --quick` runs end to end and writes JSON that validates.
+"""`python -m benchmarks.bench --quick` runs end to end and writes JSON that validates.
 
 No timing is asserted: the numbers depend on the machine. The test checks the shape."""
 
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from engine.bench import RESULT_KEYS
+from benchmarks.bench import RESULT_KEYS
 
 pytestmark = pytest.mark.slow
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 def test_quick_bench_writes_valid_json(tmp_path):
     out = tmp_path / "bench.json"
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    proc = subprocess.run([sys.executable, "-m", "engine.bench", "--quick", "--json", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.bench", "--quick", "--json", str(out)],
                           capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(out.read_text())
@@ -48,7 +48,7 @@ def test_quick_bench_writes_valid_json(tmp_path):
 
 
 def test_bench_memory_runs(capsys):
-    from engine import bench_memory
+    from benchmarks import bench_memory
 
     assert bench_memory.main([]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -56,9 +56,9 @@ def test_bench_memory_runs(capsys):
 
 
 def test_kernel_bench_attention_runs(capsys):
-    """`python -m engine.kernel_bench`'s attention part, which needs no model: both backends
+    """`python -m benchmarks.kernel_bench`'s attention part, which needs no model: both backends
     run on the same pool and it prints a ratio per context (no timing is asserted)."""
-    from engine import kernel_bench
+    from benchmarks import kernel_bench
     from engine.model import cpu_ops
 
     assert cpu_ops.load()

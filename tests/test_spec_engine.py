@@ -19,6 +19,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmarks.workloads import get_workload
 from engine import EngineConfig, LLMEngine, SamplingParams, SpecConfig
 from engine.kv import ContiguousAllocator, PagedAllocator
 from engine.request import Request
@@ -33,7 +34,6 @@ from engine.spec.draft import (
     quant_weight,
     quantize_int4,
 )
-from engine.workloads import get_workload
 from tests.conftest import PROMPTS, assert_blocks_consistent
 
 # ---------------------------------------------------------------------------------------------
@@ -282,7 +282,7 @@ def _chi_params(seed: int) -> SamplingParams:
 @functools.lru_cache(maxsize=8)
 def _target_probs(ids: tuple[int, ...]) -> dict[int, float]:
     """The exact distribution the sampler draws the next token from (transformers, fp32)."""
-    from engine.baseline import load_hf
+    from benchmarks.baseline import load_hf
     from engine.sampler import probabilities
 
     hf, _ = load_hf("smollm2-135m", torch.float32)
@@ -356,8 +356,8 @@ def test_sampled_tokens_follow_the_target_distribution(method, monkeypatch, toke
 
 @pytest.mark.slow
 def test_spec_bench_writes_the_main_bench_json_shape(tmp_path):
-    from engine.bench import RESULT_KEYS
-    from engine.spec_bench import main
+    from benchmarks.bench import RESULT_KEYS
+    from benchmarks.spec_bench import main
 
     out = tmp_path / "spec.json"
     assert main(["--quick", "--concurrency", "2", "--workloads", "grounded", "--max-tokens", "4",

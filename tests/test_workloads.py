@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from engine.workloads import (
+from benchmarks.workloads import (
     WORKLOAD_NAMES,
     WorkItem,
     Workload,

@@ -211,9 +211,9 @@ class LlamaModel:
 
         amx=True (the engine asks when its C++ kernels load and the CPU has AMX): VNNI pairs
         for `amx_linear`, which read the weights 1.3-1.7x faster than oneDNN's prepacked
-        linear at 1 to 64 rows (`python -m engine.kernel_bench`; README, Performance). Otherwise
+        linear at 1 to 64 rows (`python -m benchmarks.kernel_bench`; README, Performance). Otherwise
         oneDNN's blocked layout: 1.04x to 1.72x the decode rate of plain weights at 1 to 32
-        running in earlier runs of `python -m engine.bench` (2-core Sapphire Rapids)."""
+        running in earlier runs of `python -m benchmarks.bench` (2-core Sapphire Rapids)."""
         if self.packed or not cpu_packing_available(self.device, self.dtype):
             return False
         mats = [self.lm_head] + [layer[n] for layer in self.layers for n in self.LINEAR_WEIGHTS]
@@ -235,7 +235,7 @@ class LlamaModel:
         """Run norms, rotary embedding and SwiGLU as one C++ call each (engine/model/
         cpu_ops.cpp) instead of 3 to 8 PyTorch operators; True if the kernels loaded. Same
         arithmetic and roundings (tests/test_cpu_ops.py); measured by `python -m
-        engine.bench` (README, Performance)."""
+        benchmarks.bench` (README, Performance)."""
         from engine.model import cpu_ops
 
         if not self.cpu_ops and cpu_ops.supports(self.device, self.dtype):

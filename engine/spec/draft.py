@@ -422,8 +422,8 @@ def _one_sequence_forward(model: LlamaModel, engine, token_ids: list[int],
 def study(num_prompts: int = 12, max_tokens: int = 48, threads: int | None = 1,
           reps: int = 12, dtype: str = "float32") -> list[dict]:
     """Teacher-forced greedy agreement and batch-1 decode cost of each candidate."""
+    from benchmarks.workloads import get_workload
     from engine import EngineConfig, LLMEngine, SamplingParams
-    from engine.workloads import get_workload
 
     if threads:
         torch.set_num_threads(threads)

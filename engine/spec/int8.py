@@ -11,7 +11,7 @@ decoding's rejection sampler keeps the output exactly the target's either way.
 `int8_linear` uses `torch.ops.aten._weight_int8pack_mm`, PyTorch's CPU kernel for exactly
 this layout (int8 [out, in] weights, per-output-channel scales; torchao's int8 weight-only
 path calls it) with bfloat16 activations: measured with torch 2.13 on this project's CPU
-(`python -m engine.spec.int8_bench`), that is the fastest path for one row, about 2x float32
+(`python -m benchmarks.int8_bench`), that is the fastest path for one row, about 2x float32
 over SmolLM2-135M's linear layers, while the same op with float32 activations takes a slow
 generic path (4-30x slower than a float32 matmul). Where the op is missing, or off the CPU,
 it dequantizes on the fly. The bfloat16 activations add rounding about as large as the int8

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from benchmarks.workloads import get_workload
 from engine import EngineConfig, LLMEngine, SamplingParams, SpecConfig
-from engine.workloads import get_workload
 
 OUT = Path(__file__).resolve().parent / "fixtures" / "reports.json"
 

@@ -1,4 +1,4 @@
-"""`python -m engine.spec_bench --json PATH [--quick]`: what speculative decoding buys, measured.
+"""`python -m benchmarks.spec_bench --json PATH [--quick]`: what speculative decoding buys, measured.
 
 Speculative decoding (Leviathan et al. 2023; prompt lookup, Saxena 2023) trades extra work
 for fewer steps: one target forward over [last, x_1..x_k] costs about as much as over one
@@ -17,7 +17,7 @@ nearly free. Two measurements here:
 
 The JSON has the main bench's shape (`engine/bench.py`): {"machine", "roofline", "results",
 "forward_cost", ...}; each result has the common keys plus `workload`, `concurrency`,
-`acceptance_rate`, `mean_accepted_len`, `speedup_vs_off`. `python -m engine.bench --spec`
+`acceptance_rate`, `mean_accepted_len`, `speedup_vs_off`. `python -m benchmarks.bench --spec`
 runs this. Methods run interleaved per concurrency on the same prompts; the machine is shared
 and noisy, so compare ratios, not absolute numbers.
 """
@@ -30,10 +30,10 @@ import time
 
 import torch
 
+from benchmarks.workloads import get_workload
 from engine.config import EngineConfig, SamplingParams, SpecConfig
 from engine.metrics import RunMetrics
 from engine.model.attention import build_metadata
-from engine.workloads import get_workload
 
 METHODS = ("off", "ngram", "draft")
 
@@ -115,7 +115,7 @@ def print_table(results: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m engine.spec_bench",
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.spec_bench",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--quick", action="store_true", help="a small run (about a minute)")
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in (quick if args.quick else full).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    from engine.bench import machine_info, roofline, write_json
+    from benchmarks.bench import machine_info, roofline, write_json
     from engine.engine import LLMEngine
 
     concurrency = [int(c) for c in args.concurrency.split(",")]
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from engine.bench import spin_openmp_threads
+    from benchmarks.bench import spin_openmp_threads
 
-    spin_openmp_threads("engine.spec_bench")
+    spin_openmp_threads("benchmarks.spec_bench")
     sys.exit(main())

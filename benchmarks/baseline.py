@@ -52,8 +52,8 @@ from transformers import (
     LogitsProcessorList,
 )
 
+from benchmarks.workloads import WorkItem, Workload
 from engine.model.loader import hf_folder
-from engine.workloads import WorkItem, Workload
 
 Progress = Callable[[float, str], None]  # (fraction done in [0, 1], message)
 

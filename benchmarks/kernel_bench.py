@@ -1,4 +1,4 @@
-"""`python -m engine.kernel_bench`: the CPU kernels against what they replace, side by side.
+"""`python -m benchmarks.kernel_bench`: the CPU kernels against what they replace, side by side.
 
 1. Matmuls: every linear layer of the bundled model (30 layers x qkv, o, gate_up, down: the
    bytes a step streams), at 1, 16 and 64 rows, through our AMX kernel (when this CPU has
@@ -20,7 +20,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from engine.bench import spin_openmp_threads
+from benchmarks.bench import spin_openmp_threads
 
 
 def best_of(fn, *args, rounds: int = 5, reps: int = 1) -> float:
@@ -137,5 +137,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    spin_openmp_threads("engine.kernel_bench")
+    spin_openmp_threads("benchmarks.kernel_bench")
     sys.exit(main())

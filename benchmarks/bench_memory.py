@@ -1,4 +1,4 @@
-"""`python -m engine.bench_memory`: resident memory of four engines in one process, as the app
+"""`python -m benchmarks.bench_memory`: resident memory of four engines in one process, as the app
 keeps them (one per switch setting, 8 seats each), with the model shared (the default) and
 with a separate copy per engine (`--separate`, what every engine had before sharing)."""
 
@@ -24,7 +24,7 @@ def rss_mb() -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m engine.bench_memory", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_memory", description=__doc__)
     ap.add_argument("--separate", action="store_true", help="one model copy per engine")
     args = ap.parse_args(argv)
     engines = []

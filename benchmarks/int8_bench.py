@@ -1,6 +1,6 @@
 """Time int8 weight-only linear layers against float32 and bfloat16 on this CPU.
 
-    python -m engine.spec.int8_bench [--threads N] [--min-time 0.2]
+    python -m benchmarks.int8_bench [--threads N] [--min-time 0.2]
 
 For SmolLM2-135M's linear shapes (hidden 576, MLP 1536, KV 3 heads x 64 = 192, vocab
 49152) and 1..8 rows of activations (a decode step of 1..8 requests or a k-token draft),
