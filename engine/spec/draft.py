@@ -63,7 +63,6 @@ smaller `draft_model` there.
 
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -73,9 +72,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from engine.kv import KVPool, PagedAllocator
+from engine.model import cache
 from engine.model.attention import build_metadata
-from engine.model.llama import LlamaModel
+from engine.model.llama import LlamaModel, shared_model
 from engine.request import Request
+from engine.runner import Chunk, ModelRunner
 from engine.sampler import probabilities
 from engine.spec.int8 import int8_linear, quantize_linear_weight
 from engine.spec.rejection import sample_from
@@ -167,8 +168,6 @@ class DraftRecipe:
 # measured winner for the bundled model (see the module docstring)
 BUILTIN_RECIPE = DraftRecipe(bits=4, lm_head_bits=8)
 
-_quantized_cache: dict[tuple, tuple[list[dict], QuantWeight]] = {}
-
 
 class QuantizedLlama(LlamaModel):
     """The target's own network with compressed linear weights (and maybe fewer layers).
@@ -178,25 +177,25 @@ class QuantizedLlama(LlamaModel):
 
     @torch.inference_mode()
     def __init__(self, target: LlamaModel, recipe: DraftRecipe):
-        self.__dict__.update(target.__dict__)  # embed, norms, cos/sin, sizes: shared
-        self.packed, self.pack_layout = False, f"int{recipe.bits}"
-        self.fused_weights = None  # the target's C++ layer loop would read the target's weights
+        self.__dict__.update(target.__dict__)  # embed, norms, cos/sin, ops, sizes: shared
+        self.layout = f"int{recipe.bits}"
+        self.linear = quant_linear
+        self.cpp_layer_weights = None  # the C++ layer loop reads AMX-packed bf16 weights only
         self.recipe = recipe
         n = target.cfg.num_layers if recipe.num_layers is None else recipe.num_layers
-        # the weights come from the loader's per-process cache: one quantization per process
-        key = (target.embed.data_ptr(), str(target.device), target.dtype, recipe)
-        if key not in _quantized_cache:
+
+        def quantize() -> tuple[list[dict], QuantWeight]:
             layers = []
             for i, layer in enumerate(target.layers[:n]):
                 q = dict(layer)
-                for name, w in target.plain_linear_weights(i).items():  # also if packed
+                for name, w in target.plain_linear_weights(i).items():  # whatever the layout
                     q[name] = quant_weight(w, recipe.bits)
                 layers.append(q)
-            _quantized_cache.clear()  # one cached draft at a time (they are ~0.4 GB each)
-            _quantized_cache[key] = (layers, quant_weight(target.plain_lm_head,
-                                                          recipe.lm_head_bits))
-        self.layers, self.lm_head = _quantized_cache[key]
-        self.linear = quant_linear
+            return layers, quant_weight(target.plain_lm_head, recipe.lm_head_bits)
+
+        # quantized from the plain weights, so the same for a packed and a plain target
+        key = (str(target.loaded.folder), str(target.device), target.dtype, recipe)
+        self.layers, self.lm_head = cache.get("draft", key, quantize)
 
     @property
     def weight_bytes(self) -> int:
@@ -221,10 +220,8 @@ def build_draft_model(engine, spec_config) -> LlamaModel:
         raise ValueError(f"spec.draft_model {spec_config.draft_model!r} does not share the "
                          f"target's tokenizer")
     k = spec_config.num_speculative_tokens
-    model = LlamaModel(loaded, engine.device, engine.dtype, engine.config.max_model_len + k + 1)
-    if engine.cpu_ops:
-        model.use_cpu_ops()
-    return model
+    return shared_model(loaded, engine.device, engine.dtype, engine.config.max_model_len + k + 1,
+                        pack=False, cpu_kernels=engine.uses_cpu_kernels)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,6 +275,8 @@ class DraftProposer:
         self.pool = KVPool(len(self.model.layers), num_blocks, block_size, mc.num_kv_heads,
                            mc.head_dim, self.model.dtype, engine.device)
         self.allocator = PagedAllocator(num_blocks, block_size)
+        self.runner = ModelRunner(self.model, self.pool, self.allocator, engine.backend,
+                                  engine.device)
         self.seqs: dict[str, DraftSeq] = {}
         self.vocab = engine.model_config.vocab_size  # the target's
         self.forward_s = 0.0  # time spent in draft forwards (for benchmarks)
@@ -295,24 +294,11 @@ class DraftProposer:
             self.release(rid)
 
     # --- one propose ------------------------------------------------------------------------
-    def _forward(self, input_ids, positions, query_lens, seqs: list[DraftSeq]) -> Tensor:
-        """One batched draft forward -> fp32 logits [num_seqs, target vocab] at each seq's
-        last query token."""
-        dev = self.engine.device
-        slots = []
-        for seq, q in zip(seqs, query_lens):
-            n = seq.num_computed_tokens
-            slots.extend(self.allocator.slot(seq, p) for p in range(n, n + q))
-        seq_lens = [s.num_computed_tokens + q for s, q in zip(seqs, query_lens)]
-        meta = build_metadata(query_lens, seq_lens, [s.block_table for s in seqs], slots,
-                              self.allocator.block_size, dev)
-        ids = torch.tensor(input_ids, dtype=torch.long, device=dev)  # [num_tokens]
-        pos = torch.tensor(positions, dtype=torch.long, device=dev)  # [num_tokens]
+    def _forward(self, chunks: list[Chunk]) -> Tensor:
+        """One batched draft forward -> fp32 logits [num_seqs, target vocab] at each chunk's
+        last token."""
         t0 = time.perf_counter()
-        hidden = self.model.forward(ids, pos, meta, self.pool.layers, self.engine.backend)
-        ends = list(itertools.accumulate(query_lens))
-        last = torch.tensor(ends, dtype=torch.long, device=dev) - 1  # [num_seqs]
-        logits = self.model.logits(hidden[last]).float().cpu()  # [num_seqs, draft vocab]
+        logits = self.runner.forward(chunks)  # [num_seqs, draft vocab]
         self.forward_s += time.perf_counter() - t0
         v = logits.shape[1]
         if v > self.vocab:
@@ -326,7 +312,7 @@ class DraftProposer:
         out = [Proposal([], None, []) for _ in reqs]
         active: list[int] = []  # indices into reqs with a seq ready to draft
         seqs: list[DraftSeq] = []
-        ids, positions, qlens = [], [], []
+        chunks: list[Chunk] = []
         for i, (req, k) in enumerate(zip(reqs, ks)):
             if k <= 0:
                 continue
@@ -343,12 +329,10 @@ class DraftProposer:
                 continue  # the draft's pool is full: this request goes without a draft
             active.append(i)
             seqs.append(seq)
-            ids.extend(tokens[keep:])
-            positions.extend(range(keep, n))
-            qlens.append(n - keep)
+            chunks.append(Chunk(seq, keep, tokens[keep:], num_logits=1))
         if not active:
             return out
-        logits = self._forward(ids, positions, qlens, seqs)  # [B, V]
+        logits = self._forward(chunks)  # [B, V]
         for seq, i in zip(seqs, active):
             seq.token_ids = list(reqs[i].all_token_ids)
         for step in range(max(ks[i] for i in active)):
@@ -358,8 +342,8 @@ class DraftProposer:
             if step > 0:  # feed x_step, get the distribution of x_{step+1}
                 live = [seqs[j] for j in rows]
                 toks = [out[active[j]].token_ids[-1] for j in rows]
-                pos = [s.num_computed_tokens for s in live]
-                logits = self._forward(toks, pos, [1] * len(rows), live)
+                logits = self._forward([Chunk(s, s.num_computed_tokens, [t], num_logits=1)
+                                        for s, t in zip(live, toks)])
                 for s, t in zip(live, toks):
                     s.token_ids.append(t)
             else:
