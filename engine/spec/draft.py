@@ -23,27 +23,10 @@ How it runs inside one engine step (before the scheduler, over every request tha
    (`PagedAllocator.truncate`), and state of requests that left `running` (finished,
    preempted) is freed (`sync`, plus `release` from the engine when a request finishes).
 
-The built-in draft for the bundled SmolLM2-135M, chosen by measurement
-(`python -m engine.spec.draft [--dtype bfloat16]`; greedy, 12 `grounded` + 12 `open`
-prompts, 48 tokens each; agreement = teacher-forced, the fraction of generated positions
-where the draft's argmax equals the target's token; cost = a one-token decode forward at
-batch 1 after 200 tokens, 1 thread, min of 12, relative to the target's; E = expected tokens
-per verification at k = 4 if positions were independent, (1 - a^5) / (1 - a); 2-core Sapphire
-Rapids shared with other jobs (costs are noisy, +-15%), torch 2.13):
-
-                                          target fp32                target bf16
-    candidate                          grounded  open  cost    grounded  open  cost   E
-    (a) int8 per-channel, 30 layers      0.979  0.938  0.81      0.976  0.953  0.64  4.6
-    (b) int8, first 15 layers            0.062  0.080  0.41      0.062  0.071  0.35  1.1
-    (b) int8, first 24 layers            0.366  0.318  0.71      0.366  0.321  0.50  1.5
-    (c) int4 g32 + int8 lm_head  <-      0.984  0.970  0.54      0.983  0.979  0.44  4.8
-    (c) int4 g32 + int4 lm_head          0.913  0.866  0.56      0.920  0.891  0.44  4.2
-
-(b), an untrained early exit, barely agrees: the last layers are not optional. Skipping
-layers instead (self-speculation in the style of Draft & Verify, Zhang et al. 2023) fails
-the same way untrained: int4 without layer 27 agrees 0.81, without 25 and 27 0.71, without
-four middle layers (5, 9, 13, 17) 0.63. (c) wins on both counts: it agrees more than (a)
-and costs less.
+The built-in draft for the bundled SmolLM2-135M (`BUILTIN_RECIPE`) is the target's own
+layers in int4, group 32, with an int8 lm_head, chosen by measurement over int8 and
+truncated-layer candidates (`python -m engine.spec.draft`; the table is in README, under
+Performance).
 
 The bundled model ships as a Q4_1 GGUF (every linear layer stored as 4-bit codes with one
 scale and one minimum per group of 32 inputs; the embedding as Q8_0), so the target's fp32
