@@ -199,7 +199,7 @@ def _check_records(records, k: int) -> None:
 
 def _check_all_free(eng: LLMEngine) -> None:
     assert eng.allocator.num_free_blocks == eng.allocator.num_blocks, "target KV leaked"
-    draft = eng.spec.draft
+    draft = eng.spec_decoder.draft
     if draft is not None:
         assert not draft.seqs, f"draft state left for {sorted(draft.seqs)}"
         assert draft.allocator.num_free_blocks == draft.allocator.num_blocks, "draft KV leaked"
