@@ -53,6 +53,7 @@ class PhaseTimer:
 
     def __init__(self):
         self.step: dict[str, float] = {}
+        self.wrapped: list[tuple[object, str, object]] = []
 
     @contextmanager
     def phase(self, name: str):
@@ -69,23 +70,40 @@ class PhaseTimer:
             with self.phase(name):
                 return fn(*args, **kwargs)
 
+        self.wrapped.append((obj, attr, vars(obj).get(attr)))  # None: inherited from a class
         setattr(obj, attr, timed)
+
+    def unwrap(self) -> None:
+        for obj, attr, own in reversed(self.wrapped):
+            if own is None:
+                delattr(obj, attr)  # the instance's wrapper goes; its class's method shows
+            else:
+                setattr(obj, attr, own)
+        self.wrapped = []
 
 
 def instrument(eng, timer: PhaseTimer) -> None:
-    """Wrap the functions that do each phase (whichever of them this engine has)."""
+    """Wrap the functions that do each phase (whichever of them this engine has: the bench
+    also runs against the code before the step was split into its parts)."""
+    import engine.engine as engine_mod
+
     targets = [
         (eng.scheduler, "schedule", "schedule"),
         (eng.runner, "run", "run"),  # metadata = run - forward - logits
         (eng.model, "forward", "forward"),
         (eng.model, "logits", "logits"),
-        (eng, "_detokenize", "detokenize"),
-        (getattr(eng, "detokenizer", None), "step", "detokenize"),
-        (eng, "_report", "report"),
-        (getattr(eng, "reporter", None), "build", "report"),
+        (eng, "_detokenize", "detokenize"),  # before: the whole output, every step
+        (eng, "_report", "report"),  # before
+        (engine_mod, "build_report", "report"),  # after
     ]
+    try:
+        from engine.detokenizer import Detokenizer  # after: a few tokens at a time
+
+        targets += [(Detokenizer, m, "detokenize") for m in ("add", "take", "visible")]
+    except ImportError:
+        pass
     for obj, attr, name in targets:
-        if obj is not None and hasattr(obj, attr):
+        if hasattr(obj, attr):
             timer.wrap(obj, attr, name)
 
 
@@ -117,6 +135,7 @@ def measure(folder: Path, rows: int, steps: int, dtype: str) -> dict[str, float]
         timer.step["step"] = total
         for p in PHASES:
             per_step[p].append(timer.step.get(p, 0.0))
+    timer.unwrap()
     running = sum(1 for r in eng.scheduler.running if not r.is_finished)
     assert running == rows, f"{running} running, wanted {rows}"
     return {p: 1e3 * statistics.median(v) for p, v in per_step.items()}

@@ -24,11 +24,12 @@ from engine.model import cpu_ops
 from engine.model.attention import get_backend
 from engine.model.llama import shared_model
 from engine.model.loader import Progress, load_model
-from engine.report import Emitted, KVSummary, SpecRecord, StepReport, build_report, kv_summary
+from engine.report import Emitted, KVSummary, StepReport, build_report, kv_summary
 from engine.request import Request
 from engine.runner import ForwardResult, ModelRunner
 from engine.sampler import sample
 from engine.scheduler import Scheduler
+from engine.spec.rejection import SpecDecision
 
 
 @dataclass
@@ -258,7 +259,7 @@ class LLMEngine:
         report.metrics = self.metrics_snapshot()
         return report
 
-    def _sample(self, fwd: ForwardResult) -> tuple[dict[str, list[int]], list[SpecRecord]]:
+    def _sample(self, fwd: ForwardResult) -> tuple[dict[str, list[int]], list[SpecDecision]]:
         """Logits -> each request's new tokens: one sample, or a verified draft."""
         sampled, records = {}, []
         for rid, (first, n) in fwd.rows.items():

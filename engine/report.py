@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from engine.spec.rejection import SpecDecision  # one record per verified draft
+
 
 @dataclass
 class Seat:
@@ -47,26 +49,6 @@ class KVSummary:
 
 
 @dataclass
-class DraftToken:
-    token_id: int
-    text: str
-    p_target: float | None
-    p_draft: float | None
-    accept_prob: float | None
-    accepted: bool
-
-
-@dataclass
-class SpecRecord:
-    request_id: str
-    drafted: list[DraftToken]
-    num_accepted: int
-    next_token_id: int
-    next_text: str
-    next_kind: str  # "correction" or "bonus"
-
-
-@dataclass
 class StepReport:
     step: int
     wall_s: float
@@ -80,7 +62,7 @@ class StepReport:
     blocked_reason: str | None
     emitted: list[Emitted]
     kv: KVSummary
-    spec: list[SpecRecord] = field(default_factory=list)
+    spec: list[SpecDecision] = field(default_factory=list)
     metrics: dict = field(default_factory=dict)
     aborted: list[str] = field(default_factory=list)  # by abort_request since the last step
 
@@ -124,7 +106,7 @@ def seats_of(scheduler, computed: dict[str, int]) -> list[Seat]:
 
 
 def build_report(step: int, wall_s: float, config, scheduler, sched, emitted: list[Emitted],
-                 finished: list[str], aborted: list[str], spec: list[SpecRecord]) -> StepReport:
+                 finished: list[str], aborted: list[str], spec: list[SpecDecision]) -> StepReport:
     """Describe one step: `sched` is what the scheduler chose, the rest what came of it."""
     computed = {s.req.request_id: s.num_tokens for s in sched.scheduled}
     return StepReport(

@@ -168,7 +168,7 @@ def _sampling_params() -> list[SamplingParams]:
 
 
 def _run(cfg: EngineConfig, prompts, params):
-    """Run to the end; returns (engine, outputs, every SpecRecord, preemptions)."""
+    """Run to the end; returns (engine, outputs, every SpecDecision, preemptions)."""
     eng = LLMEngine(cfg)
     rids = [eng.add_request(p, sp) for p, sp in zip(prompts, params)]
     records, preempted = [], 0
