@@ -30,7 +30,7 @@ temperature, top-k, top-p): losslessness is with respect to exactly those.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 from torch import Tensor
@@ -79,6 +79,9 @@ class SpecDecision:
     def emitted_tokens(self) -> list[int]:
         """What the request gains this step: the accepted drafts, then next_token_id."""
         return self.accepted_tokens + [self.next_token_id]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 # ---------------------------------------------------------------------------------------------
