@@ -256,6 +256,15 @@ def setup(c: Check, gguf_parts: str | None) -> dict:
     if not c.dry:
         missing = [m for m in ("gguf", GGUF_PACKAGE) if importlib.util.find_spec(m) is None]
         site = os.path.join(c.out_dir, "site")
+        wheels = sorted(Path(gguf_parts).glob("*.whl")) if gguf_parts else []
+        if wheels and "gguf" in missing:  # carried in: the GPU machine has no network
+            cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                   "--target", site, *map(str, wheels)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            res["wheels"] = {"cmd": " ".join(cmd[1:]), "rc": proc.returncode,
+                             "stderr": proc.stderr[-1500:]}
+            _add_site(site)
+            missing = [m for m in missing if importlib.util.find_spec(m) is None]
         if gguf_parts and GGUF_PACKAGE in missing:
             t = time.perf_counter()
             res["joined"] = join_model(gguf_parts, site)
@@ -473,10 +482,11 @@ def main(argv=None) -> int:
                     "(default 400 on a GPU, 600 for --dry-run)")
     ap.add_argument("--dry-run", action="store_true",
                     help="tiny shapes on the CPU under TRITON_INTERPRET=1: checks the script")
-    ap.add_argument("--gguf-parts", help="folder of GGUF parts from --split-model (no network)")
+    ap.add_argument("--gguf-parts", help="folder of GGUF parts from --split-model, and any "
+                    "wheels to install from it (the GPU machine has no network)")
     ap.add_argument("--split-model", metavar="DIR",
                     help="write the bundled GGUF as parts to DIR (run where it is installed)")
-    ap.add_argument("--part-mib", type=int, default=45, help="size of each part for --split-model")
+    ap.add_argument("--part-mib", type=int, default=47, help="size of each part for --split-model")
     args = ap.parse_args(argv)
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
