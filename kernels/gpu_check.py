@@ -48,6 +48,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -255,7 +256,8 @@ def setup(c: Check, gguf_parts: str | None) -> dict:
     res: dict = {"model": c.sizes.model}
     if not c.dry:
         missing = [m for m in ("gguf", GGUF_PACKAGE) if importlib.util.find_spec(m) is None]
-        site = os.path.join(c.out_dir, "site")
+        # outside --out: the joined GGUF (94 MiB) must not travel back with the results
+        site = os.path.join(tempfile.gettempdir(), "servelab-gpu-site")
         wheels = sorted(Path(gguf_parts).glob("*.whl")) if gguf_parts else []
         if wheels and "gguf" in missing:  # carried in: the GPU machine has no network
             cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
