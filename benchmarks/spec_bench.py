@@ -87,8 +87,8 @@ def _run(engine, items, max_tokens: int) -> dict:
     wall = time.perf_counter() - t0
     alloc = engine.allocator
     assert alloc.num_free_blocks == alloc.num_blocks, "target KV blocks still held after the run"
-    if engine.spec is not None and engine.spec.draft is not None:
-        d = engine.spec.draft.allocator
+    if engine.spec_decoder is not None and engine.spec_decoder.draft is not None:
+        d = engine.spec_decoder.draft.allocator
         assert d.num_free_blocks == d.num_blocks, "draft KV blocks still held after the run"
     snap = engine.metrics_snapshot()
     return {
@@ -166,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     print("target forward at batch 1: " + ", ".join(
         f"{c['tokens']} tok {c['ms']:.1f} ms ({c['vs_one_token']:.2f}x)" for c in cost))
     draft_cost = None
-    if probe.spec is not None:
-        draft = probe.spec.draft
+    if probe.spec_decoder is not None:
+        draft = probe.spec_decoder.draft
         roof["draft_weight_bytes"] = draft.model.weight_bytes
         draft_cost = forward_cost(draft.model, draft.pool, probe.backend, probe.device,
                                   tokens=(1, 4, 16), reps=reps)
