@@ -21,7 +21,6 @@ import torch
 from benchmarks import spec_bench
 from benchmarks.common import (
     best_of,
-    machine_info,
     roofline,
     serve,
     spin_openmp_threads,
@@ -92,7 +91,8 @@ def print_table(results: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("--workload", default="longtail", help="longtail, uniform, shared-prefix, ...")
     ap.add_argument("--workload-file", help="JSONL lines {\"prompt\": ..., \"max_tokens\": ...}")
     ap.add_argument("--requests", type=int, default=32)
@@ -146,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     for b in [int(x) for x in args.concurrency.split(",")]:
         rate = decode_rate(probe, b)
         row = {"batch": b, "decode_tok_per_s": rate}
-        line = (f"decode with {b:3d} running: {rate:7.1f} tok/s"
-                + (f"  ({rate / roof['decode_floor_tok_per_s']:.0%} of the floor)" if b == 1 else ""))
+        line = f"decode with {b:3d} running: {rate:7.1f} tok/s"
+        if b == 1:
+            line += f"  ({rate / roof['decode_floor_tok_per_s']:.0%} of the floor)"
         if plain is not None:
             row["plain_weights_tok_per_s"] = decode_rate(plain, b)
             line += f"; plain weights {row['plain_weights_tok_per_s']:.1f} tok/s"
@@ -187,9 +188,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{best['output_tok_per_s'] / naive['output_tok_per_s']:.1f}x output tok/s")
     print(f"peak concurrency, same KV budget: paged {best['max_concurrency']} vs contiguous "
           f"{contig['max_concurrency']}")
-    out = {"machine": machine_info(device.type),
-           "roofline": roof, "workload": wl.name, "args": vars(args), "results": results}
-    write_json(args.json, out)
+    write_json(args.json, device.type, args, roofline=roof, workload=wl.name, results=results)
     return 0
 
 

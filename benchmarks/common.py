@@ -14,6 +14,7 @@ Every other module of the package imports from here, and this module imports non
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -60,11 +61,13 @@ def machine_info(device: str = "cpu") -> dict:
     return info
 
 
-def write_json(path: str | None, data: dict) -> None:
-    """Write a bench's results (no-op without --json)."""
+def write_json(path: str | None, device: str, args: argparse.Namespace, **data) -> None:
+    """Write a bench's results to `path` (no-op without --json): `data` plus the machine
+    and the command's arguments, which every bench's JSON carries."""
     if path:
+        out = {"machine": machine_info(device), "args": vars(args), **data}
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(data, indent=2))
+        Path(path).write_text(json.dumps(out, indent=2))
         print(f"wrote {path}")
 
 

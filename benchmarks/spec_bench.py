@@ -1,4 +1,4 @@
-"""`python -m benchmarks.spec_bench --json PATH [--quick]`: what speculative decoding buys, measured.
+"""`python -m benchmarks.spec_bench --json PATH [--quick]`: what speculation buys, measured.
 
 Speculative decoding (Leviathan et al. 2023; prompt lookup, Saxena 2023) trades extra work
 for fewer steps: one target forward over [last, x_1..x_k] costs about as much as over one
@@ -30,7 +30,6 @@ import sys
 import torch
 
 from benchmarks.common import (
-    machine_info,
     roofline,
     seconds,
     sequence_batch,
@@ -179,9 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     results.sort(key=lambda r: (workloads.index(r["workload"]), r["concurrency"],
                                 methods.index(r["spec"] or "off")))
     print_table(results)
-    out = {"machine": machine_info(device_type), "roofline": roof, "args": vars(args), "forward_cost": cost,
-           "draft_forward_cost": draft_cost, "results": results}
-    write_json(args.json, out)
+    write_json(args.json, device_type, args, roofline=roof, forward_cost=cost,
+               draft_forward_cost=draft_cost, results=results)
     return 0
 
 
