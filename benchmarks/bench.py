@@ -38,7 +38,7 @@ def decode_rate(engine, batch: int, steps: int = 16, windows: int = 3) -> float:
     rids = [engine.add_request(f"Count slowly from {i} upwards:", params) for i in range(batch)]
     while any(engine.requests[r].num_output_tokens < 2 for r in rids):
         engine.step()  # prefill and the first decode
-    step_s = best_of(engine.step, rounds=windows, reps=steps)
+    step_s = best_of(engine.step, rounds=windows, reps=steps, device=engine.device)
     while engine.has_unfinished():
         engine.step()
     return batch / step_s
