@@ -356,7 +356,7 @@ def test_sampled_tokens_follow_the_target_distribution(method, monkeypatch, toke
 
 @pytest.mark.slow
 def test_spec_bench_writes_the_main_bench_json_shape(tmp_path):
-    from benchmarks.bench import RESULT_KEYS
+    from benchmarks.common import RESULT_KEYS
     from benchmarks.spec_bench import main
 
     out = tmp_path / "spec.json"
