@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from engine.model.attention.base import AttentionBackend
+from kernels._common import check_cuda_not_interpreted
 from kernels.decode_attention import paged_decode_attention
 from kernels.extend_attention import paged_extend_attention
 from kernels.store_kv import store_kv
@@ -26,6 +27,13 @@ class TritonAttention(AttentionBackend):
     """Paged attention through Triton kernels; CUDA tensors, or CPU under TRITON_INTERPRET=1."""
 
     name = "triton"
+
+    @staticmethod
+    def check_device(device: torch.device | str) -> None:
+        """Where the engine builds this backend: ValueError on CUDA while TRITON_INTERPRET is
+        set (the kernels would silently run in the CPU interpreter). Every kernel call checks
+        its tensors the same way."""
+        check_cuda_not_interpreted(device)
 
     def store_kv(self, k_cache, v_cache, k, v, meta) -> None:
         # k, v: [num_tokens, num_kv_heads, head_dim]; caches: [num_blocks, block_size, kvh, d]

@@ -1,4 +1,4 @@
-"""The C++ CPU kernels (engine/model/cpu_ops.cpp) compute exactly what the PyTorch code does.
+"""The C++ CPU kernels (engine/model/cpu/ops.cpp) compute exactly what the PyTorch code does.
 
 Each kernel replaces 3 to 8 PyTorch operators. They must give the same bits, not merely
 close numbers: a greedy engine is compared token for token with transformers, and one
