@@ -38,8 +38,7 @@ lm_head (the Q8_0 embedding re-quantized per channel; int4 there costs 7 points)
 Small batches run the packed int4/int8 CPU kernels (`_weight_int4pack_mm_for_cpu`,
 `_weight_int8pack_mm`), which are fast for a few rows and slow for many; more than
 `SMALL_M` rows (a catch-up prefill, many requests at once) run a dequantized bfloat16
-copy through oneDNN, which uses the CPU's AMX/AVX-512 bf16 units (measured 8x faster than
-fp32 at 256 rows on this CPU). Off the CPU (CUDA) the packed kernels are not used and the
+copy through oneDNN, which uses the CPU's AMX/AVX-512 bf16 units. Off the CPU (CUDA) the packed kernels are not used and the
 built-in draft is that bf16 copy: still lossless, but no cheaper than a bf16 target; give a
 smaller `draft_model` there.
 """
@@ -147,7 +146,7 @@ class DraftRecipe:
         return f"int{self.bits} layers, int{self.lm_head_bits} lm_head{layers}"
 
 
-# measured winner for the bundled model (see the module docstring)
+# the measured winner for the bundled model (README, Performance)
 BUILTIN_RECIPE = DraftRecipe(bits=4, lm_head_bits=8)
 
 
