@@ -129,6 +129,7 @@ class LLMEngine:
         self.metrics = RunMetrics()
         self.step_count = 0
         self._ids = itertools.count()
+        self._to_abort: list[str] = []  # abort_request() ids, taken out at the next step
 
     def _num_blocks(self, cfg: EngineConfig) -> int:
         if cfg.num_kv_blocks is not None or self.device.type != "cuda":
@@ -184,8 +185,30 @@ class LLMEngine:
             ids = ids["input_ids"]
         return self.generate([list(ids)], params)[0]
 
+    def abort_request(self, request_id: str) -> bool:
+        """Stop a request (vLLM's name): its client went away. At the start of the next step
+        it leaves its seat or the queue and its blocks are freed; that step's report lists it
+        under `aborted`. False if there is no such unfinished request."""
+        req = self.requests.get(request_id)
+        if req is None or req.is_finished or request_id in self._to_abort:
+            return False
+        self._to_abort.append(request_id)
+        return True
+
+    def _take_out_aborted(self) -> list[str]:
+        aborted, self._to_abort = self._to_abort, []
+        for rid in aborted:
+            req = self.requests[rid]
+            req.status = RequestStatus.FINISHED
+            req.finish_reason = "abort"
+            req.finish_time = time.perf_counter()
+            self.scheduler.abort(req)
+            if self.spec is not None:
+                self.spec.release(req)
+        return aborted
+
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return bool(self._to_abort) or self.scheduler.has_unfinished()
 
     def output(self, rid: str) -> RequestOutput:
         r = self.requests[rid]
@@ -207,6 +230,7 @@ class LLMEngine:
     # --- one step ---------------------------------------------------------------------------
     def step(self) -> StepReport:
         t0 = time.perf_counter()
+        aborted = self._take_out_aborted()
         if self.spec is not None:
             self.spec.propose(self.scheduler.running)
         sched = self.scheduler.schedule()
@@ -249,6 +273,7 @@ class LLMEngine:
                              useful_slots=report.kv.used_slots,
                              held_slots=report.kv.allocated_slots)
         report.metrics = self.metrics_snapshot()
+        report.aborted = aborted
         return report
 
     def _append(self, req: Request, tokens: list[int], now: float) -> list[int]:

@@ -82,6 +82,7 @@ class StepReport:
     kv: KVSummary
     spec: list[SpecRecord] = field(default_factory=list)
     metrics: dict = field(default_factory=dict)
+    aborted: list[str] = field(default_factory=list)  # taken out this step (client went away)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -88,6 +88,17 @@ class Scheduler:
         self._stand(req)
         self.allocator.free(req)
 
+    def abort(self, req: Request) -> None:
+        """Take req out wherever it is (queue or seat) and free its blocks: a client went away
+        (vLLM's abort). A static rider leaves the bus early; the others keep riding."""
+        if req in self.waiting:
+            self.waiting.remove(req)
+        if req in self.running:
+            self.running.remove(req)
+            self._stand(req)
+        self.allocator.free(req)  # no-op for a request that holds no blocks
+        self._end_static_batch_if_done()
+
     def _end_static_batch_if_done(self) -> None:
         if self.running and all(r.idle_finished for r in self.running):
             for r in self.running:
