@@ -2,7 +2,7 @@
 
 Routes: `POST /v1/completions` and `POST /v1/chat/completions` (streamed as server-sent
 events in OpenAI's chunk format ending with `data: [DONE]`, or whole), `GET /v1/models`,
-`GET /health`, `GET /metrics` (Prometheus text, vLLM's names: `metrics.py`) and
+`GET /health`, `GET /v1/servelab/config` (the engine's configuration), `GET /metrics` (Prometheus text, vLLM's names: `metrics.py`) and
 `GET /v1/servelab/steps` (the engine's StepReports as server-sent events, each with its
 `owners` map: `loop.py` says what a viewer reads). `GET /v1/servelab/steps?limit=N` closes
 after N events.
@@ -23,6 +23,7 @@ already has `max_requests_per_user` running. No route reads a path or a file a r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import itertools
 import json
@@ -48,6 +49,7 @@ from engine.server.protocol import (
     usage,
 )
 
+_ids = itertools.count()  # request ids, unique in the process (tests reuse one engine)
 DISCONNECT_POLL_S = 0.5  # a non-streaming handler checks this often whether its client left
 
 
@@ -145,7 +147,6 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
     loop = EngineLoop(engine, metrics, settings.max_tokens_cap)
     cap = loop.max_tokens_cap
     inflight: Counter[str] = Counter()  # client -> requests in the server (event loop only)
-    ids = itertools.count()
 
     from contextlib import asynccontextmanager
 
@@ -241,7 +242,7 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
             del inflight[ticket.user]
 
     def new_ticket(prefix, body, request, params, max_tokens, prompt=None, messages=None):
-        return Ticket(request_id=f"{prefix}-{next(ids)}", params=params,
+        return Ticket(request_id=f"{prefix}-{next(_ids)}", params=params,
                       user=client_name(body, request), aloop=asyncio.get_running_loop(),
                       queue=asyncio.Queue(), prompt=prompt, messages=messages,
                       max_tokens=max_tokens)
@@ -404,6 +405,11 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
 
         return await run(ticket, request, chunk, final, body.stream, body.include_usage,
                          body.return_token_ids, accepted)
+
+    @app.get("/v1/servelab/config")
+    async def engine_config():
+        """The engine's configuration (what `python -m engine.load --compare-offline` reruns)."""
+        return dataclasses.asdict(engine.config)
 
     @app.get("/v1/servelab/steps")
     async def steps(request: Request, limit: int = 0):

@@ -54,6 +54,19 @@ def running_server(engine, settings=None, start_timeout: float = 30.0):
         assert not thread.is_alive(), "the test server did not stop"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def engine():
+    """One engine for the folder's servers (one at a time; each leaves it empty)."""
     return LLMEngine(EngineConfig(**SMALL))
+
+
+@pytest.fixture(scope="session")
+def server(engine):
+    """A server with the default limits, shared by the tests that need nothing special."""
+    with running_server(engine) as (url, app):
+        yield url, app
+
+
+def in_loop(app, fn, timeout: float = 30.0):
+    """fn(engine) run on the server's stepping thread (the only one that may touch it)."""
+    return app.state.loop.call(fn).result(timeout)
