@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from benchmarks.workloads import Workload, WorkItem, get_workload, load_jsonl, with_arrivals
+from benchmarks.workloads import WorkItem, Workload, get_workload, load_jsonl, with_arrivals
 
 ARRIVALS = ("all-at-once", "rate", "poisson", "file")
 
