@@ -34,6 +34,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.config import SamplingParams
 from engine.server.loop import Delta, EngineLoop, Ticket
@@ -50,6 +51,7 @@ from engine.server.protocol import (
 )
 
 _ids = itertools.count()  # request ids, unique in the process (tests reuse one engine)
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
 DISCONNECT_POLL_S = 0.5  # a non-streaming handler checks this often whether its client left
 
 
@@ -93,30 +95,33 @@ class _Limits:
                 return await self._refuse(send, APIError(400, "bad Content-Length header"))
             if n > s.max_body_bytes:
                 return await self._refuse(send, too_big)
-        # a chunked body has no length up front: count as it arrives
-        seen = 0
+        # a chunked body has no length up front: count as it arrives. FastAPI turns any error
+        # raised while it reads the body into its own 400, so the overflow is remembered
+        # here and the app's answer is replaced by the 413 on its way out.
+        seen, overflow, refused = 0, False, False
 
         async def counted_receive():
-            nonlocal seen
+            nonlocal seen, overflow
             msg = await receive()
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > s.max_body_bytes:
+                    overflow = True
                     raise _BodyTooLarge
             return msg
 
-        started = False
-
-        async def tracking_send(msg):
-            nonlocal started
-            if msg["type"] == "http.response.start":
-                started = True
-            await send(msg)
+        async def checked_send(msg):
+            nonlocal refused
+            if not overflow:
+                return await send(msg)
+            if not refused:
+                refused = True
+                await self._refuse(send, too_big)
 
         try:
-            await self.app(scope, counted_receive, tracking_send)
+            await self.app(scope, counted_receive, checked_send)
         except _BodyTooLarge:
-            if not started:
+            if not refused:
                 await self._refuse(send, too_big)
 
     async def _refuse(self, send, err: APIError) -> None:
@@ -169,7 +174,9 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _invalid(request, exc: RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {}
-        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+        # drop "body" and the names pydantic gives union members ("str", "list[int]"...)
+        loc = [str(p) for p in first.get("loc", ()) if p != "body" and not (
+            isinstance(p, str) and (p in _TYPE_TAGS or "[" in p or "-" in p))]
         param = ".".join(loc) or None
         msg = first.get("msg", "invalid request")
         if first.get("type") == "json_invalid":
@@ -179,16 +186,16 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
         metrics.on_reject(400)
         return JSONResponse(error_body(msg, "invalid_request_error", param), status_code=400)
 
-    @app.exception_handler(404)
-    async def _not_found(request, exc):
-        return JSONResponse(error_body(f"no route {request.url.path}", "not_found_error"),
-                            status_code=404)
-
-    @app.exception_handler(405)
-    async def _bad_method(request, exc):
-        return JSONResponse(error_body(f"{request.method} is not allowed on "
-                                       f"{request.url.path}", "invalid_request_error"),
-                            status_code=405)
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request, exc: StarletteHTTPException):
+        if exc.status_code == 404:
+            msg = f"no route {request.url.path}"
+        elif exc.status_code == 405:
+            msg = f"{request.method} is not allowed on {request.url.path}"
+        else:
+            msg = str(exc.detail)
+        return JSONResponse(error_body(msg, "invalid_request_error" if exc.status_code < 500
+                                       else "server_error"), status_code=exc.status_code)
 
     @app.exception_handler(Exception)
     async def _unexpected(request, exc):
