@@ -45,7 +45,6 @@ from engine.server.protocol import (
     CompletionRequest,
     error_body,
     finish_reason,
-    new_id,
     now,
     usage,
 )
@@ -345,7 +344,7 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
         params = sampling(body, max_tokens)
         ticket = new_ticket("cmpl", body, request, params, max_tokens, prompt=prompt)
         accepted = await admit(ticket)
-        rid, created = new_id("cmpl"), now()
+        rid, created = ticket.request_id, now()  # the id the step stream shows
 
         def chunk(text, token_ids, reason, first=False):
             if first:
@@ -384,9 +383,9 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
                              "content": content})
         max_tokens = body.max_completion_tokens or body.max_tokens  # None: what room is left
         params = sampling(body, max_tokens)
-        ticket = new_ticket("chat", body, request, params, max_tokens, messages=messages)
+        ticket = new_ticket("chatcmpl", body, request, params, max_tokens, messages=messages)
         accepted = await admit(ticket)
-        rid, created = new_id("chatcmpl"), now()
+        rid, created = ticket.request_id, now()
 
         def chunk(text, token_ids, reason, first=False):
             delta = {"role": "assistant", "content": ""} if first else (
@@ -423,10 +422,10 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
         """Server-sent events: one JSON object per engine step (newest first if behind)."""
         if limit < 0:
             raise APIError(400, "limit must be >= 0 (0: no limit)", param="limit")
-        aloop = asyncio.get_running_loop()
+        # subscribe now, so a viewer that has its headers sees every step from here on
+        key, ev = loop.hub.subscribe(asyncio.get_running_loop())
 
         async def events():
-            key, ev = loop.hub.subscribe(aloop)
             sent, last = 0, None
             try:
                 while not limit or sent < limit:
@@ -445,6 +444,7 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
             finally:
                 loop.hub.unsubscribe(key)
 
-        return StreamingResponse(events(), media_type="text/event-stream")
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 background=BackgroundTask(loop.hub.unsubscribe, key))
 
     return app

@@ -133,7 +133,10 @@ class EngineLoop:
         self.tickets: dict[str, Ticket] = {}  # unfinished requests in the engine
         self.owners: dict[str, dict] = {}  # request id -> {"user", "kind"} while it is drawn
         self.hub = StepHub()
-        self.abort_seen: deque[tuple[str, int]] = deque(maxlen=1024)  # (id, step_count then)
+        # recent aborts: {"request_id", "received_step" (steps done when the abort came),
+        # "freed_step" (the step whose report lists it)}: how fast a disconnect frees blocks
+        self.abort_log: deque[dict] = deque(maxlen=1024)
+        self._aborting: dict[str, dict] = {}
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self._stopping = False
 
@@ -187,7 +190,10 @@ class EngineLoop:
         elif kind == "abort":
             rid = cmd[1]
             if rid in self.tickets and self.engine.abort_request(rid):
-                self.abort_seen.append((rid, self.engine.step_count))
+                entry = {"request_id": rid, "received_step": self.engine.step_count,
+                         "freed_step": None}
+                self.abort_log.append(entry)
+                self._aborting[rid] = entry
         elif kind == "call":
             fn, fut = cmd[1], cmd[2]
             try:
@@ -290,15 +296,18 @@ class EngineLoop:
         for rid in report.aborted:
             self.tickets.pop(rid, None)
             eng.requests.pop(rid, None)
-        for rid, d in out.items():
-            t = self.tickets.get(rid) or finishing.get(rid)
-            if t is not None:
-                self._deliver(t, d)
+            if (entry := self._aborting.pop(rid, None)) is not None:
+                entry["freed_step"] = report.step
+        # the gauges first: a client that has its answer reads /metrics of this step
         if self.metrics is not None:
             sched, alloc = eng.scheduler, eng.allocator
             self.metrics.on_step(report, sum(1 for r in sched.running if not r.idle_finished),
                                  len(sched.waiting),
                                  1 - alloc.num_free_blocks / alloc.num_blocks)
+        for rid, d in out.items():
+            t = self.tickets.get(rid) or finishing.get(rid)
+            if t is not None:
+                self._deliver(t, d)
         if self.hub.watched:
             self.hub.publish(report.step, self._step_json(report))
         # forget owners of requests that left and hold no seat (static riders keep theirs)

@@ -13,7 +13,6 @@ Every error leaves as OpenAI's body: `{"error": {"message", "type", "param", "co
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -81,10 +80,6 @@ class ChatMessage(BaseModel):
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)  # OpenAI's newer name
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:24]}"
 
 
 def now() -> int:
