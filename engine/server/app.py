@@ -248,7 +248,12 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
             del inflight[ticket.user]
 
     def new_ticket(prefix, body, request, params, max_tokens, prompt=None, messages=None):
-        return Ticket(request_id=f"{prefix}-{next(_ids)}", params=params,
+        n = next(_ids)
+        if params.seed is None:
+            # a seed of its own (the engine's default counts the requests it holds, and the
+            # loop forgets finished ones: two unseeded requests could share a seed)
+            params.seed = engine.config.seed * 100003 + n
+        return Ticket(request_id=f"{prefix}-{n}", params=params,
                       user=client_name(body, request), aloop=asyncio.get_running_loop(),
                       queue=asyncio.Queue(), prompt=prompt, messages=messages,
                       max_tokens=max_tokens)

@@ -163,7 +163,8 @@ class EngineLoop:
     # --- the thread ------------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stopping:
-            busy = self.engine.has_unfinished()
+            # an abort alone is work too: the next step's report lists it, for the viewers
+            busy = self.engine.has_unfinished() or bool(self._aborting)
             try:
                 # idle: sleep until a command comes (no busy spin); busy: just look
                 cmd = self.commands.get(block=not busy)
@@ -175,7 +176,7 @@ class EngineLoop:
                     cmd = self.commands.get_nowait()
                 except queue.Empty:
                     cmd = None
-            if not self._stopping and self.engine.has_unfinished():
+            if not self._stopping and (self.engine.has_unfinished() or self._aborting):
                 self._step()
         for t in list(self.tickets.values()):  # shutting down: nobody is left waiting
             self._deliver(t, Delta(error=APIError(503, "the server is shutting down",
@@ -189,7 +190,9 @@ class EngineLoop:
             self._add(cmd[1])
         elif kind == "abort":
             rid = cmd[1]
-            if rid in self.tickets and self.engine.abort_request(rid):
+            req = self.engine.requests.get(rid)
+            if rid in self.tickets and req is not None and not req.is_finished:
+                self.engine.abort_request(rid)  # seat and blocks are free from now on
                 entry = {"request_id": rid, "received_step": self.engine.step_count,
                          "freed_step": None}
                 self.abort_log.append(entry)
@@ -263,8 +266,12 @@ class EngineLoop:
                 self._deliver(t, Delta(error=APIError(
                     500, f"the engine failed while running this request: {exc}",
                     "server_error")))
-                eng.abort_request(rid)
+                try:
+                    eng.abort_request(rid)
+                except Exception:  # the engine's state is suspect; the request is dropped
+                    log.error("abort of %s failed:\n%s", rid, traceback.format_exc())
                 self.tickets.pop(rid)
+                eng.requests.pop(rid, None)
             return
         now = time.perf_counter()
         out: dict[str, Delta] = {}
