@@ -149,6 +149,7 @@ async def run_load(base_url: str, items: list[WorkItem], model: str | None = Non
             r.raise_for_status()
             model = r.json()["data"][0]["id"]
         before = await server_gauges(client, base, headers)
+        cpu0 = time.process_time()
         t0 = time.perf_counter()
         deadline = t0 + timeout_s
         tasks = [asyncio.create_task(one_user(client, base, model, i, it, t0, deadline,
@@ -178,9 +179,10 @@ async def run_load(base_url: str, items: list[WorkItem], model: str | None = Non
         if bar is not None:
             bar.close()
         wall = time.perf_counter() - t0
+        client_cpu = time.process_time() - cpu0  # what this generator took from the machine
         await asyncio.sleep(0.2)  # the server's last step publishes its gauges
         after = await server_gauges(client, base, headers)
-    return summarize(results, wall, before, after)
+    return {**summarize(results, wall, before, after), "client_cpu_s": client_cpu}
 
 
 async def server_gauges(client, base: str, headers: dict) -> dict:
@@ -196,7 +198,8 @@ async def server_gauges(client, base: str, headers: dict) -> dict:
                 "vllm:kv_cache_usage_perc": "kv_cache_usage",
                 "vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
                 "vllm:generation_tokens": "generation_tokens_total",
-                "vllm:prompt_tokens": "prompt_tokens_total"}
+                "vllm:prompt_tokens": "prompt_tokens_total",
+                "process_cpu_seconds": "cpu_seconds_total"}
         out = {}
         for fam in text_string_to_metric_families(r.text):
             if fam.name in want:
@@ -252,13 +255,17 @@ def print_summary(s: dict, offline: dict | None = None) -> None:
     if "rss_bytes" in b and "rss_bytes" in a:
         rows.append(("server RSS before / after", f"{b['rss_bytes'] / 2**20:.0f} / "
                                                   f"{a['rss_bytes'] / 2**20:.0f} MiB"))
+    if "cpu_seconds_total" in b and "cpu_seconds_total" in a:
+        server_cpu = a["cpu_seconds_total"] - b["cpu_seconds_total"]
+        rows.append(("CPU s: server / this client", f"{server_cpu:.1f} / {s['client_cpu_s']:.1f}"))
     if "kv_cache_usage" in a:
         rows.append(("server KV usage after", f"{a['kv_cache_usage']:.1%}"))
     if offline:
         rows.append(("offline tok/s (before / after)",
                      f"{f(offline['before']['output_tok_per_s'])} / "
                      f"{f(offline['after']['output_tok_per_s'])}"))
-        rows.append(("HTTP / offline", f"{s['output_tok_per_s'] / offline['output_tok_per_s']:.1%}"))
+        ratio = s["output_tok_per_s"] / offline["output_tok_per_s"]
+        rows.append(("HTTP / offline", f"{ratio:.1%}"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
