@@ -224,6 +224,14 @@ class LLMEngine:
         if self.spec_decoder is not None:
             self.spec_decoder.release(req)
 
+    def forget(self, rid: str) -> None:
+        """Drop a finished (or aborted) request's record; a server calls this once the client
+        has its answer, so memory stays flat however many requests it serves."""
+        req = self.requests.get(rid)
+        if req is not None and not req.is_finished:
+            raise ValueError(f"request {rid!r} is still running; abort it first")
+        self.requests.pop(rid, None)
+
     # --- one step ---------------------------------------------------------------------------
     def step(self) -> StepReport:
         """One iteration: draft (if speculating), schedule, run the model once, sample or
