@@ -2,7 +2,8 @@
 
 Pure Python, no streamlit: the pages draw what this module loads and validates.
 
-- `PAGES` / `SWITCHES`: the app's page slugs and the sidebar switches with their values.
+- `PAGES` / `SWITCHES`: the app's page slugs (from app/pagelist.py) and the sidebar switches
+  with their values.
 - `demo_url(page, switches)`: "/<slug>?batching=...&kv_layout=...&spec=..." (the shell reads
   `st.query_params` with those names to set its switches).
 - `load_lesson(slug, lang)`: `lessons/<lang>/<slug>.md` without its machine-readable try-it block;
@@ -20,13 +21,13 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlencode
 
+from app import pagelist
 from app.i18n import LANGS
 
 LESSONS_DIR = Path(__file__).resolve().parents[1] / "lessons"
 
-# Page slugs, in menu order. The last two have no lesson file.
-PAGES = ("home", "batching", "paging", "speculation", "dashboard", "beyond", "quiz", "glossary")
-LESSON_PAGES = PAGES[:6]
+# Page slugs in menu order, and those with a lesson file: both from the page table.
+PAGES, LESSON_PAGES = pagelist.PAGES, pagelist.LESSON_PAGES
 
 # The three sidebar switches and their values (the shell maps them onto EngineConfig).
 SWITCHES = {

@@ -16,7 +16,14 @@ import streamlit as st  # noqa: E402
 from app.components.kvmap import kv_grid_html, kv_stats, legend_html, page_table  # noqa: E402
 from app.components.seats import reason_text  # noqa: E402
 from app.i18n import t  # noqa: E402
-from app.live import compare_row, live_page, runs_for, side_by_side, step_header  # noqa: E402
+from app.live import (  # noqa: E402
+    compare_row,
+    kept_select,
+    live_page,
+    runs_for,
+    side_by_side,
+    step_header,
+)
 from app.state import Run, Session  # noqa: E402
 
 LAYOUTS = ("contiguous", "paged")
@@ -29,11 +36,7 @@ def _pick_request(runs: list[Run]) -> str | None:
         if run.last:
             options += [r for r in run.last["kv"]["block_tables"] if r not in options]
     options.sort(key=lambda r: (len(r), r))
-    if not options:
-        return None
-    if st.session_state.get(SELECTED) not in options:
-        st.session_state[SELECTED] = options[0]
-    return st.selectbox(t("paging.select"), options, key=SELECTED, help=t("paging.select.help"))
+    return kept_select(SELECTED, options, label=t("paging.select"), help=t("paging.select.help"))
 
 
 def draw_run(run: Run, selected: str | None) -> None:

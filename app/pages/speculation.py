@@ -33,7 +33,14 @@ from app.components.spec_strip import (  # noqa: E402
     token_label,
 )
 from app.i18n import switch_label, t  # noqa: E402
-from app.live import get_session, live_page, request, runs_for, step_header  # noqa: E402
+from app.live import (  # noqa: E402
+    get_session,
+    kept_select,
+    live_page,
+    measured,
+    runs_for,
+    step_header,
+)
 from app.spec_lab import forward_cost, load_bench, lossless, speedup_rows  # noqa: E402
 from app.state import Run, Session  # noqa: E402
 
@@ -46,21 +53,11 @@ def _fmt(x, pct: bool = False, digits: int = 2) -> str:
     return f"{100 * x:.0f}%" if pct else f"{x:.{digits}f}"
 
 
-def _select(key: str, options: list, default=None, **kw):
-    """A selectbox whose kept value falls back to `default` (else the last option) when the
-    options no longer hold it."""
-    if not options:
-        return None
-    if st.session_state.get(key) not in options:
-        st.session_state[key] = default if default in options else options[-1]
-    return st.selectbox(options=options, key=key, **kw)
-
-
 def draw_token_math(run: Run, rid: str) -> None:
     tokens = drafted_tokens(run.history, rid)
     labels = [token_label(tok) for tok in tokens]  # computed now: format_func must not call t()
-    index = _select(TOK_KEY + "_" + rid, list(range(len(tokens))), label=t("spec.pick_token"),
-                    format_func=labels.__getitem__)
+    index = kept_select(TOK_KEY + "_" + rid, list(range(len(tokens))), len(tokens) - 1,
+                        label=t("spec.pick_token"), format_func=labels.__getitem__)
     if index is None:
         return
     tok = tokens[index]
@@ -101,7 +98,7 @@ def draw(session: Session) -> list[Run]:
     st.html(legend_html())
     rids = spec_requests(run.history)
     busiest = max(rids, key=lambda r: len(records_for(run.history, r)), default=None)
-    rid = _select(REQ_KEY, rids, busiest, label=t("spec.pick_request"))
+    rid = kept_select(REQ_KEY, rids, busiest, label=t("spec.pick_request"))
     if rid is None:
         st.info(t("spec.no_drafts_yet"))
         return runs
@@ -119,14 +116,11 @@ def draw_forward_cost(bench: dict | None) -> None:
     st.caption(t("spec.fwd_caption"))
     rows = (bench or {}).get("forward_cost")
     source = t("spec.from_bench", file=bench["_file"]) if rows else None
-    st.button(t("spec.fwd_measure"), key="fwd_measure", on_click=request, args=("fwd_pending",))
-    if st.session_state.pop("fwd_pending", False):
-        bar = st.progress(0.0)
-        st.session_state["fwd_rows"] = forward_cost(
-            get_session().settings.model, progress=lambda f, m: bar.progress(f, text=m))
-        bar.empty()
-    if st.session_state.get("fwd_rows"):
-        rows, source = st.session_state["fwd_rows"], t("spec.measured_now")
+    model = get_session().settings.model
+    now = measured("fwd_rows", "fwd_measure", t("spec.fwd_measure"),
+                   lambda progress: forward_cost(model, progress=progress))
+    if now:
+        rows, source = now, t("spec.measured_now")
     if rows:
         st.altair_chart(forward_cost_chart(rows), width="stretch")
         st.caption(source)
@@ -144,14 +138,9 @@ def draw_lossless() -> None:
     s = get_session().settings
     method = s.spec if s.spec != "off" else "ngram"
     n = st.select_slider(t("spec.lossless_n"), (100, 200, 400), value=200, key="lossless_n")
-    st.button(t("spec.lossless_run", method=switch_label("spec", method)), key="lossless_run",
-              on_click=request, args=("lossless_pending",))
-    if st.session_state.pop("lossless_pending", False):
-        bar = st.progress(0.0)
-        st.session_state["lossless"] = lossless(s.model, method, s.k, n,
-                                                progress=lambda f, m: bar.progress(f, text=m))
-        bar.empty()
-    res = st.session_state.get("lossless")
+    res = measured("lossless", "lossless_run", t("spec.lossless_run",
+                                                 method=switch_label("spec", method)),
+                   lambda progress: lossless(s.model, method, s.k, n, progress=progress))
     if not res:
         return
     series = {"p_target": t("spec.series.target"), "freq_off": t("spec.series.off"),

@@ -16,8 +16,8 @@ from streamlit.testing.v1 import AppTest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from app.lessons import PAGES  # noqa: E402
 from app.live import SESSION_KEY  # noqa: E402
+from app.pagelist import LIVE_PAGES, PAGES  # noqa: E402
 from app.spec_lab import FORWARD_SIZES  # noqa: E402
 from app.state import MAX_PROMPT_CHARS  # noqa: E402
 
@@ -75,7 +75,6 @@ def app() -> AppTest:
     return start()
 
 
-LIVE = ("home", "batching", "paging", "speculation", "dashboard")
 
 
 @pytest.mark.parametrize("slug", PAGES)
@@ -83,7 +82,7 @@ def test_every_page_loads(app, slug):
     at = goto(app, slug)
     assert not at.exception, at.exception[0].value
     assert at.title or at.markdown, f"{slug} drew nothing"
-    if slug in LIVE:  # (AppTest runs the others without main.py; the browser test covers them)
+    if slug in LIVE_PAGES:  # (AppTest runs the others without main.py; the browser test covers them)
         assert at.button(key="ctl_step"), "the sidebar is missing"
 
 
