@@ -113,6 +113,9 @@ STRINGS: dict[str, dict[str, str]] = {
                               "en": "0 = greedy; above 0 tokens are sampled and speculation "
                                     "uses rejection sampling."},
     "side.model": {"zh": "模型", "en": "Model"},
+    "side.requests": {"zh": "请求数", "en": "Requests"},
+    "side.requests.help": {"zh": "工作负载里的请求个数，第 0 步全部到达。",
+                           "en": "How many requests of the workload; all arrive at step 0."},
     "side.workload": {"zh": "工作负载", "en": "Workload"},
     "workload.longtail": {"zh": "长尾：多数短答、少数长答", "en": "long tail: mostly short answers"},
     "workload.uniform": {"zh": "等长：所有回答一样长", "en": "uniform: equal answers"},
@@ -239,6 +242,26 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.running": {"zh": "投机方式：{method}，k = {k}；右侧对照为同一负载、不投机。",
                      "en": "Speculating with {method}, k = {k}; compared with the same "
                            "workload without speculation."},
+    "spec.a": {"zh": "逐个接受概率 a", "en": "Per-token acceptance a"},
+    "spec.a.help": {
+        "zh": "前面的草稿都被接受时，下一个草稿被接受的概率：接受数 ÷ 被验证数（拒绝之后的草稿没被"
+              "验证，不算）。公式 (1 − a^(k+1)) / (1 − a) 用的是它。",
+        "en": "The chance a drafted token is accepted given the ones before it were: accepted "
+              "÷ examined (drafts after a rejection are never examined). The formula "
+              "(1 − a^(k+1)) / (1 − a) uses this one."},
+    "spec.predicted_per_pass": {"zh": "公式预测：每次目标前向的 token",
+                                "en": "Formula: tokens per target pass"},
+    "spec.predicted_per_pass.help": {
+        "zh": "(1 − a^(n+1)) / (1 − a)，n 是每次实际起草的个数（最多 k = {k}），对每次验证取平均。",
+        "en": "(1 − a^(n+1)) / (1 − a) with n the tokens actually drafted (at most k = {k}), "
+              "averaged over the verifications."},
+    "spec.formula_vs_measured": {
+        "zh": "a = {a:.2f}，平均起草 {n:.1f} 个：公式预测每次目标前向出 {pred:.2f} 个 token，实测 "
+              "{got:.2f} 个。接受率（接受 ÷ 起草）更低，因为它把拒绝之后被丢弃、没验证的草稿也算进了分母。",
+        "en": "a = {a:.2f}, {n:.1f} drafted on average: the formula predicts {pred:.2f} tokens "
+              "per target pass, measured {got:.2f}. The acceptance rate (accepted ÷ drafted) "
+              "is lower: its denominator also counts the drafts thrown away unexamined after a "
+              "rejection."},
     "spec.mean_accepted": {"zh": "平均接受长度", "en": "Mean accepted length"},
     "spec.mean_accepted.help": {"zh": "每次验证平均被接受的草稿 token 数。",
                                 "en": "Drafted tokens accepted per verification, on average."},
@@ -260,7 +283,7 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.step": {"zh": "第 {n} 步", "en": "step {n}"},
     "spec.verdict.accepted": {"zh": "接受", "en": "accepted"},
     "spec.verdict.rejected": {"zh": "拒绝", "en": "rejected"},
-    "spec.verdict.discarded": {"zh": "拒绝之后、未检验即丢弃", "en": "discarded after a rejection"},
+    "spec.verdict.discarded": {"zh": "拒绝之后、未经验证即丢弃", "en": "discarded after a rejection"},
     "spec.kind.correction": {"zh": "纠正", "en": "correction"},
     "spec.kind.bonus": {"zh": "奖励", "en": "bonus"},
     "spec.target_token": {"zh": "目标模型自己的 token（纠正/奖励）",
@@ -274,7 +297,7 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.ratio.help": {"zh": "以这个概率接受；拒绝时从 max(0, p_target − p_draft) 归一化后重采样。",
                         "en": "Accepted with this probability; on rejection the target samples "
                               "from normalize(max(0, p_target − p_draft))."},
-    "spec.discarded_note": {"zh": "这个 token 排在被拒绝的 token 之后，根本没有被检验，直接丢弃。",
+    "spec.discarded_note": {"zh": "这个 token 排在被拒绝的 token 之后，根本没有被验证，直接丢弃。",
                             "en": "This token came after a rejected one: it was never examined, "
                                   "just thrown away."},
     "spec.greedy_note": {"zh": "温度为 0（贪心）：草稿等于目标的 argmax 才接受；这里的概率仅供参考。"
@@ -282,6 +305,25 @@ STRINGS: dict[str, dict[str, str]] = {
                          "en": "Temperature 0 (greedy): a draft is accepted iff it equals the "
                                "target's argmax; the probabilities are shown for reference. Set "
                                "the temperature to 1 to watch real rejection sampling."},
+    "spec.sbs_header": {"zh": "贪心解码：开与关投机，文字相同，目标前向更少",
+                        "en": "Greedy: the same text with fewer target passes"},
+    "spec.sbs_caption": {
+        "zh": "同样几个照抄型请求，温度 0，先关投机、再开投机，各跑到底，逐 token 比较。用 fp32 运行："
+              "bf16 下验证一次算 1 + k 行、解码一次算 1 行，舍入不同，两个几乎并列的候选可能对调，"
+              "长文本就会分岔——那是算子的数值问题，不是算法；等批次不变（batch-invariant）的算子落地后，"
+              "bf16 也能逐 token 相同。",
+        "en": "A few grounded requests at temperature 0, run to the end with speculation off, "
+              "then on, compared token by token. In fp32: in bf16 a verification pass (1 + k "
+              "rows) rounds differently from a decode pass (1 row), so two near-tied "
+              "candidates can swap and long texts part ways. That is the kernels' numerics, "
+              "not the algorithm; with batch-invariant kernels bf16 would match too."},
+    "spec.sbs_run": {"zh": "运行对照（{method}，fp32，约一两分钟）",
+                     "en": "Run the side-by-side ({method}, fp32, a minute or two)"},
+    "spec.sbs_identical": {"zh": "逐 token 相同的请求", "en": "Requests identical token by token"},
+    "spec.sbs_passes": {"zh": "目标前向次数（关 → 开）", "en": "Target passes (off → on)"},
+    "spec.sbs_request": {"zh": "请求", "en": "request"},
+    "spec.sbs_same": {"zh": "相同", "en": "same"},
+    "spec.sbs_text": {"zh": "输出（两边相同时只列一份）", "en": "output (listed once when both agree)"},
     "spec.fwd_header": {"zh": "验证 k 个 token ≈ 生成 1 个的代价",
                         "en": "Verifying k tokens costs about as much as 1"},
     "spec.fwd_caption": {"zh": "目标模型一次前向处理 n 个新 token 的实测时间；柱上数字是相对 n = 1 的倍数。",
@@ -291,7 +333,11 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.fwd_title": {"zh": "一次前向的耗时", "en": "One forward pass"},
     "spec.fwd_tokens": {"zh": "新 token 数 n", "en": "new tokens n"},
     "spec.fwd_ms": {"zh": "毫秒", "en": "ms"},
-    "spec.from_bench": {"zh": "数据来自基准测试文件 {file}。", "en": "From the benchmark file {file}."},
+    "spec.recorded": {"zh": "录制的数据，不是现场测量：assets/bench/{file}，由 `{cmd}` 于 {date} 在开发机上"
+                            "测得（不是这台机器）。",
+                      "en": "Recorded, not measured live: assets/bench/{file}, written by "
+                            "`{cmd}` on {date} on the development machine (not this one)."},
+    "spec.undated": {"zh": "（文件未记日期）", "en": "(no date in the file)"},
     "spec.measured_now": {"zh": "刚刚在本机实测。", "en": "Measured just now on this machine."},
     "spec.no_bench": {"zh": "没有找到投机解码基准文件（assets/bench/），所以没有「加速 vs 并发」图。",
                       "en": "No speculation benchmark file (assets/bench/), so no speedup vs "
@@ -331,8 +377,21 @@ STRINGS: dict[str, dict[str, str]] = {
                         "en": "Time to first token, on the engine's clock (pauses between "
                               "clicks excluded)."},
     "gauge.tpot": {"zh": "TPOT 中位数", "en": "TPOT p50"},
-    "gauge.tpot.help": {"zh": "首 token 之后每个 token 的平均间隔（已完成的请求）。",
-                        "en": "Mean gap between tokens after the first (finished requests)."},
+    "gauge.tpot.help": {"zh": "首 token 之后每个 token 的平均时间：(末 token − 首 token) ÷ (token 数 − 1)，"
+                              "按已完成的请求。",
+                        "en": "Mean time per token after the first: (last − first token) ÷ "
+                              "(tokens − 1), over finished requests."},
+    "gauge.itl": {"zh": "ITL 中位数", "en": "ITL p50"},
+    "gauge.itl.help": {"zh": "token 间延迟：同一请求相邻两次收到 token 的间隔，每次交付算一个样本。"
+                             "投机一次交付好几个 token，TPOT 会下降，ITL 仍约等于一步的时间。",
+                       "en": "Inter-token latency: the gap between two deliveries of a "
+                             "request's tokens, one sample per delivery. Speculation delivers "
+                             "several at once: TPOT falls, ITL stays about one step."},
+    "gauge.tokens_per_pass": {"zh": "每次目标前向的 token", "en": "Tokens per target pass"},
+    "gauge.tokens_per_pass.help": {"zh": "每次验证产出的 token（接受的草稿 + 目标自己的 1 个）；"
+                                         "不投机时为 —。",
+                                   "en": "Tokens each verification emits (accepted drafts + "
+                                         "the target's own one); — without speculation."},
     "gauge.seats_busy": {"zh": "忙碌座位", "en": "Seats busy"},
     "gauge.seats_busy.help": {"zh": "此刻在算活请求的座位 ÷ 座位总数。",
                               "en": "Seats computing a live request ÷ all seats."},
@@ -387,7 +446,7 @@ STRINGS: dict[str, dict[str, str]] = {
                                 "en": "Finished requests keep their seat in the batch."},
     "home.leak.batching.fix": {"zh": "连续批处理", "en": "continuous batching"},
     "home.leak.batching.gain": {"zh": "吞吐、排队时间", "en": "throughput, queueing"},
-    "home.leak.paging": {"zh": "漏洞 2：KV 内存", "en": "Leak 2: KV memory"},
+    "home.leak.paging": {"zh": "漏洞 2：KV 显存", "en": "Leak 2: KV memory"},
     "home.leak.paging.what": {"zh": "KV 按最大长度整块预留，还留下碎片。",
                               "en": "KV reserved for the maximum length, then fragmented."},
     "home.leak.paging.fix": {"zh": "PagedAttention（分页）", "en": "PagedAttention"},

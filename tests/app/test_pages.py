@@ -272,3 +272,59 @@ def test_speculation_measurements_run_from_their_buttons():
     assert abs(sum(r["p_target"] for r in res["rows"]) - 1) < 1e-4
     assert res["tv_on"] < 0.25 and res["tv_off"] < 0.25, "sampling noise only"
     assert len(at.get("vega_lite_chart")) >= 2
+
+
+def test_the_request_count_control_sizes_the_workload():
+    at = goto(start(), "dashboard")
+    at.slider(key="sz_requests").set_value(5).run()
+    assert not at.exception, at.exception[0].value
+    assert len(session(at).primary.engine.requests) == 5
+    assert "5 requests wait at the door" in " ".join(i.value for i in at.info)
+
+
+def test_dashboard_shows_itl_tokens_per_pass_and_the_speedup_with_speculation():
+    at = goto(start(), "dashboard")
+    at = switches(at, "continuous", "paged", "ngram")
+    step(at, 8)
+    m = metrics(at)
+    assert m["ITL p50"].endswith("ms") and m["TPOT p50"].endswith("ms")
+    run = session(at).primary
+    if any(rep["spec"] for rep in run.history):
+        assert float(m["Tokens per target pass"]) >= 1
+    assert m["Measured speedup"].startswith("×")
+    assert len(session(at).runs) == 2, "the same workload without speculation runs alongside"
+
+
+def test_speculation_page_names_both_acceptance_numbers_and_the_formula():
+    if not spec_available():
+        pytest.skip("speculative decoding (engine/spec/decoder.py) has not landed yet")
+    at = goto(start(), "speculation")
+    step(at, 10)
+    m = metrics(at)
+    assert {"Acceptance rate", "Per-token acceptance a", "Formula: tokens per target pass",
+            "Tokens per target pass"} <= set(m)
+    assert any("the formula predicts" in c.value for c in at.caption)
+    assert any("Recorded, not measured live" in c.value and "benchmarks.spec_bench" in c.value
+               for c in at.caption)
+
+
+def test_greedy_side_by_side_gives_the_same_text_in_fewer_passes(monkeypatch):
+    if not spec_available():
+        pytest.skip("speculative decoding (engine/spec/decoder.py) has not landed yet")
+    monkeypatch.setattr("app.spec_lab.SIDE_BY_SIDE_REQUESTS", 2)
+    monkeypatch.setattr("app.spec_lab.SIDE_BY_SIDE_TOKENS", 12)
+    at = goto(start(), "speculation")
+    at.button(key="sbs_run").click().run()
+    assert not at.exception, at.exception[0].value
+    res = at.session_state["side_by_side"]
+    assert len(res["rows"]) == 2 and all(r["identical"] for r in res["rows"])
+    assert res["passes_on"] <= res["passes_off"] == res["tokens"]
+
+
+def test_byte_tokens_of_a_chinese_character_join_to_it():
+    from app.components.spec_strip import token_bytes
+
+    tok = session(start()).primary.engine.tokenizer
+    ids = tok.encode("猫是一种动物", add_special_tokens=False)
+    by_id = token_bytes(tok, ids)
+    assert b"".join(by_id[i] for i in ids).decode() == "猫是一种动物"
