@@ -226,6 +226,12 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "整块预留需要一段足够长的连续空闲；合计够而最长段不够，就是外部碎片。",
         "en": "A contiguous reservation needs one long enough run; enough in total but no "
               "run long enough is external fragmentation."},
+    "paging.frag_wait": {
+        "zh": "外部碎片，就在此刻：空闲合计 {free} 个槽位，最长的一段连续空闲只有 {run} 个槽位，"
+              "队首请求的整块预留放不下，只好等。（引擎：{reason}）",
+        "en": "External fragmentation, right now: {free} slots are free in total, but the "
+              "longest free run holds {run}, too short for the head of the queue's contiguous "
+              "reservation, so it waits. (Engine: {reason})"},
     "paging.shared": {"zh": "共享块", "en": "Shared blocks"},
     "paging.shared.help": {"zh": "被多个请求的页表同时指向的物理块（前缀共享）。",
                            "en": "Physical blocks in several requests' page tables (prefix "

@@ -146,6 +146,17 @@ def test_kv_stats_are_the_engine_totals():
     assert s["requests"] == len(kv["block_tables"])
 
 
+def test_a_wait_on_external_fragmentation_is_told_apart():
+    rep = run("static_contiguous")[0]
+    rep["waiting"] = ["r9"]
+    rep["blocked_reason"] = "external fragmentation: 12 blocks free, largest run 5, needs 8"
+    assert kvmap.waits_on_fragmentation(rep)
+    rep["blocked_reason"] = "seats"
+    assert not kvmap.waits_on_fragmentation(rep)
+    rep["waiting"], rep["blocked_reason"] = [], "external fragmentation: ..."
+    assert not kvmap.waits_on_fragmentation(rep), "nobody waits"
+
+
 def test_kv_grid_escapes_owner_names():
     rep = with_evil_request(run("static_contiguous")[2])
     out = kvmap.kv_grid_html(rep["kv"], selected=EVIL)
