@@ -19,6 +19,9 @@ STRINGS: dict[str, dict[str, str]] = {
     "app.title": {"zh": "ServeLab 推理服务实验室", "en": "ServeLab: an LLM serving lab"},
     "lang.label": {"zh": "语言 / Language", "en": "Language / 语言"},
     # pages
+    "page.plan": {"zh": "课堂计划", "en": "Class plan"},
+    "page.summary": {"zh": "本章小结", "en": "Summary"},
+    "page.calculators": {"zh": "小计算器", "en": "Calculators"},
     "page.home": {"zh": "首页：三处漏洞", "en": "Home: three leaks"},
     "page.batching": {"zh": "连续批处理", "en": "Continuous batching"},
     "page.paging": {"zh": "分页 KV 缓存", "en": "Paged KV cache"},
@@ -409,6 +412,45 @@ STRINGS: dict[str, dict[str, str]] = {
     "gauge.acceptance": {"zh": "接受率", "en": "Acceptance rate"},
     "gauge.acceptance.help": {"zh": "被接受的草稿 token ÷ 提出的草稿 token；不投机时为 —。",
                               "en": "Drafted tokens accepted ÷ drafted; — without speculation."},
+    # ---- class plan, predictions, summary
+    "plan.intro": {
+        "zh": "45 分钟的一堂课，分 {n} 站。每站一个问题：按「布置这一站」会设好这一站需要的每个开关和"
+              "规模（其余恢复默认）、清零引擎并打开对应页面；学生先在页面上锁定预测，再按「播放」看答案。",
+        "en": "A 45-minute class in {n} stops. Each stop asks one question: \"Set up this stop\" "
+              "sets every switch and size its demo needs (the rest back to defaults), restarts "
+              "the engine and opens its page; the students lock in a prediction there, then "
+              "Play shows the answer."},
+    "plan.stop": {"zh": "第 {n} 站 · {minutes} 分钟 · {page}", "en": "Stop {n} · {minutes} min · {page}"},
+    "plan.start": {"zh": "布置这一站", "en": "Set up this stop"},
+    "plan.knobs": {"zh": "设定", "en": "Sets"},
+    "plan.total": {"zh": "合计 {m} 分钟", "en": "{m} minutes in all"},
+    "plan.result": {"zh": "本堂课的预测：{pred}；实测：{value}（{verdict}）",
+                    "en": "This class predicted: {pred}; measured: {value} ({verdict})"},
+    "plan.right": {"zh": "猜中", "en": "right"},
+    "plan.wrong": {"zh": "没猜中", "en": "missed"},
+    "plan.notes": {"zh": "教师备注", "en": "Teacher's notes"},
+    "plan.scale": {
+        "zh": "规模提醒：这里是 CPU 上的 1.35 亿参数小模型、几十个请求；本章说的是 GPU 上的 70 亿参数模型、"
+              "成千上万的用户。比例和方向可比，绝对数字不可比。",
+        "en": "Scale: a 135M-parameter model on a CPU and tens of requests here; the chapter "
+              "speaks of a 7B model on a GPU and thousands of users. Ratios and directions "
+              "carry over, absolute numbers do not."},
+    "predict.title": {"zh": "先预测：", "en": "Predict first:"},
+    "predict.choose": {"zh": "你的预测", "en": "Your prediction"},
+    "predict.lock": {"zh": "锁定预测", "en": "Lock in my prediction"},
+    "predict.before": {"zh": "先锁定预测，再按「单步」或「播放」。",
+                       "en": "Lock in a prediction first, then press Step or Play."},
+    "predict.yours": {"zh": "你的预测", "en": "Your prediction"},
+    "predict.waiting": {"zh": "已锁定。按「播放」跑完所有请求，答案就会出现在这里。",
+                        "en": "Locked. Press Play to run every request to the end; the answer "
+                              "appears here."},
+    "predict.measured": {"zh": "实测：{value}，落在「{choice}」。", "en": "Measured: {value}, in \"{choice}\"."},
+    "predict.right": {"zh": "预测对了。", "en": "Your prediction was right."},
+    "predict.wrong": {"zh": "和预测不同——这正是值得讨论的地方。",
+                      "en": "Not what you predicted: that is the thing to discuss."},
+    "summary.intro": {"zh": "本章的要点，每条都连到课上亲眼看到它的那一站。",
+                      "en": "The chapter's points, each linked to the stop where the class saw it."},
+    "summary.shown_at": {"zh": "在第 {n} 站看到：{title}", "en": "Seen at stop {n}: {title}"},
     # ---- home
     "home.headline": {"zh": "同一张卡，服务几倍、几十倍的用户", "en": "Same card, many times the users"},
     "home.intro": {

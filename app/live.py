@@ -18,6 +18,7 @@ from app.components.charts import compare_chart
 from app.components.lesson import render_lesson
 from app.i18n import switch_label, t
 from app.nav import ensure_shell
+from app.predict import prediction_box
 from app.state import Run, Session, Settings
 
 SESSION_KEY = "servelab_session"
@@ -97,8 +98,10 @@ def _play_tick(session: Session, interval: float) -> None:
         session.last_play_s = now
 
 
-def live_view(draw: Callable[[Session], list[Run]]) -> None:
-    """Run `draw` inside a fragment; while Play is on, the fragment reruns every interval."""
+def live_view(draw: Callable[[Session], list[Run]], slug: str | None = None) -> None:
+    """Run `draw` inside a fragment; while Play is on, the fragment reruns every interval.
+    Above the view, the class plan's prediction for page `slug` when one of its stops is on
+    (app/predict.py): drawn after `draw`, so its reveal sees this tick's runs."""
     session = get_session()
     interval = float(st.session_state.get("ctl_speed", 0.5)) if session.playing else None
 
@@ -106,12 +109,16 @@ def live_view(draw: Callable[[Session], list[Run]]) -> None:
     def fragment() -> None:
         if session.playing and interval:
             _play_tick(session, interval)
+        box = st.container()
         try:
             runs = draw(session)
         except ValueError as exc:  # e.g. a KV budget too small for one request
             st.error(t("live.build_error", msg=str(exc)))
             session.playing = False
             return
+        if slug is not None:
+            with box:
+                prediction_box(slug, runs)
         if session.playing and runs and all(r.done for r in runs):
             session.playing = False
             st.rerun(scope="app")
@@ -198,7 +205,7 @@ def live_page(slug: str, draw: Callable[[Session], list[Run]],
     lesson on the right."""
 
     def body() -> None:
-        live_view(draw)
+        live_view(draw, slug)
         if extra is not None:
             extra()
 

@@ -39,12 +39,14 @@ class PageInfo:
 
 # In navigation order; sections appear in the order of their first page.
 PAGE_TABLE: tuple[PageInfo, ...] = (
+    PageInfo("plan", "nav.start", False, ":material/checklist:", live=True),
     PageInfo("home", "nav.start", True, ":material/home:", live=True),
     PageInfo("batching", "nav.leaks", True, ":material/directions_subway:", live=True),
     PageInfo("paging", "nav.leaks", True, ":material/grid_view:", live=True),
     PageInfo("speculation", "nav.leaks", True, ":material/bolt:", live=True),
     PageInfo("dashboard", "nav.measure", True, ":material/speed:", live=True),
     PageInfo("beyond", "nav.measure", True, ":material/explore:"),
+    PageInfo("summary", "nav.check", False, ":material/summarize:"),
     PageInfo("quiz", "nav.check", False, ":material/quiz:"),
     PageInfo("glossary", "nav.check", False, ":material/menu_book:"),
 )

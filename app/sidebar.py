@@ -70,6 +70,25 @@ def apply_query_params() -> None:
     st.session_state[QP_APPLIED] = wanted
 
 
+# Settings field -> the sidebar widget that sets it (the class plan's buttons set them all).
+WIDGET_FOR = {"batching": "sw_batching", "kv_layout": "sw_kv_layout", "spec": "sw_spec",
+              "k": "sw_k", "seats": "sz_seats", "num_blocks": "sz_blocks",
+              "block_size": "sz_block_size", "prefix_caching": "sz_prefix",
+              "workload": "sz_workload", "num_requests": "sz_requests",
+              "temperature": "sz_temperature", "model": "sz_model"}
+
+
+def set_knobs(knobs: dict) -> None:
+    """Set sidebar widgets from Settings fields (applied by `_restore` on the next run); a
+    link's switches in the URL no longer apply."""
+    unknown = set(knobs) - set(WIDGET_FOR)
+    if unknown:
+        raise ValueError(f"unknown knobs {sorted(unknown)}; knobs are {sorted(WIDGET_FOR)}")
+    for name, value in knobs.items():
+        st.session_state[KEEP + WIDGET_FOR[name]] = value
+    st.session_state[QP_APPLIED] = None
+
+
 def _switch_flipped(key: str) -> None:
     """The teacher flipped a switch: the URL's switches no longer apply."""
     _keep(key)

@@ -124,6 +124,8 @@ def test_chinese_text_does_not_copy_the_chapter():
     ours = {f"zh/{s}.md": (LESSONS_DIR / "zh" / f"{s}.md").read_text() for s in LESSON_PAGES}
     ours["quiz.json"] = (LESSONS_DIR / "quiz.json").read_text(encoding="utf-8")
     ours["glossary.json"] = (LESSONS_DIR / "glossary.json").read_text(encoding="utf-8")
+    ours["notes/zh.md"] = (LESSONS_DIR / "notes" / "zh.md").read_text(encoding="utf-8")
+    ours["app/classplan.py"] = (ROOT / "app" / "classplan.py").read_text(encoding="utf-8")
     for name, text in ours.items():
         copied = _shared_runs(text, grams, MAX_SHARED_RUN)
         assert not copied, f"{name} copies the chapter: {copied[:3]}"

@@ -18,6 +18,7 @@ from app.i18n import t  # noqa: E402
 from app.lessons import DemoLink  # noqa: E402
 from app.live import get_session, measured, page_with_lesson  # noqa: E402
 from app.pagelist import LEAK_PAGES, page_info  # noqa: E402
+from app.predict import prediction_box  # noqa: E402
 from app.race import RACE_MAX_TOKENS, RACE_REQUESTS, race  # noqa: E402
 
 RESULT = "race_result"
@@ -28,10 +29,13 @@ def draw_race() -> None:
     st.subheader(t("home.race"))
     st.caption(t("home.race.what", n=RACE_REQUESTS, cap=RACE_MAX_TOKENS,
                  seats=session.settings.seats))
+    box = st.container()
     result = measured(RESULT, "race_start", t("home.race.start"),
                       lambda progress: race(session.settings.seats, session.settings.model,
                                             RACE_REQUESTS, RACE_MAX_TOKENS, progress=progress),
                       type="primary")
+    with box:
+        prediction_box("home", [], {"race": result})
     if result is None:
         st.info(t("home.race.not_yet"))
         return

@@ -328,3 +328,47 @@ def test_byte_tokens_of_a_chinese_character_join_to_it():
     ids = tok.encode("猫是一种动物", add_special_tokens=False)
     by_id = token_bytes(tok, ids)
     assert b"".join(by_id[i] for i in ids).decode() == "猫是一种动物"
+
+
+def test_each_class_plan_button_sets_exactly_the_knobs_of_its_stop():
+    from app.classplan import STOPS
+    from app.sidebar import WIDGET_FOR
+
+    at = start()
+    for stop in STOPS:
+        at = goto(at, "plan")
+        assert not at.exception, at.exception[0].value
+        at.button(key=f"plan_{stop.id}").click().run()
+        assert not at.exception, at.exception[0].value
+        assert session(at).settings == stop.settings, stop.id
+        assert session(at).tick == 0, "the stop starts its workload afresh"
+        for name, value in stop.knobs.items():  # the sidebar shows them too
+            if name == "k" and stop.knobs["spec"] == "off":
+                continue  # the k slider is drawn only with speculation on
+            assert at.session_state[WIDGET_FOR[name]] == value, (stop.id, name)
+        assert at.session_state["class_stop"] == stop.id
+
+
+def test_a_prediction_is_locked_before_the_run_and_revealed_after_it():
+    at = goto(start(), "plan")
+    at.button(key="plan_draft").click().run()
+    at.slider(key="sz_requests").set_value(2).run()  # a shorter run of the same stop
+    at = goto(at, "speculation")
+    assert any("Predict first" in m.value for m in at.markdown)
+    at.radio(key="pred_draft_choice").set_value(1)
+    at.button(key="pred_draft_lock").click().run()
+    assert at.session_state["class_predictions"] == {"draft": 1}
+    assert any("Press Play to run every request" in c.value for c in at.caption)
+    for _ in range(200):  # both runs (speculation on and off) to the end
+        if all(r.done for r in session(at).runs.values()):
+            break
+        at.button(key="ctl_step").click().run()
+    step(at, 1)
+    assert all(r.done for r in session(at).runs.values())
+    shown = " ".join(b.value for b in [*at.success, *at.warning])
+    assert "Measured:" in shown
+    value, index = at.session_state["class_reveals"]["draft"]
+    assert value >= 1 and index in (0, 1, 2)
+    assert ("Your prediction was right" in shown) == (index == 1)
+    at = goto(at, "plan")
+    assert any("This class predicted" in c.value for c in at.caption)
