@@ -451,6 +451,48 @@ STRINGS: dict[str, dict[str, str]] = {
     "summary.intro": {"zh": "本章的要点，每条都连到课上亲眼看到它的那一站。",
                       "en": "The chapter's points, each linked to the stop where the class saw it."},
     "summary.shown_at": {"zh": "在第 {n} 站看到：{title}", "en": "Seen at stop {n}: {title}"},
+    # ---- calculators
+    "calc.bad": {"zh": "输入有误：{msg}", "en": "Bad input: {msg}"},
+    "calc.kv": {"zh": "KV 显存：每个 token、每段对话", "en": "KV memory per token and per conversation"},
+    "calc.kv.model": {"zh": "模型形状", "en": "Model shape"},
+    "calc.kv.layers": {"zh": "层数", "en": "layers"},
+    "calc.kv.heads": {"zh": "KV 头数", "en": "KV heads"},
+    "calc.kv.dim": {"zh": "头维度", "en": "head dim"},
+    "calc.kv.bytes": {"zh": "每个数的字节", "en": "bytes per number"},
+    "calc.kv.tokens": {"zh": "一段对话的 token 数", "en": "tokens in a conversation"},
+    "calc.kv.per_token": {"zh": "每个 token", "en": "per token"},
+    "calc.kv.per_conv": {"zh": "{n} 个 token 的对话", "en": "a {n}-token conversation"},
+    "calc.kv.formula": {"zh": "2（K 和 V）× {l} 层 × {h} 个 KV 头 × {d} 维 × {b} 字节",
+                        "en": "2 (K and V) × {l} layers × {h} KV heads × {d} dims × {b} bytes"},
+    "calc.bus": {"zh": "大巴算术：回答长度 → 有效座位·步", "en": "Bus arithmetic: answer lengths → useful seat-steps"},
+    "calc.bus.lengths": {"zh": "各请求的回答长度（token，按到达顺序）",
+                         "en": "Answer lengths in tokens, in arrival order"},
+    "calc.bus.seats": {"zh": "座位数", "en": "Seats"},
+    "calc.bus.useful": {"zh": "有效 / 静态批算过的座位·步", "en": "Useful / seat-steps a static batch computes"},
+    "calc.bus.static_frac": {"zh": "静态批的有效比例", "en": "Static batching, useful share"},
+    "calc.bus.steps": {"zh": "步数：静态 → 连续", "en": "Steps: static → continuous"},
+    "calc.bus.help": {"zh": "静态：每批跑到最长的回答结束；连续：座位一空，下一个请求马上坐上（不计预填充）。",
+                      "en": "Static: each batch runs until its longest answer ends; continuous: "
+                            "a freed seat takes the next request at once (prefill not counted)."},
+    "calc.spec": {"zh": "a 和 k → 每次目标前向的 token", "en": "a and k → tokens per target pass"},
+    "calc.roof": {"zh": "受内存所限还是受算力所限（屋顶线）", "en": "Memory-bound or compute-bound (the roofline)"},
+    "calc.roof.help": {
+        "zh": "每个点是侧边栏引擎的一步：横轴是这一步算的 token 数，纵轴是「权重字节 ÷ 这一步的时间」。"
+              "红线是这台机器实测的读带宽：点贴着红线，说明这一步的时间都花在读权重上（受内存所限）；"
+              "token 多到点往下掉，说明计算开始成为瓶颈。",
+        "en": "Each dot is one step of the sidebar's engine: across, the tokens it computed; up, "
+              "its weight bytes ÷ its time. The red line is this machine's measured read "
+              "bandwidth: a dot near it spent its time reading weights (memory-bound); when "
+              "enough tokens make the dots fall, compute has become the limit."},
+    "calc.roof.measure": {"zh": "实测这台机器的读带宽", "en": "Measure this machine's read bandwidth"},
+    "calc.roof.no_steps": {"zh": "先在侧边栏按几次「单步」或「播放」，这里才有引擎的步。",
+                           "en": "Press Step or Play in the sidebar first: the engine's steps show here."},
+    "calc.roof.tokens": {"zh": "这一步算的 token", "en": "tokens in the step"},
+    "calc.roof.rate": {"zh": "权重字节 ÷ 步时（GB/s）", "en": "weight bytes ÷ step time (GB/s)"},
+    "calc.roof.result": {
+        "zh": "读带宽 {bw:.1f} GB/s，权重 {w:.0f} MB：一步至少 {floor:.1f} 毫秒；最快的一步相当于 {best:.1f} GB/s。",
+        "en": "Read bandwidth {bw:.1f} GB/s, weights {w:.0f} MB: a step takes at least "
+              "{floor:.1f} ms; the fastest step here reads at {best:.1f} GB/s."},
     # ---- home
     "home.headline": {"zh": "同一张卡，服务几倍、几十倍的用户", "en": "Same card, many times the users"},
     "home.intro": {

@@ -192,6 +192,7 @@ def page_with_lesson(slug: str, body: Callable[[], None], title: str | None = No
     right."""
     ensure_shell()
     st.title(title or t(f"page.{slug}"))
+    st.caption(t("plan.scale"))
     left, lesson = st.columns([5, lesson_width], gap="large")
     with left:
         body()

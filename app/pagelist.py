@@ -45,6 +45,7 @@ PAGE_TABLE: tuple[PageInfo, ...] = (
     PageInfo("paging", "nav.leaks", True, ":material/grid_view:", live=True),
     PageInfo("speculation", "nav.leaks", True, ":material/bolt:", live=True),
     PageInfo("dashboard", "nav.measure", True, ":material/speed:", live=True),
+    PageInfo("calculators", "nav.measure", False, ":material/calculate:", live=True),
     PageInfo("beyond", "nav.measure", True, ":material/explore:"),
     PageInfo("summary", "nav.check", False, ":material/summarize:"),
     PageInfo("quiz", "nav.check", False, ":material/quiz:"),

@@ -87,6 +87,7 @@ def main() -> None:
     st.session_state.setdefault(ANSWERS, {})
 
     st.title(t("page.quiz"))
+    st.caption(t("plan.scale"))
     st.caption(t("quiz.intro"))
     left, right, reset = st.columns([2, 2, 1], vertical_alignment="bottom")
     chapter, extra = quiz.chapter, quiz.extra

@@ -82,6 +82,7 @@ def test_every_page_loads(app, slug):
     at = goto(app, slug)
     assert not at.exception, at.exception[0].value
     assert at.title or at.markdown, f"{slug} drew nothing"
+    assert any("7B model on a GPU" in c.value for c in at.caption), f"{slug}: no scale line"
     if slug in LIVE_PAGES:  # (AppTest runs the others without main.py; the browser test covers them)
         assert at.button(key="ctl_step"), "the sidebar is missing"
 
