@@ -169,6 +169,11 @@ class Question:
     answer: int  # index into choices
     explanation: Text
     demo: DemoLink
+    # Per choice: why a wrong choice is wrong (the misconception it holds), or None.
+    whys: tuple[Text | None, ...] = ()
+
+    def why(self, choice: int) -> Text | None:
+        return self.whys[choice] if choice < len(self.whys) else None
 
 
 @dataclass(frozen=True)
@@ -207,16 +212,22 @@ def _parse_question(data: object, where: str) -> Question:
     if not isinstance(choices, list) or len(choices) != NUM_CHOICES:
         got = len(choices) if isinstance(choices, list) else type(choices).__name__
         raise ValueError(f"{where}.choices: must be a list of {NUM_CHOICES}, got {got}")
-    texts, correct = [], []
+    texts, correct, whys = [], [], []
     for i, choice in enumerate(choices):
         cw = f"{where}.choices[{i}]"
         if not isinstance(choice, dict) or not isinstance(choice.get("correct", False), bool):
-            raise ValueError(f"{cw}: must be an object with zh, en and optional correct: bool")
+            raise ValueError(f"{cw}: must be an object with zh, en, optional correct: bool "
+                             "and optional why: {zh, en}")
         if choice.get("correct", False):
             correct.append(i)
-        texts.append(Text.parse({k: v for k, v in choice.items() if k != "correct"}, cw))
+        whys.append(Text.parse(choice["why"], f"{cw}.why") if "why" in choice else None)
+        texts.append(Text.parse({k: v for k, v in choice.items() if k not in ("correct", "why")},
+                                cw))
     if len(correct) != 1:
         raise ValueError(f"{where}.choices: exactly one must be correct, found {len(correct)}")
+    if whys[correct[0]] is not None:
+        raise ValueError(f"{where}.choices[{correct[0]}].why: only a wrong choice says why it "
+                         "is wrong")
     for lang in LANGS:
         if len({t.get(lang) for t in texts}) != NUM_CHOICES:
             raise ValueError(f"{where}.choices: the {lang} choices must all differ")
@@ -228,6 +239,7 @@ def _parse_question(data: object, where: str) -> Question:
         answer=correct[0],
         explanation=Text.parse(data["explanation"], f"{where}.explanation"),
         demo=DemoLink.parse(data["demo"], f"{where}.demo"),
+        whys=tuple(whys),
     )
 
 

@@ -173,6 +173,28 @@ def test_chapter_questions_ask_what_the_chapter_asks():
     assert "compute-bound" in quiz.by_id("ch5").choices[quiz.by_id("ch5").answer].en
 
 
+def test_chapter_choices_are_misconceptions_that_explain_themselves():
+    """Each wrong choice of the chapter's five says why it is wrong, and the right answer
+    cannot be told by its length (the longest in at most two of the five, either language)."""
+    chapter = load_quiz().chapter
+    for q in chapter:
+        for i in range(len(q.choices)):
+            assert (q.why(i) is None) == (i == q.answer), f"{q.id} choice {i}"
+    for lang in ("zh", "en"):
+        longest = sum(max(range(4), key=lambda i: len(q.choices[i].get(lang))) == q.answer
+                      for q in chapter)
+        assert longest <= 2, f"{lang}: the right answer is the longest in {longest} of 5"
+
+
+def test_a_why_on_the_right_answer_is_refused():
+    data = quiz_data()
+    q = data["questions"][0]
+    right = next(c for c in q["choices"] if c.get("correct"))
+    right["why"] = {"zh": "甲", "en": "a"}
+    with pytest.raises(ValueError, match="only a wrong choice says why"):
+        parse_quiz(data)
+
+
 def test_answers_are_not_all_in_one_position():
     answers = {q.answer for q in load_quiz().questions}
     assert len(answers) >= 3

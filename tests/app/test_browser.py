@@ -253,3 +253,36 @@ def test_screenshots_of_the_main_pages(browser, server):
         tab.settle()
         tab.screenshot("batching-zh")
         assert tab.exceptions() == 0 and tab.errors == [], tab.errors
+
+
+def predict_and_reveal(tab: Tab, suffix: str, measured: str) -> None:
+    """From the class plan, set up the "draft" stop, lock a prediction, play to the reveal."""
+    tab.click_nav("plan")
+    tab.screenshot(f"plan{suffix}")
+    tab.page.locator(".st-key-plan_draft button").click()
+    tab.page.wait_for_url(re.compile(r"/speculation(\?.*)?$"))
+    tab.settle()
+    tab.page.locator(".st-key-pred_draft_choice label").nth(1).click()
+    tab.page.locator(".st-key-pred_draft_lock button").click()
+    tab.settle()
+    tab.screenshot(f"predict-before{suffix}")
+    tab.page.locator(".st-key-ctl_play button").click()
+    tab.page.wait_for_selector(f"text={measured}", timeout=600_000)
+    tab.settle()
+    tab.screenshot(f"predict-after{suffix}")
+    tab.click_nav("summary")
+    tab.screenshot(f"summary{suffix}")
+
+
+def test_screenshots_of_the_class_plan_a_prediction_and_the_summary(browser, server):
+    """The class in both languages: the plan, a prediction locked before Play and revealed
+    after it, and the summary that lists it."""
+    with Tab(browser, server, 1920, 1080) as tab:
+        tab.open("/plan")
+        predict_and_reveal(tab, "", "Measured:")
+        assert tab.page.get_by_text("This class predicted").count() >= 1
+        tab.page.locator('[data-testid="stSidebar"] label:has-text("中文")').first.click()
+        tab.page.wait_for_selector('.st-key-ctl_step button:has-text("单步")')
+        tab.settle()
+        predict_and_reveal(tab, "-zh", "实测：")
+        assert tab.exceptions() == 0 and tab.errors == [], tab.errors
