@@ -513,10 +513,20 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "The same {n} requests (long-tail workload, answers up to {cap} tokens), {seats} "
               "seats; the naive server is transformers' generate() on static batches, the "
               "engine runs continuous batching over a paged KV cache."},
+    "home.race.differs": {
+        "zh": "和本章场景的差别：这里是 CPU 上的 1.35 亿参数模型、几十个请求，一分钟左右跑完；本章说的是 GPU 上"
+              "的 70 亿参数模型、成千上万的用户。少数长回答拖住整批大巴，正是这场比赛要让你看到的；请求越多、"
+              "回答越参差，倍数越大（`python -m benchmarks.bench` 在 64 个请求上量到约 10 倍）。",
+        "en": "What differs from the chapter: a 135M model on a CPU and a few dozen requests, "
+              "about a minute in all, against a 7B model on a GPU and thousands of users. A few "
+              "long answers holding the whole bus is what this race shows; more requests and "
+              "more varied answers widen the gap (`python -m benchmarks.bench` measures about "
+              "10x at 64 requests)."},
     "home.race.start": {"zh": "开始比赛", "en": "Start the race"},
     "home.race.running": {"zh": "比赛进行中……", "en": "Racing…"},
-    "home.race.not_yet": {"zh": "还没有比过；按上面的按钮（CPU 上需要一两分钟）。",
-                          "en": "Not raced yet; press the button (a minute or two on a CPU)."},
+    "home.race.not_yet": {"zh": "还没有比过；按上面的按钮（CPU 上大约一分钟，机器忙时更久）。",
+                          "en": "Not raced yet; press the button (about a minute on a CPU, more "
+                                "when the machine is busy)."},
     "home.race.naive": {"zh": "朴素服务", "en": "Naive server"},
     "home.race.engine": {"zh": "引擎", "en": "Engine"},
     "home.race.ratio": {"zh": "倍数", "en": "Ratio"},
@@ -525,10 +535,10 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "Naive: {nt} tokens in {ns:.1f} s; engine: {et} tokens in {es:.1f} s. "
               "Device: {device}."},
     "home.race.small_gap": {
-        "zh": "差距不大？这里是 CPU、小模型、十几个短回答：每一步本身很便宜，引擎每步自己的开销"
+        "zh": "差距不大？这里是 CPU、小模型、几十个回答：每一步本身很便宜，引擎每步自己的开销"
               "（调度、块表、为本应用画图而生成的逐步报告）和它省下的空座位差不多一样重；"
               "回答越长越参差、请求越多、换成 GPU，省下的座位就越占上风。三个漏洞的页面逐一量给你看。",
-        "en": "A small gap? This is a CPU, a small model and a dozen short answers: each step is "
+        "en": "A small gap? This is a CPU, a small model and a few dozen answers: each step is "
               "cheap, so the engine's own per-step work (scheduling, block tables, the report "
               "this app draws every step) weighs about as much as the seats it saves. With "
               "longer, more varied answers, more requests or a GPU, the saved seats win. The "

@@ -29,6 +29,7 @@ def draw_race() -> None:
     st.subheader(t("home.race"))
     st.caption(t("home.race.what", n=RACE_REQUESTS, cap=RACE_MAX_TOKENS,
                  seats=session.settings.seats))
+    st.caption(t("home.race.differs"))
     box = st.container()
     result = measured(RESULT, "race_start", t("home.race.start"),
                       lambda progress: race(session.settings.seats, session.settings.model,
