@@ -13,6 +13,7 @@ from streamlit.errors import StreamlitDuplicateElementId, StreamlitDuplicateElem
 
 LANGS = ("zh", "en")
 LANG_LABELS = {"zh": "中文", "en": "English"}
+KEPT_LANG = "_keep_lang"
 
 # key -> {"zh": ..., "en": ...}. Keys are dotted by page; add yours, keep both languages.
 STRINGS: dict[str, dict[str, str]] = {
@@ -574,8 +575,10 @@ def _default_lang() -> str:
 
 def get_lang() -> str:
     """The current session's language: `st.session_state["lang"]`, else from the browser locale."""
-    lang = st.session_state.get("lang")
-    return lang if lang in LANGS else _default_lang()
+    for lang in (st.session_state.get("lang"), st.session_state.get(KEPT_LANG)):
+        if lang in LANGS:
+            return lang
+    return _default_lang()
 
 
 def t(key: str, **fmt: object) -> str:
@@ -598,8 +601,11 @@ def language_selector() -> str:
     Safe to call from both the app shell and a page run on its own: when the shell has already
     drawn it in this run, the second call draws nothing.
     """
+    # Streamlit forgets a widget's value when a run ends early (st.switch_page, st.rerun)
+    # after drawing it, so the choice is also kept under a key no widget owns.
     if st.session_state.get("lang") not in LANGS:
-        st.session_state["lang"] = _default_lang()
+        st.session_state["lang"] = st.session_state.get(KEPT_LANG) or _default_lang()
+    st.session_state[KEPT_LANG] = st.session_state["lang"]
     try:
         st.sidebar.radio(
             STRINGS["lang.label"]["zh"],  # fixed label: one widget id in both languages

@@ -373,3 +373,11 @@ def test_a_prediction_is_locked_before_the_run_and_revealed_after_it():
     assert ("Your prediction was right" in shown) == (index == 1)
     at = goto(at, "plan")
     assert any("This class predicted" in c.value for c in at.caption)
+
+
+def test_a_class_plan_button_keeps_the_language():
+    at = goto(start("zh"), "plan")
+    at.button(key="plan_bus").click().run()
+    assert not at.exception, at.exception[0].value
+    assert at.session_state["lang"] == "zh"
+    assert any("先预测" in m.value for m in at.markdown), "the stop's page speaks Chinese"
