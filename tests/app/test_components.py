@@ -386,7 +386,7 @@ def test_bench_files_are_read_from_the_fixed_folder(tmp_path):
     assert load_bench(tmp_path / "missing") is None
     (tmp_path / "bad.json").write_text("{not json")
     (tmp_path / "engine.json").write_text(json.dumps({"results": [{"concurrency": 1}]}))
-    (tmp_path / "spec.json").write_text(json.dumps({  # engine/spec_bench.py's shape
+    (tmp_path / "spec.json").write_text(json.dumps({  # benchmarks/spec_bench.py's shape
         "args": {"k": 4, "max_tokens": 32, "quick": False, "json": "x.json", "threads": 0},
         "date": "2026-11-29",
         "results": [{"concurrency": 1, "spec": "ngram", "workload": "grounded",
