@@ -212,10 +212,11 @@ STRINGS: dict[str, dict[str, str]] = {
     "kv.col.state": {"zh": "状态", "en": "state"},
     "kv.col.shared_with": {"zh": "与谁共享", "en": "shared with"},
     "paging.budget": {
-        "zh": "两边同一预算：{blocks} 块 × {bs} = {slots} 个槽位；max_model_len = {mml}，"
-              "整块预留时每个请求占 {per} 块。",
-        "en": "Same budget on both sides: {blocks} blocks × {bs} = {slots} slots; "
-              "max_model_len = {mml}, so a contiguous reservation takes {per} blocks."},
+        "zh": "两边同一预算：{blocks} 块 × {bs} = {slots} 个槽位；整块预留时，每个请求一进门就占下"
+              "「提示词 + 它的 max_tokens」那么长的一段连续块（最多 {per} 块，max_model_len = {mml}）。",
+        "en": "Same budget on both sides: {blocks} blocks × {bs} = {slots} slots; a contiguous "
+              "layout reserves, at admission, one run for each request's prompt + its own "
+              "max_tokens (at most {per} blocks: max_model_len = {mml})."},
     "paging.select": {"zh": "查看哪个请求的页表", "en": "Page table of request"},
     "paging.select.help": {"zh": "它的块在图中用黄框标出。",
                            "en": "Its blocks are outlined in yellow on the map."},
