@@ -27,6 +27,7 @@ from app.lessons import (  # noqa: E402
     parse_quiz,
     search_terms,
 )
+from app.pagelist import PAGE_TABLE  # noqa: E402
 
 CHAPTER = pathlib.Path("/work/shared/reference/chapter-6.4-zh.txt")
 CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]+")
@@ -41,17 +42,9 @@ def quiz_data() -> dict:
 
 
 def test_pages_and_switches_are_the_apps():
-    assert PAGES == (
-        "home",
-        "batching",
-        "paging",
-        "speculation",
-        "dashboard",
-        "beyond",
-        "quiz",
-        "glossary",
-    )
-    assert set(LESSON_PAGES) == set(PAGES) - {"quiz", "glossary"}
+    assert PAGES == tuple(p.slug for p in PAGE_TABLE)
+    assert {"home", "batching", "paging", "speculation", "dashboard", "quiz"} <= set(PAGES)
+    assert LESSON_PAGES == tuple(p.slug for p in PAGE_TABLE if p.lesson)
     assert SWITCHES == {
         "batching": ["static", "continuous"],
         "kv_layout": ["contiguous", "paged"],
@@ -131,6 +124,8 @@ def test_chinese_text_does_not_copy_the_chapter():
     ours = {f"zh/{s}.md": (LESSONS_DIR / "zh" / f"{s}.md").read_text() for s in LESSON_PAGES}
     ours["quiz.json"] = (LESSONS_DIR / "quiz.json").read_text(encoding="utf-8")
     ours["glossary.json"] = (LESSONS_DIR / "glossary.json").read_text(encoding="utf-8")
+    ours["notes/zh.md"] = (LESSONS_DIR / "notes" / "zh.md").read_text(encoding="utf-8")
+    ours["app/classplan.py"] = (ROOT / "app" / "classplan.py").read_text(encoding="utf-8")
     for name, text in ours.items():
         copied = _shared_runs(text, grams, MAX_SHARED_RUN)
         assert not copied, f"{name} copies the chapter: {copied[:3]}"
@@ -176,6 +171,28 @@ def test_chapter_questions_ask_what_the_chapter_asks():
         assert all(w in text for w in words), f"{qid}: {text}"
     assert "min(1, p_target/p_draft)" in quiz.by_id("ch4").explanation.en
     assert "compute-bound" in quiz.by_id("ch5").choices[quiz.by_id("ch5").answer].en
+
+
+def test_chapter_choices_are_misconceptions_that_explain_themselves():
+    """Each wrong choice of the chapter's five says why it is wrong, and the right answer
+    cannot be told by its length (the longest in at most two of the five, either language)."""
+    chapter = load_quiz().chapter
+    for q in chapter:
+        for i in range(len(q.choices)):
+            assert (q.why(i) is None) == (i == q.answer), f"{q.id} choice {i}"
+    for lang in ("zh", "en"):
+        longest = sum(max(range(4), key=lambda i: len(q.choices[i].get(lang))) == q.answer
+                      for q in chapter)
+        assert longest <= 2, f"{lang}: the right answer is the longest in {longest} of 5"
+
+
+def test_a_why_on_the_right_answer_is_refused():
+    data = quiz_data()
+    q = data["questions"][0]
+    right = next(c for c in q["choices"] if c.get("correct"))
+    right["why"] = {"zh": "甲", "en": "a"}
+    with pytest.raises(ValueError, match="only a wrong choice says why"):
+        parse_quiz(data)
 
 
 def test_answers_are_not_all_in_one_position():
