@@ -173,17 +173,74 @@ def test_chapter_questions_ask_what_the_chapter_asks():
     assert "compute-bound" in quiz.by_id("ch5").choices[quiz.by_id("ch5").answer].en
 
 
-def test_chapter_choices_are_misconceptions_that_explain_themselves():
-    """Each wrong choice of the chapter's five says why it is wrong, and the right answer
-    cannot be told by its length (the longest in at most two of the five, either language)."""
-    chapter = load_quiz().chapter
-    for q in chapter:
+def _choices_without_why(quiz) -> list[str]:
+    """Wrong choices with no why, and right answers with one, as 'qid choice i' strings."""
+    return [
+        f"{q.id} choice {i}"
+        for q in quiz.questions
+        for i in range(len(q.choices))
+        if (q.why(i) is None) != (i == q.answer)
+    ]
+
+
+def _right_is_longest(quiz, lang: str) -> list[str]:
+    """Ids of the questions whose right answer is at least as long as every wrong one."""
+    return [
+        q.id
+        for q in quiz.questions
+        if len(q.choices[q.answer].get(lang))
+        >= max(len(c.get(lang)) for i, c in enumerate(q.choices) if i != q.answer)
+    ]
+
+
+def test_every_wrong_choice_explains_its_misconception():
+    """Issue 18, the class 5: every wrong choice of every question says, in both languages,
+    why it is wrong; the right answer needs none (the explanation covers it)."""
+    quiz = load_quiz()
+    assert not _choices_without_why(quiz)
+    for q in quiz.questions:
         for i in range(len(q.choices)):
-            assert (q.why(i) is None) == (i == q.answer), f"{q.id} choice {i}"
-    for lang in ("zh", "en"):
-        longest = sum(max(range(4), key=lambda i: len(q.choices[i].get(lang))) == q.answer
-                      for q in chapter)
-        assert longest <= 2, f"{lang}: the right answer is the longest in {longest} of 5"
+            if i != q.answer:
+                for lang in LANGS:
+                    assert q.why(i).get(lang).strip(), f"{q.id} choice {i}: empty {lang} why"
+                    assert q.why(i).get(lang) != q.explanation.get(lang), f"{q.id} choice {i}"
+
+
+def test_exactly_one_choice_is_correct_in_the_file():
+    for q in quiz_data()["questions"]:
+        flags = [c.get("correct", False) for c in q["choices"]]
+        assert flags.count(True) == 1 and all(f in (True, False) for f in flags), q["id"]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_right_answer_is_not_told_by_its_length(lang):
+    """Counting characters, the right answer is the longest choice in at most a third of the
+    questions (ties count as longest), so a student cannot pass by picking the longest."""
+    quiz = load_quiz()
+    longest = _right_is_longest(quiz, lang)
+    limit = len(quiz.questions) // 3
+    assert len(longest) <= limit, f"{lang}: right answer longest in {longest} (limit {limit})"
+
+
+def test_the_length_and_why_checks_can_fail():
+    data = quiz_data()
+    for q in data["questions"]:
+        right = next(c for c in q["choices"] if c.get("correct"))
+        right.update(zh=right["zh"] + "甲" * 60, en=right["en"] + " a" * 60)
+    last = data["questions"][-1]
+    wrong = next(i for i, c in enumerate(last["choices"]) if "why" in c)
+    last["choices"][wrong].pop("why")
+    broken = parse_quiz(data)
+    for lang in LANGS:
+        assert len(_right_is_longest(broken, lang)) == len(broken.questions)
+    assert _choices_without_why(broken) == [f"{last['id']} choice {wrong}"]
+
+
+def test_the_quiz_uses_the_apps_chinese_terms():
+    """One word per idea, as the chapter and the UI: 显存 not 'KV 内存', 验证 not 校验."""
+    text = (LESSONS_DIR / "quiz.json").read_text(encoding="utf-8")
+    for wrong in ("KV 内存", "校验", "推测解码", "分页注意力机制"):
+        assert wrong not in text, f"quiz.json says {wrong}"
 
 
 def test_a_why_on_the_right_answer_is_refused():

@@ -139,6 +139,19 @@ def test_each_wrong_choice_explains_its_own_misconception():
     assert len(shown) == 3, "each wrong choice gets its own feedback"
 
 
+def test_every_question_shows_the_why_of_a_wrong_choice():
+    """Answer every question wrongly (a different wrong choice each time): each one shows the
+    misconception behind the chosen option, not only the general explanation."""
+    quiz = load_quiz()
+    at = run(QUIZ, "en")
+    for n, q in enumerate(quiz.questions):
+        wrong = [i for i in range(4) if i != q.answer][n % 3]
+        at = answer(at, q.id, wrong)
+        assert not at.exception
+        errors = " ".join(e.value for e in at.error)
+        assert q.why(wrong).en in errors, f"{q.id}: the why of choice {wrong} is not shown"
+
+
 def test_pre_and_post_class_attempts_are_compared():
     at = run(QUIZ, "en")
     at.button(key="quiz_save_pre").click().run()
