@@ -6,7 +6,7 @@ VPY     := $(VENV)/bin/python
 PIP     := $(VPY) -m pip
 STAMP   := $(VENV)/.servelab-installed
 
-.PHONY: app test setup bench lint clean-cache
+.PHONY: app test setup bench lint clean-cache serve screenshots
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,10 @@ setup: $(STAMP)
 app: $(STAMP)
 	$(VENV)/bin/streamlit run app/main.py
 
+# one engine for many clients (OpenAI's API on 127.0.0.1:8000); flags: make serve ARGS="--help"
+serve: $(STAMP)
+	$(VPY) -m engine.serve $(ARGS)
+
 test: $(STAMP)
 	$(VPY) -m pytest -q
 
@@ -34,3 +38,11 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check engine kernels app tests benchmarks
+
+# The README's screenshots: the browser tests write them to build/screenshots/ (gitignored, so
+# `make test` leaves the work tree clean); this target runs them and copies the pictures over.
+screenshots: $(STAMP)
+	rm -rf build/screenshots
+	$(VPY) -m pytest -q tests/app/test_browser.py -k screenshots
+	mkdir -p assets/screenshots
+	cp build/screenshots/*.png assets/screenshots/
