@@ -72,7 +72,7 @@ class EngineConfig:
     attention_backend: str = "auto"  # "auto" (triton on CUDA, cpu on CPU), "torch", "cpu", "triton"
     pack_weights: bool = True  # CPU + bf16: reorder linear weights once, for AMX or oneDNN
     cpu_kernels: bool = True  # CPU: norms, rotary, SwiGLU, KV writes as C++ kernels if they build
-    gpu_memory_utilization: float = 0.5  # CUDA: fraction of free memory the KV pool may take
+    gpu_memory_utilization: float = 0.5  # CUDA: the most of the free memory the KV pool may take
     seed: int = 0  # default seed for requests that give none
     extra: dict = field(default_factory=dict)  # free-form notes (e.g. workload name) for reports
 

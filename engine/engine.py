@@ -92,15 +92,23 @@ class LLMEngine:
         self.step_count = 0
         self._ids = itertools.count()
 
+    # on CUDA the default pool holds this many times what the seats need at full length:
+    # room for the prefix cache, never the whole card (every block costs the step nothing,
+    # but memory another process may want)
+    CUDA_KV_HEADROOM = 2
+
     def _num_blocks(self, cfg: EngineConfig) -> int:
+        """The pool: num_kv_blocks when given; else what max_num_seqs requests of
+        max_model_len need (on CUDA times CUDA_KV_HEADROOM, capped by gpu_memory_utilization
+        of the free memory)."""
         if cfg.num_kv_blocks is not None or self.device.type != "cuda":
             return cfg.resolved_num_kv_blocks
-        # CUDA: size the pool from free memory
         free, _ = torch.cuda.mem_get_info(self.device)
         m = self.model_config
         per_block = KVPool.bytes_per_block(m.num_layers, cfg.block_size, m.num_kv_heads,
                                            m.head_dim, self.dtype)
-        return max(cfg.resolved_num_kv_blocks, int(free * cfg.gpu_memory_utilization) // per_block)
+        cap = int(free * cfg.gpu_memory_utilization) // per_block
+        return min(cfg.resolved_num_kv_blocks * self.CUDA_KV_HEADROOM, cap)
 
     # --- requests ---------------------------------------------------------------------------
     def tokenize(self, prompt: str | list[int]) -> list[int]:
