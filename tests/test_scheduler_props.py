@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from engine.config import EngineConfig, SamplingParams
 from engine.kv import ContiguousAllocator, PagedAllocator
-from engine.request import Request, RequestStatus
+from engine.request import Request
 from engine.scheduler import Scheduler
 
 
@@ -48,7 +48,7 @@ def test_random_workloads(lengths, batching, layout, caching, seats, budget, spa
     num_blocks = cfg.blocks_per_seq + spare_blocks
     alloc = (PagedAllocator(num_blocks, 4, cfg.enable_prefix_caching) if layout == "paged"
              else ContiguousAllocator(num_blocks, 4, cfg.max_model_len))
-    sched = Scheduler(cfg, alloc)
+    sched = Scheduler(cfg, alloc, eos_ids=set())
     reqs = []
     for i, (plen, out) in enumerate(lengths):
         r = Request(f"r{i}", [1 + (j % 3) for j in range(plen)], SamplingParams(max_tokens=out))
@@ -60,17 +60,10 @@ def test_random_workloads(lengths, batching, layout, caching, seats, budget, spa
         out = sched.schedule()
         assert out.scheduled, "a step with work waiting must schedule something"
         assert out.num_tokens <= budget + sum(1 for s in out.scheduled if s.idle)
-        for s in out.scheduled:
-            if s.idle:
-                continue
-            r = s.req
-            r.num_computed_tokens += s.num_tokens
-            alloc.on_computed(r)
-            if r.num_computed_tokens == r.num_tokens:
-                r.output_token_ids.append(7)
-                if r.num_output_tokens >= r.sampling.max_tokens or r.num_tokens >= 52:
-                    r.status = RequestStatus.FINISHED
-                    sched.finish(r)
+        # every request that catches up samples token 7; the scheduler advances them all
+        sampled = {s.req.request_id: [7] for s in out.scheduled
+                   if not s.idle and s.req.num_computed_tokens + s.num_tokens == s.req.num_tokens}
+        sched.update_from_output(out, sampled, now=0.0)
         _check(sched)
     else:
         raise AssertionError("did not finish in 2000 steps")
