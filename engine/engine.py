@@ -245,7 +245,10 @@ class LLMEngine:
             else:
                 plain.append((req, first + n - 1))  # sampled from its last row
         if plain:
-            rows = fwd.logits[[row for _, row in plain]]  # [len(plain), vocab]
+            index = [row for _, row in plain]
+            # [len(plain), vocab]; no copy when they are the first rows in order (no drafts)
+            rows = (fwd.logits[:len(index)] if index == list(range(len(index)))
+                    else fwd.logits[index])
             tokens = sample_rows(rows, [r.sampling for r, _ in plain],
                                  [r.generator for r, _ in plain])
             for (req, _), tok in zip(plain, tokens):

@@ -54,12 +54,17 @@ def sample(logits: torch.Tensor, params: SamplingParams,
 def sample_rows(logits: torch.Tensor, params: list[SamplingParams],
                 generators: list[torch.Generator | None]) -> list[int]:
     """One token per row of logits [rows, vocab]: the greedy rows by one argmax call for all
-    of them (the first maximum, as `argmax` per row), the others one by one."""
+    of them (the first maximum, as `argmax` per row; numpy's on the CPU, for its speed), the
+    others one by one."""
     tokens: list[int | None] = [None] * len(params)
     greedy = [i for i, p in enumerate(params) if p.greedy]
     if greedy:
         picked = logits if len(greedy) == len(params) else logits[greedy]
-        for i, tok in zip(greedy, picked.argmax(dim=-1).tolist()):
+        if picked.device.type == "cpu" and picked.dtype == torch.float32:
+            best = picked.numpy().argmax(axis=1).tolist()
+        else:
+            best = picked.argmax(dim=-1).tolist()
+        for i, tok in zip(greedy, best):
             tokens[i] = tok
     for i, p in enumerate(params):
         if not p.greedy:
