@@ -105,6 +105,8 @@ class LLMEngine:
         self.model = shared_model(loaded, self.device, self.dtype, cfg.max_model_len + k + 1,
                                   cfg.pack_weights, self.cpu_ops)
         self.backend = get_backend(self.backend_name)
+        if self.backend_name == "triton":  # ValueError on CUDA under TRITON_INTERPRET
+            self.backend.check_device(self.device)
 
         num_blocks = self._num_blocks(cfg)
         if num_blocks < cfg.blocks_per_seq:

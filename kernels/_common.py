@@ -20,9 +20,18 @@ LOW_PRECISION = (torch.float16, torch.bfloat16)
 LOG2E = 1.4426950408889634  # log2(e): the kernels take scale * LOG2E and work in base 2 (exp2)
 
 
-def interpreting() -> bool:
-    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
+def interpret_requested() -> bool:
+    """TRITON_INTERPRET is set now (to anything but "" or "0")."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def interpreting() -> bool:
+    """True when Triton runs these kernels in its CPU interpreter.
+
+    Triton reads TRITON_INTERPRET once per kernel, when `@triton.jit` decorates it, so what
+    counts is the variable at the moment this package was imported, not its value now.
+    """
+    return _INTERPRETED
 
 
 def next_pow2(n: int) -> int:
@@ -30,8 +39,27 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
+def check_cuda_not_interpreted(device: torch.device | str) -> None:
+    """Refuse a CUDA device while TRITON_INTERPRET is (or was, at import) set: ValueError.
+
+    The interpreter accepts CUDA tensors: it copies every argument to the host, runs the kernel
+    there in numpy and copies the results back. Nothing fails, it is only thousands of times
+    slower, so a GPU run or test would measure the interpreter without saying so.
+    """
+    if torch.device(device).type != "cuda" or not (interpreting() or interpret_requested()):
+        return
+    raise ValueError(
+        "attention_backend='triton' on CUDA while TRITON_INTERPRET is set "
+        f"(TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '')!r} now, kernels "
+        f"{'interpreted' if interpreting() else 'compiled'} at import): Triton would run every "
+        "kernel in its CPU interpreter. Unset TRITON_INTERPRET in a fresh process, or use "
+        "attention_backend='torch'."
+    )
+
+
 def check_device(t: torch.Tensor) -> None:
-    """Triton needs CUDA tensors, or CPU tensors under the interpreter."""
+    """Triton needs CUDA tensors (never interpreted), or CPU tensors under the interpreter."""
+    check_cuda_not_interpreted(t.device)
     if t.device.type == "cpu" and not interpreting():
         raise RuntimeError(
             "the Triton kernels need CUDA tensors; for CPU tensors set TRITON_INTERPRET=1 "
@@ -199,3 +227,8 @@ def online_softmax_step(q, k, v, visible, scale_log2, m_i, l_i, acc, LOWP: tl.co
         pv = tl.dot(p, v, input_precision="ieee")
     acc = acc * alpha[:, None] + pv
     return m_new, l_i, acc
+
+
+# Triton decorated the jitted functions above as interpreted or compiled, by TRITON_INTERPRET at
+# this module's import; every kernel module imports this one first, so they share the mode.
+_INTERPRETED = not isinstance(load_q_tile, triton.runtime.JITFunction)

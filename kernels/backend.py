@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from kernels._common import check_cuda_not_interpreted
 from kernels.decode_attention import paged_decode_attention
 from kernels.extend_attention import paged_extend_attention
 from kernels.store_kv import store_kv
@@ -25,6 +26,13 @@ class TritonAttention:
     """Paged attention through Triton kernels; CUDA tensors, or CPU under TRITON_INTERPRET=1."""
 
     name = "triton"
+
+    @staticmethod
+    def check_device(device: torch.device | str) -> None:
+        """Where the engine builds this backend: ValueError on CUDA while TRITON_INTERPRET is
+        set (the kernels would silently run in the CPU interpreter). Every kernel call checks
+        its tensors the same way."""
+        check_cuda_not_interpreted(device)
 
     def whole_step_in_kernel(self, meta, num_heads, num_kv_heads, head_dim) -> bool:
         return False  # the model's layer loop stays in Python (the C++ one is CPU-only)

@@ -18,6 +18,7 @@ normalises and writes the output itself and the combine kernel is skipped.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -163,12 +164,20 @@ def _decode_combine_kernel(
     )
 
 
+@functools.cache
+def _multiprocessors(device_index: int) -> int:
+    """Streaming multiprocessors of one GPU, asked once: the split plan runs per layer per step,
+    and a device-properties query there is a host call on every one of them."""
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
 def choose_splits(
     num_seqs: int, num_kv_heads: int, max_seq_len: int, block_n: int, device: torch.device
 ) -> tuple[int, int]:
     """(num_splits, split_len): programs enough to fill the GPU twice, splits >= 128 tokens."""
     if device.type == "cuda":
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        sms = _multiprocessors(index)
     else:
         sms = 4
     tiles = max(1, math.ceil(max_seq_len / block_n))

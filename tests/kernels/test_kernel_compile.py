@@ -2,7 +2,7 @@
 
 The interpreter tests check what the kernels compute; this one checks that Triton's GPU compiler
 accepts the same specialisations the wrappers launch (kernels/compile_check.py). It runs in a
-subprocess because this directory's conftest turns the interpreter on for the whole process.
+subprocess without TRITON_INTERPRET, whatever the environment of the test run.
 """
 
 import json

@@ -1,9 +1,9 @@
 """The engine with attention_backend="triton" generates the same greedy tokens as "torch".
 
 A tiny random Llama (2 layers, 4 query / 2 KV heads, head dim 16) runs on CPU through the
-Triton interpreter (tests/kernels/conftest.py sets TRITON_INTERPRET=1). Prompts longer than one
-KV block exercise the extend kernel (prefill, chunked prefill mixed with decodes); the steps
-after them run the split-K decode kernel.
+Triton interpreter (tests/kernels/conftest.py runs this module in a child pytest under
+TRITON_INTERPRET=1). Prompts longer than one KV block exercise the extend kernel (prefill,
+chunked prefill mixed with decodes); the steps after them run the split-K decode kernel.
 """
 
 from __future__ import annotations

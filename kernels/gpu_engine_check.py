@@ -1,0 +1,420 @@
+"""The engine's sections of `python -m kernels.gpu_check`: correctness, speed, CUDA graphs.
+
+  * engine_vs_hf     greedy tokens against transformers' generate() on the same device: fp32
+                     equal; bf16's first divergence and the reference's logit gap there
+  * consistency      chunked prefill and n-gram speculation give the plain engine's tokens
+                     (vLLM v1's one rule: every request's num_computed_tokens catches up, however
+                     the step is cut; speculation is lossless under greedy)
+  * engine_vs_naive  the chapter's experiment on a GPU (the naive server of benchmarks.baseline
+                     against continuous batching + paged KV) with the engine's step cut into its
+                     parts by `StepTimer`
+  * cuda_graphs      one decode step's forward replayed from a CUDA graph against eager (the
+                     launch overhead graphs remove, as nano-vllm's capture_cudagraph does), and
+                     the engine's own switch when EngineConfig has one
+
+Every engine gets an explicit `num_kv_blocks` for its requests: on CUDA the default pool takes a
+share of the free memory. `save_tiny_llama` makes the random model the CPU dry run uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import time
+from pathlib import Path
+
+import torch
+
+from engine.config import EngineConfig, SamplingParams, SpecConfig
+
+TINY_VOCAB = 96
+
+
+def save_tiny_llama(folder: Path) -> Path:
+    """A random 2-layer Llama (4 query / 2 KV heads, head dim 16) with a word-level tokenizer,
+    saved as a Hugging Face folder: the engine, transformers and the naive server all load it."""
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    folder = Path(folder)
+    if (folder / "config.json").is_file():
+        return folder
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=TINY_VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+        tie_word_embeddings=True, initializer_range=0.2,  # peaked logits: no near-ties
+        bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    )
+    transformers.LlamaForCausalLM(cfg).save_pretrained(folder, safe_serialization=True)
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, TINY_VOCAB)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+        pad_token="<unk>",
+    ).save_pretrained(folder)
+    return folder
+
+
+def engine_config(c, max_num_seqs: int, max_model_len: int = 512, block_size: int = 16,
+                  **kw) -> EngineConfig:
+    """An engine for this run: the check's model and device, and a pool sized for exactly
+    max_num_seqs requests of max_model_len (no share-of-free-memory default)."""
+    blocks = max_num_seqs * -(-max_model_len // block_size)
+    base = dict(model=c.sizes.model, device=c.device.type, max_num_seqs=max_num_seqs,
+                max_model_len=max_model_len, block_size=block_size, num_kv_blocks=blocks,
+                cpu_kernels=False, attention_backend="triton")
+    base.update(kw)
+    return EngineConfig(**base)
+
+
+def _engine(cfg: EngineConfig):
+    from engine.engine import LLMEngine
+
+    return LLMEngine(cfg)
+
+
+def _free(c) -> None:
+    if not c.dry:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def prompt_ids(c, n: int) -> list[list[int]]:
+    """n prompts as token ids: the long-tail workload's texts (some longer than a KV block), or
+    random ids for the tiny model (its word-level vocabulary knows no real text)."""
+    if c.dry:
+        g = torch.Generator().manual_seed(1)
+        return [torch.randint(3, TINY_VOCAB, (k,), generator=g).tolist()
+                for k in (5, 37, 16, 50)[:n]]
+    from benchmarks.workloads import get_workload
+    from engine.model.loader import hf_folder, load_tokenizer
+
+    tok = load_tokenizer(hf_folder(c.sizes.model))
+    return [tok.encode(p, add_special_tokens=False)
+            for p in get_workload("longtail", n=n, seed=3).prompts]
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y),
+                None if len(a) == len(b) else min(len(a), len(b)))
+
+
+def _generate(c, prompts, max_tokens: int, **cfg) -> list[list[int]]:
+    eng = _engine(engine_config(c, max_num_seqs=len(prompts), **cfg))
+    outs = eng.generate(prompts, SamplingParams(max_tokens=max_tokens, temperature=0.0,
+                                                ignore_eos=True))
+    held = eng.allocator.num_blocks - eng.allocator.num_free_blocks
+    assert held == 0, f"{held} KV blocks still held after generate"
+    del eng
+    _free(c)
+    return [o.token_ids for o in outs]
+
+
+# ---- 5: the engine against transformers ----------------------------------------------------
+def engine_vs_hf(c) -> dict:
+    from benchmarks.baseline import load_hf, reference_greedy
+
+    n_new = c.sizes.hf_tokens
+    prompts = prompt_ids(c, c.sizes.hf_prompts)
+    ref = reference_greedy(prompts, n_new, model=c.sizes.model, ignore_eos=True,
+                           dtype=torch.float32, device=c.device.type)
+    hf, _ = load_hf(c.sizes.model, torch.float32, c.device.type)
+    runs = []
+    for dtype in ("float32", "bfloat16"):
+        for backend in ("torch", "triton"):
+            got = _generate(c, prompts, n_new, dtype=dtype, attention_backend=backend)
+            per = []
+            for p, r, g in zip(prompts, ref, got):
+                i = first_divergence(r, g)
+                row = {"prompt_tokens": len(p), "equal": i is None, "first_divergence": i}
+                if i is not None and i < min(len(r), len(g)):
+                    # the fp32 reference's logit margin between its token and the engine's there
+                    with torch.no_grad():
+                        ids = torch.tensor([p + r[:i]], device=hf.device)
+                        logits = hf(input_ids=ids).logits[0, -1].float()
+                    row["logit_gap"] = round(float(logits[r[i]] - logits[g[i]]), 5)
+                per.append(row)
+            equal = all(x["equal"] for x in per)
+            runs.append({"dtype": dtype, "backend": backend, "all_equal": equal,
+                         "prompts": per})
+            print(f"   {dtype:<9} {backend:<7} equal to transformers: {equal} "
+                  f"{[x['first_divergence'] for x in per]}", flush=True)
+    fp32_equal = all(r["all_equal"] for r in runs if r["dtype"] == "float32")
+    return {"ok": fp32_equal, "new_tokens": n_new, "reference": "transformers generate, fp32, "
+            "greedy, one prompt at a time", "runs": runs, "fp32_equal": fp32_equal}
+
+
+# ---- 6: chunked prefill and speculation against the plain engine ---------------------------
+def consistency(c) -> dict:
+    n_new = c.sizes.hf_tokens
+    prompts = prompt_ids(c, c.sizes.hf_prompts)
+    prompts.append((prompts[0] * 8)[:60])  # repetitive: n-gram drafts get accepted
+    plain = _generate(c, prompts, n_new, dtype="float32")
+    variants = {
+        "chunked_prefill": dict(max_num_batched_tokens=16),
+        "ngram_spec": dict(spec=SpecConfig(method="ngram", num_speculative_tokens=4)),
+    }
+    res: dict = {"dtype": "float32", "backend": "triton", "variants": {}}
+    for name, kw in variants.items():
+        got = _generate(c, prompts, n_new, dtype="float32", **kw)
+        div = [first_divergence(a, b) for a, b in zip(plain, got)]
+        res["variants"][name] = {"equal": all(d is None for d in div), "first_divergence": div}
+        print(f"   {name:<16} equal to the plain engine: {all(d is None for d in div)} {div}")
+    res["ok"] = all(v["equal"] for v in res["variants"].values())
+    return res
+
+
+# ---- 7: the engine against the naive server ------------------------------------------------
+class StepTimer:
+    """Where an engine step's time goes, by wrapping the engine's parts in place for one run.
+
+    Host wall time per part; the model's forward also by CUDA events (the GPU's own time for
+    the launched work). A part the engine no longer has under that name is reported missing,
+    not guessed: the step's shape is still being reworked (schedule -> run -> update -> report).
+    """
+
+    # part -> (owner, attribute) candidates; owner "engine", an engine attribute, or "mod:NAME"
+    PARTS = {
+        "schedule": [("scheduler", "schedule")],
+        "metadata": [("mod:engine.runner", "build_metadata")],
+        "forward": [("model", "forward")],
+        "logits": [("model", "logits")],
+        "sampling": [("mod:engine.engine", "sample"), ("spec", "verify")],
+        "detokenize": [("engine", "_detokenize"), ("detokenizer", "update")],
+        "report": [("engine", "_report"), ("engine", "kv_summary")],
+    }
+
+    def __init__(self, eng, cuda: bool):
+        self.eng, self.cuda = eng, cuda
+        self.sums = {p: 0.0 for p in self.PARTS}
+        self.gpu_forward_ms = 0.0
+        self.missing: list[str] = []
+        self._restore: list = []
+        self._events: list = []
+        self._depth = {p: 0 for p in self.PARTS}
+
+    def _owner(self, name: str):
+        if name.startswith("mod:"):
+            return importlib.import_module(name[4:])
+        return self.eng if name == "engine" else getattr(self.eng, name, None)
+
+    def __enter__(self):
+        for part, cands in self.PARTS.items():
+            found = False
+            for owner_name, attr in cands:
+                owner = self._owner(owner_name)
+                if owner is None or not hasattr(owner, attr):
+                    continue
+                found = True
+                orig = getattr(owner, attr)
+                had_own = attr in getattr(owner, "__dict__", {})
+                setattr(owner, attr, self._wrap(part, orig))
+                self._restore.append((owner, attr, orig, had_own))
+            if not found:
+                self.missing.append(part)
+        return self
+
+    def __exit__(self, *exc):
+        for owner, attr, orig, had_own in reversed(self._restore):
+            if had_own or isinstance(owner, type(importlib)):
+                setattr(owner, attr, orig)
+            else:
+                delattr(owner, attr)  # the class's method shows through again
+        return False
+
+    def _wrap(self, part, fn):
+        def timed(*a, **k):
+            if self._depth[part]:  # a part calling itself (report -> kv_summary): count once
+                return fn(*a, **k)
+            self._depth[part] += 1
+            ev = None
+            if part == "forward" and self.cuda:
+                ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                ev[0].record()
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.sums[part] += time.perf_counter() - t
+                if ev is not None:
+                    ev[1].record()
+                    self._events.append(ev)
+                self._depth[part] -= 1
+        return timed
+
+    def collect_gpu(self) -> None:
+        """Read the CUDA events of the steps so far (after the step's own sync)."""
+        for start, end in self._events:
+            end.synchronize()
+            self.gpu_forward_ms += start.elapsed_time(end)
+        self._events.clear()
+
+
+def run_engine(c, wl, seats: int) -> dict:
+    """Serve a workload (all requests at once) on a fresh engine, timing every step's parts."""
+    max_model_len = 512
+    batched = max(512, seats) if c.dry else max(2048, seats)
+    eng = _engine(engine_config(c, max_num_seqs=seats, max_model_len=max_model_len,
+                                max_num_batched_tokens=batched, dtype=_dtype(c)))
+    for it in wl.items:
+        eng.add_request(it.prompt, SamplingParams(max_tokens=it.max_tokens,
+                                                  ignore_eos=it.ignore_eos))
+    steps = tokens = running_sum = decoding_sum = 0
+    step_s = 0.0
+    t0 = time.perf_counter()
+    with StepTimer(eng, cuda=not c.dry) as timer:
+        while eng.has_unfinished():
+            t = time.perf_counter()
+            report = eng.step()
+            step_s += time.perf_counter() - t
+            steps += 1
+            tokens += sum(len(e.token_ids) for e in report.emitted)
+            # running = seats that computed this step; finished riders idling in a static batch
+            # and requests still queued do not count
+            states = [s.state for s in report.seats]
+            running_sum += sum(st in ("running", "prefill") for st in states)
+            decoding_sum += states.count("running")
+        timer.collect_gpu()
+    wall = time.perf_counter() - t0
+    snap = eng.metrics_snapshot()
+    parts = {p: round(1e3 * s / max(steps, 1), 3) for p, s in timer.sums.items()}
+    parts["forward_gpu_events"] = round(timer.gpu_forward_ms / max(steps, 1), 3)
+    timed = sum(v for k, v in parts.items() if k != "forward_gpu_events")
+    parts["other"] = round(1e3 * step_s / max(steps, 1) - timed, 3)
+    del eng
+    _free(c)
+    return {"system": "engine", "requests": len(wl.items), "seats": seats,
+            "num_kv_blocks": seats * -(-max_model_len // 16), "output_tokens": tokens,
+            "wall_s": round(wall, 3), "output_tok_per_s": round(tokens / wall, 1),
+            "steps": steps, "mean_running": round(running_sum / max(steps, 1), 2),
+            "mean_decoding": round(decoding_sum / max(steps, 1), 2),
+            "ttft_p50_s": snap.get("ttft_p50_s"), "tpot_p50_s": snap.get("tpot_p50_s"),
+            "step_ms": round(1e3 * step_s / max(steps, 1), 3), "step_parts_ms": parts,
+            "parts_missing": timer.missing}
+
+
+def _dtype(c) -> str:
+    return "float32" if c.dry else "bfloat16"
+
+
+def engine_vs_naive(c) -> dict:
+    from benchmarks.baseline import NaiveServer
+    from benchmarks.workloads import get_workload
+
+    torch_dtype = getattr(torch, _dtype(c))
+    # warm both systems once (kernel compiles, cuBLAS handles) before anything is timed
+    warm = get_workload("longtail", n=2, max_tokens_scale=0.02)
+    NaiveServer(c.sizes.model, torch_dtype, 2, c.device.type).run(warm)
+    run_engine(c, warm, 2)
+    rows, skipped = [], []
+    for n in c.sizes.concurrency:
+        if c.time_left() < 25:
+            skipped.append(n)
+            continue
+        wl = get_workload("longtail", n=max(n, 4), max_tokens_scale=c.sizes.workload_scale)
+        naive = NaiveServer(c.sizes.model, torch_dtype, n, c.device.type).run(wl).summary()
+        naive = {k: naive[k] for k in ("output_tokens", "wall_s", "output_tok_per_s",
+                                       "ttft_p50_s", "idle_seat_frac", "steps")}
+        _free(c)
+        engine = run_engine(c, wl, n)
+        ratio = engine["output_tok_per_s"] / naive["output_tok_per_s"]
+        rows.append({"concurrency": n, "requests": len(wl.items), "naive": naive,
+                     "engine": engine, "speedup": round(ratio, 2)})
+        print(f"   {n:>4} seats, {len(wl.items)} requests: naive "
+              f"{naive['output_tok_per_s']:.1f} tok/s, engine {engine['output_tok_per_s']:.1f} "
+              f"tok/s ({ratio:.1f}x); engine step {engine['step_ms']} ms "
+              f"{engine['step_parts_ms']}", flush=True)
+        c.report["engine_vs_naive"] = {"partial": True, "rows": rows}
+        c.save()  # a long section: keep each concurrency's result as it comes
+    at256 = next((r for r in rows if r["concurrency"] == 256), None)
+    return {"ok": True, "workload": "longtail", "dtype": _dtype(c), "rows": rows,
+            "skipped_concurrency": skipped, "goal": "speedup >= 15 at 256 concurrent",
+            "goal_met": None if at256 is None else at256["speedup"] >= 15}
+
+
+# ---- 9: CUDA graphs ------------------------------------------------------------------------
+def graph_flag() -> str | None:
+    """The engine's CUDA-graph switch, if this EngineConfig has one (issue 17, item 3)."""
+    names = {f.name for f in dataclasses.fields(EngineConfig)}
+    return next((n for n in ("cuda_graphs", "enforce_eager") if n in names), None)
+
+
+def decode_forward_case(c, eng, batch: int, ctx: int):
+    """One decode step's inputs over the engine's pool: batch requests of ctx tokens on
+    consecutive blocks. Returns the forward as a closure."""
+    from engine.model.attention import build_metadata
+
+    bs = eng.config.block_size
+    nb = -(-ctx // bs)
+    tables = [list(range(i * nb, (i + 1) * nb)) for i in range(batch)]
+    slots = [t[(ctx - 1) // bs] * bs + (ctx - 1) % bs for t in tables]
+    meta = build_metadata([1] * batch, [ctx] * batch, tables, slots, bs, c.device)
+    g = torch.Generator().manual_seed(batch)
+    ids = torch.randint(3, eng.model_config.vocab_size, (batch,), generator=g).to(c.device)
+    pos = torch.full((batch,), ctx - 1, dtype=torch.long, device=c.device)
+
+    def forward():
+        return eng.model.forward(ids, pos, meta, eng.pool.layers, eng.backend)
+
+    return forward
+
+
+def cuda_graphs(c) -> dict:
+    ctx = c.sizes.graph_context
+    rows = []
+    for batch in c.sizes.graph_batches:
+        eng = _engine(engine_config(c, max_num_seqs=batch, max_model_len=ctx + 8,
+                                    dtype=_dtype(c)))
+        fwd = decode_forward_case(c, eng, batch, ctx)
+        eager = fwd().clone()
+        row = {"batch": batch, "ctx": ctx, "eager_ms": round(c.ms(fwd, rep=30), 4)}
+        if c.dry:
+            row["graph"] = "skipped: CUDA graphs need a GPU"
+        else:
+            try:
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):  # warm-up off the capture stream, as torch asks
+                    for _ in range(3):
+                        fwd()
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    out = fwd()
+                graph.replay()
+                torch.cuda.synchronize()
+                row["replay_equal_eager"] = bool(torch.equal(out, eager))
+                row["graph_ms"] = round(c.ms(graph.replay, rep=30), 4)
+                row["gain"] = round(row["eager_ms"] / row["graph_ms"], 2)
+                del graph
+            except Exception as e:  # noqa: BLE001 - e.g. a host sync inside the forward
+                row["graph_error"] = f"{type(e).__name__}: {str(e)[:500]}"
+        rows.append(row)
+        print(f"   decode forward, batch {batch}, ctx {ctx}: {row}", flush=True)
+        del eng, fwd
+        _free(c)
+    flag = graph_flag()
+    res: dict = {"ok": all("graph_error" not in r for r in rows), "forward": rows,
+                 "engine_flag": flag}
+    if flag is None:
+        res["engine"] = "EngineConfig has no CUDA-graph switch yet (issue 17, item 3)"
+    else:
+        from benchmarks.bench import decode_rate
+
+        res["engine"] = []
+        for batch in c.sizes.graph_batches:
+            rates = {}
+            for on in (True, False):
+                value = on if flag == "cuda_graphs" else not on
+                eng = _engine(engine_config(c, max_num_seqs=batch, dtype=_dtype(c),
+                                            **{flag: value}))
+                rates["graphs_on" if on else "graphs_off"] = round(
+                    decode_rate(eng, batch, steps=8 if c.dry else 32, windows=2), 1)
+                del eng
+                _free(c)
+            rates["gain"] = round(rates["graphs_on"] / rates["graphs_off"], 2)
+            res["engine"].append({"running": batch, "decode_tok_per_s": rates})
+            print(f"   engine decode, {batch} running: {rates}", flush=True)
+    return res

@@ -1,0 +1,117 @@
+"""kernels/gpu_check.py: its CPU dry run end to end, its JSON, and its refusal without CUDA.
+
+The dry run is the GPU script itself on tiny shapes (Triton interpreter, a tiny random Llama), so
+a GPU session runs code that has already run every section once. It runs in a subprocess: the
+script sets TRITON_INTERPRET=1 for itself, never for this test process.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kernels.gpu_check import SECTIONS, Check, Sizes
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _env():
+    return {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+
+
+@pytest.mark.slow
+def test_dry_run_runs_every_section_in_order(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "kernels.gpu_check", "--dry-run", "--out", str(out)],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600,
+    )
+    report = json.loads((out / "gpu_check.json").read_text())
+    tail = proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert proc.returncode == 0, tail
+    assert report["dry_run"] is True and report["done"] == list(SECTIONS), tail
+    for name in SECTIONS:
+        assert report[name]["ok"] is True, (name, report[name])
+        assert report[name]["section_s"] >= 0
+    kernels = report["kernels"]["checks"]
+    cases = {r["case"] for r in kernels}
+    assert any("bs12" in c for c in cases) and any("pool" in c for c in cases)
+    assert {r["dtype"] for r in kernels} == {"bfloat16", "float32"}
+    assert any("hd80" in c for c in cases)
+    assert report["engine_vs_hf"]["fp32_equal"] is True
+    assert set(report["consistency"]["variants"]) == {"chunked_prefill", "ngram_spec"}
+    rows = report["engine_vs_naive"]["rows"]
+    assert [r["concurrency"] for r in rows] == list(Sizes.dry("x").concurrency)
+    for r in rows:
+        eng = r["engine"]
+        assert eng["output_tokens"] > 0 and r["naive"]["output_tokens"] > 0
+        # only requests that ran count as running: never more than the seats
+        assert 0 < eng["mean_running"] <= r["concurrency"]
+        assert eng["num_kv_blocks"] == r["concurrency"] * 32
+        assert not eng["parts_missing"], eng["parts_missing"]
+        assert eng["step_parts_ms"]["forward"] > 0
+    assert report["cuda_graphs"]["forward"][0]["eager_ms"] > 0
+    assert "TRITON_INTERPRET" not in os.environ
+
+
+def test_each_section_is_saved_as_it_ends_and_errors_are_recorded(tmp_path):
+    c = Check(str(tmp_path), dry=True, budget_s=60, sizes=Sizes.dry("x"), args={})
+    c.section("env", lambda: {"ok": True, "x": 1})
+    saved = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert saved["done"] == ["env"] and saved["env"]["x"] == 1
+
+    def broken():
+        raise RuntimeError("planted")
+
+    c.section("setup", broken)
+    saved = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert saved["setup"]["ok"] is False and "planted" in saved["setup"]["error"]
+    c.section("copy_bandwidth", lambda: {"ok": True}, min_left_s=1e9)
+    saved = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert saved["copy_bandwidth"]["ok"] is None and "skipped" in saved["copy_bandwidth"]
+
+
+def test_model_parts_join_back_and_a_bad_part_is_refused(tmp_path):
+    from kernels import gpu_check
+
+    src = tmp_path / "src"
+    src.mkdir()
+    blob = os.urandom(3000)
+    (src / gpu_check.GGUF_NAME).write_bytes(blob)
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    import hashlib
+
+    for i in range(3):
+        (parts / f"{gpu_check.GGUF_NAME}.part{i}").write_bytes(blob[i * 1000:(i + 1) * 1000])
+    (parts / "SHA256").write_text(hashlib.sha256(blob).hexdigest())
+    saved_path, saved_pp = list(sys.path), os.environ.get("PYTHONPATH")
+    try:
+        info = gpu_check.join_model(str(parts), str(tmp_path / "site"))
+        assert info["bytes"] == 3000
+        joined = tmp_path / "site" / gpu_check.GGUF_PACKAGE / gpu_check.GGUF_NAME
+        assert joined.read_bytes() == blob
+        (parts / f"{gpu_check.GGUF_NAME}.part1").write_bytes(b"x" * 1000)
+        with pytest.raises(ValueError, match="sha256"):
+            gpu_check.join_model(str(parts), str(tmp_path / "site2"))
+    finally:
+        sys.path[:] = saved_path
+        if saved_pp is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved_pp
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: it would run")
+def test_without_cuda_it_exits_cleanly(tmp_path):
+    for module in ("kernels.gpu_check", "kernels.bench"):  # the old name still answers
+        proc = subprocess.run(
+            [sys.executable, "-m", module, "--out", str(tmp_path / "out")],
+            cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120,
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert "needs a CUDA GPU" in proc.stderr
+        assert not (tmp_path / "out").exists()
