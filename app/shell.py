@@ -27,6 +27,7 @@ SECTIONS = {
     "nav.leaks": ("batching", "paging", "speculation"),
     "nav.measure": ("dashboard", "beyond"),
     "nav.check": ("quiz", "glossary"),
+    "nav.class": ("classroom",),
 }
 
 
