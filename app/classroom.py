@@ -79,9 +79,14 @@ def join_url(base_url: str, join_code: str | None) -> str:
 
 def qr_svg(text: str, scale: int = 6) -> str:
     """The QR code of `text` as inline SVG (segno)."""
+    import io
+
     import segno
 
-    return segno.make(text, error="m").svg_inline(scale=scale, dark="#000", light="#fff")
+    buf = io.BytesIO()
+    segno.make(text, error="m").save(buf, kind="svg", scale=scale, xmldecl=False,
+                                     dark="#000", light="#fff")
+    return buf.getvalue().decode()
 
 
 def serve_args(switches: dict, host: str, port: int, join_code: str | None,
@@ -254,7 +259,9 @@ def slim(report: dict) -> dict:
             "finished": report["finished"], "spec": report.get("spec", []),
             "metrics": report.get("metrics", {}),
             "kv": {"used_slots": kv["used_slots"], "allocated_slots": kv["allocated_slots"],
-                   "total_slots": kv["total_slots"]}}
+                   "total_slots": kv["total_slots"],
+                   # blocks held per request (only seated requests hold any: a few entries)
+                   "blocks_held": {rid: len(t) for rid, t in kv["block_tables"].items()}}}
 
 
 class StepStream:

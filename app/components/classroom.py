@@ -88,8 +88,8 @@ CSS = """
 <style>
 .sl-door{display:flex;flex-wrap:wrap;align-items:center;gap:6px;margin-top:10px;font-size:17px;}
 .sl-door .sl-chip{display:inline-block;padding:2px 8px;border-radius:6px;font-weight:700;}
-.sl-qs{font-size:18px;line-height:1.4;margin:0;padding-left:0;list-style:none;}
-.sl-qs li{margin:4px 0;padding:4px 8px;background:#fff;border-left:6px solid #2e9e4f;
+.sl-qs,.sl-students{font-size:18px;line-height:1.4;margin:0;padding-left:0;list-style:none;}
+.sl-qs li,.sl-students li{margin:4px 0;padding:4px 8px;background:#fff;border-left:6px solid #2e9e4f;
  border-radius:4px;}
 .sl-qs b{margin-right:8px;}
 </style>
@@ -129,3 +129,41 @@ def questions_html(questions: list[tuple[str, str]]) -> str:
     """(nickname, question) pairs, newest first, escaped: the projector is public."""
     items = "".join(f"<li><b>{html.escape(n)}</b>{html.escape(q)}</li>" for n, q in questions)
     return f'{CSS}<ul class="sl-qs">{items}</ul>'
+
+
+def student_rows(history: list[dict], owners: dict, limit: int = 12) -> list[dict]:
+    """The latest students' requests from the (slim) history, newest first: seat, most KV
+    blocks held, tokens so far, state. A short answer can come and go between two redraws of
+    the projector; this list keeps it on screen."""
+    rows: dict[str, dict] = {}
+    for rep in history:
+        seated = {s["request_id"]: s["index"] for s in rep["seats"] if s["request_id"]}
+        held = rep["kv"].get("blocks_held", {})
+        for rid in [*rep["waiting"], *seated]:
+            who = owners.get(rid)
+            if who is None or who.get("kind") == "simulated":
+                continue
+            row = rows.setdefault(rid, {"nickname": who.get("user", rid), "seat": None,
+                                        "blocks": 0, "tokens": 0, "state": "waiting"})
+            if rid in seated:
+                row["seat"], row["state"] = seated[rid], "seated"
+                row["blocks"] = max(row["blocks"], held.get(rid, 0))
+        for e in rep["emitted"]:
+            if e["request_id"] in rows:
+                rows[e["request_id"]]["tokens"] += len(e["token_ids"])
+        for rid in rep["finished"]:
+            if rid in rows:
+                rows[rid]["state"] = "answered"
+    return list(rows.values())[::-1][:limit]
+
+
+def students_html(rows: list[dict]) -> str:
+    """The latest students: nickname chip, seat, blocks, tokens, state (all escaped)."""
+    if not rows:
+        return ""
+    items = []
+    for r in rows:
+        seat = "-" if r["seat"] is None else r["seat"]
+        items.append(f"<li>{_chip(r['nickname'], 'person')} seat {seat}, {r['blocks']} "
+                     f"blocks, {r['tokens']} tokens · {html.escape(r['state'])}</li>")
+    return f'{CSS}<ul class="sl-students">{"".join(items)}</ul>'

@@ -49,6 +49,8 @@ from app.components.classroom import (  # noqa: E402
     questions_html,
     relabel,
     riders,
+    student_rows,
+    students_html,
 )
 from app.components.gauges import gauge_values  # noqa: E402
 from app.components.kvmap import kv_grid_html, legend_html  # noqa: E402
@@ -183,18 +185,16 @@ def controls(room: ClassRoom) -> None:
 
 def join_panel(srv: ClassServer) -> None:
     url = join_url(srv.url, srv.join_code)
-    left, right = st.columns([1, 2])
-    left.html(f'<div style="width:220px">{qr_svg(url, scale=5)}</div>')
-    with right:
-        st.markdown(f"### Join at `{srv.url}/class`")
-        st.markdown(f"### Join code: `{srv.join_code or '(none: this computer only)'}`")
-        if srv.host.startswith("127."):
-            st.caption("Listening on 127.0.0.1: only this computer can join. Stop, tick "
-                       "\"Let phones on this network join\" and start again for the class.")
-        elif not srv.adopted:
-            st.caption(f"Listening on {srv.host}, this computer's address on its network, "
-                       "because you asked phones to join; anyone on this network with the "
-                       "join code can ask questions.")
+    st.markdown(f"### Join at `{srv.url}/class`")
+    st.markdown(f"### Join code: `{srv.join_code or '(none: this computer only)'}`")
+    st.image(qr_svg(url, scale=5), caption="scan to join", width=200)
+    if srv.host.startswith("127."):
+        st.caption("Listening on 127.0.0.1: only this computer can join. Stop, tick "
+                   "\"Let phones on this network join\" and start again for the class.")
+    elif not srv.adopted:
+        st.caption(f"Listening on {srv.host}, this computer's address on its network, "
+                   "because you asked phones to join; anyone on this network with the "
+                   "join code can ask questions.")
 
 
 def simulated_users(room: ClassRoom) -> None:
@@ -242,6 +242,7 @@ def live(room: ClassRoom, show_questions: bool) -> None:
     with seats_col:
         st.html(seats_html(shown))
         st.html(door_html(report, owners, labels))
+        st.html(students_html(student_rows(history, owners)))
     with kv_col:
         st.html(kv_grid_html(shown["kv"]))
         st.html(legend_html())
@@ -277,14 +278,19 @@ def main() -> None:
     st.caption("Each student asks from a phone; the projector shows their requests queue at "
                "the door, take a seat, grow their page tables and leave. Then add a thousand "
                "simulated users and flip the switches.")
-    controls(room)
+    left, right = st.columns([3, 2], gap="large")
+    with left:
+        controls(room)
     srv = room.server
     if srv is None or room.status:
         return
-    join_panel(srv)
-    simulated_users(room)
-    show_questions = st.toggle("Show questions on screen", value=False, key="cls_questions",
-                               help="Off: nicknames only. The projector is public.")
+    with right:
+        join_panel(srv)
+    with left:
+        simulated_users(room)
+        show_questions = st.toggle("Show questions on screen", value=False,
+                                   key="cls_questions",
+                                   help="Off: nicknames only. The projector is public.")
 
     @st.fragment(run_every=1.0)
     def live_fragment():

@@ -245,6 +245,7 @@ button:disabled{background:#9bb}
 #stats{display:flex;flex-wrap:wrap;gap:8px;margin-top:10px}
 #stats div{background:#dff3e4;border-radius:8px;padding:6px 10px;font-size:15px}
 #msg{margin-top:10px;color:#b00020;font-weight:600}
+#asked{margin-top:12px;color:#444;white-space:pre-wrap}
 </style></head><body>
 <h1>ServeLab: ask the class engine</h1>
 <label for="code">Join code</label>
@@ -256,6 +257,7 @@ button:disabled{background:#9bb}
 <div class="count" id="count">0 / 400</div>
 <button id="ask">Ask</button>
 <div id="msg" role="alert"></div>
+<div id="asked"></div>
 <div id="answer" aria-live="polite"></div>
 <div id="stats"><div id="seat">seat: -</div><div id="ttft">first token: -</div>
 <div id="rate">tokens/s: -</div></div>
@@ -269,11 +271,12 @@ $("q").addEventListener("input", () => { $("count").textContent = $("q").value.l
 function say(text) { $("msg").textContent = text; }
 async function ask() {
   const code = $("code").value.trim(), nickname = $("nick").value, question = $("q").value;
-  say(""); $("answer").textContent = "";
+  say(""); $("answer").textContent = ""; $("asked").textContent = "";
   $("seat").textContent = "seat: -"; $("ttft").textContent = "first token: -";
   $("rate").textContent = "tokens/s: -";
   if (!code) { say("Type the join code shown on the projector."); return; }
   localStorage.setItem("servelab-nick", nickname);
+  $("asked").textContent = nickname + ": " + question;
   $("ask").disabled = true;
   const sent = performance.now();
   let first = null, tokens = 0;

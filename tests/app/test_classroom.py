@@ -27,6 +27,8 @@ from app.components.classroom import (
     questions_html,
     relabel,
     riders,
+    student_rows,
+    students_html,
 )
 from app.components.kvmap import kv_grid_html
 from app.components.seats import seats_html
@@ -132,3 +134,15 @@ def test_comparison_row():
         "output_tok_per_s": 123.45})
     assert row["TTFT p50 (ms)"] == 123.4 and row["output tok/s"] == 123.5
     assert row["configuration"] == "continuous · paged · spec off"
+
+
+def test_students_list_keeps_short_answers_on_screen():
+    history = [slim(r) for r in json.loads(FIXTURE.read_text())["continuous_paged_prefix"]]
+    first = next(s["request_id"] for s in history[2]["seats"] if s["request_id"])
+    owners = {first: {"user": XSS[1], "kind": "person"}}
+    rows = student_rows(history, owners)
+    assert len(rows) == 1 and rows[0]["nickname"] == XSS[1]
+    assert rows[0]["seat"] is not None and rows[0]["blocks"] >= 1 and rows[0]["tokens"] >= 1
+    assert rows[0]["state"] == "answered"
+    html = students_html(rows)
+    assert "<img src=x" not in html and "&lt;img src=x" in html
