@@ -6,7 +6,7 @@ VPY     := $(VENV)/bin/python
 PIP     := $(VPY) -m pip
 STAMP   := $(VENV)/.servelab-installed
 
-.PHONY: app test setup bench lint clean-cache
+.PHONY: app test setup bench lint clean-cache serve
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -25,6 +25,10 @@ setup: $(STAMP)
 
 app: $(STAMP)
 	$(VENV)/bin/streamlit run app/main.py
+
+# one engine for many clients (OpenAI's API on 127.0.0.1:8000); flags: make serve ARGS="--help"
+serve: $(STAMP)
+	$(VPY) -m engine.serve $(ARGS)
 
 test: $(STAMP)
 	$(VPY) -m pytest -q

@@ -1,0 +1,43 @@
+"""`python -m engine.serve`'s flags: vLLM's speculative-config JSON, loopback detection (any
+other address needs a key), and bad flags refused with a message, before any model loads."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config import SpecConfig
+from engine.serve import is_loopback, main, spec_config
+
+
+def test_spec_config_json():
+    assert spec_config(None) is None
+    s = spec_config('{"method": "ngram", "num_speculative_tokens": 3}')
+    assert isinstance(s, SpecConfig) and s.num_speculative_tokens == 3
+    assert spec_config('{"method": "draft", "model": "x"}').draft_model == "x"
+    with pytest.raises(ValueError, match="not valid JSON"):
+        spec_config("{method: ngram}")
+    with pytest.raises(ValueError, match="unknown keys"):
+        spec_config('{"method": "ngram", "k": 3}')
+    with pytest.raises(ValueError, match="num_speculative_tokens"):
+        spec_config('{"method": "ngram", "num_speculative_tokens": 0}')
+
+
+def test_loopback():
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4")
+    assert not is_loopback("example.org")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--max-queue", "0"], "--max-queue"),
+    (["--batching", "bus"], "--batching"),
+    (["--max-num-seqs", "0"], "max_num_seqs"),
+    (["--speculative-config", "[1]"], "JSON object"),
+    (["--enable-prefix-caching", "--kv-layout", "contiguous"], "enable_prefix_caching"),
+])
+def test_bad_flags_exit_with_a_message(argv, needle, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
