@@ -242,9 +242,10 @@ def live(room: ClassRoom, show_questions: bool) -> None:
     with seats_col:
         st.html(seats_html(shown))
         st.html(door_html(report, owners, labels))
-        st.html(students_html(student_rows(history, owners)))
+        if rows := student_rows(history, owners):  # (st.html refuses an empty body)
+            st.html(students_html(rows))
     with kv_col:
-        st.html(kv_grid_html(shown["kv"]))
+        st.html(kv_grid_html(shown["kv"], columns=32))  # a class pool is large
         st.html(legend_html())
     if shown.get("spec"):  # this step's drafts: accepted green, rejected red
         st.html(SPEC_CSS + "".join(f"<b>{html.escape(rec['request_id'])}</b>"
