@@ -37,4 +37,4 @@ bench: $(STAMP)
 	$(VPY) -m benchmarks.bench
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check engine kernels app tests
+	$(VENV)/bin/ruff check engine kernels app tests benchmarks

@@ -1,6 +1,6 @@
 """The home page's race: the naive server and the engine on one small workload, on this machine.
 
-Both get the same requests (engine/workloads.py "longtail", answers capped, EOS ignored so both
+Both get the same requests (benchmarks/workloads.py "longtail", answers capped, EOS ignored so both
 compute exactly the same tokens), the same number of seats and the same dtype (the one the
 engine picks for this machine), so what differs is how they serve. The naive server is
 `benchmarks.baseline.NaiveServer`: transformers' generate() on static padded batches. The engine

@@ -75,7 +75,7 @@ def load_bench(folder: Path = BENCH_DIR) -> dict | None:
 def speedup_rows(results: list) -> list[dict]:
     """Rows of concurrency, speedup and method from a bench's results.
 
-    engine/spec_bench.py writes `concurrency`, `spec` (None for off), `workload` and
+    benchmarks/spec_bench.py writes `concurrency`, `spec` (None for off), `workload` and
     `speedup_vs_off`; `speedup` and `method` are accepted too. Rows without speculation or
     without numbers are skipped.
     """

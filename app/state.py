@@ -76,7 +76,7 @@ class Job:
 
 
 def preset_jobs(name: str, n: int = NUM_REQUESTS, cap: int = MAX_TOKENS) -> list[Job]:
-    """A named workload (engine/workloads.py), n requests, answers capped at `cap` tokens."""
+    """A named workload (benchmarks/workloads.py), n requests, answers capped at `cap` tokens."""
     if name not in WORKLOAD_NAMES:
         raise ValueError(f"unknown workload {name!r}; choose one of {list(WORKLOAD_NAMES)}")
     return [Job(it.prompt, min(cap, it.max_tokens), it.name or f"{name}-{i:02d}", it.ignore_eos)

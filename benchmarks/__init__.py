@@ -1,4 +1,6 @@
-"""Benchmarks and the things they measure against: the naive server (`baseline.py`), the
-named workloads (`workloads.py`), and one module per measurement (`bench.py`: the chapter's
-experiment; `spec_bench.py`, `kernel_bench.py`, `bench_memory.py`, `int8_bench.py`).
-The engine never imports this package."""
+"""Benchmarks and the things they measure against, kept apart from the engine (as
+mini-sglang keeps its `benchmark/`): the naive server (`baseline.py`), the named workloads
+(`workloads.py`), one module per measurement (`bench.py`: the chapter's experiment;
+`spec_bench.py`, `kernel_bench.py`, `bench_memory.py`, `int8_bench.py`, `draft_study.py`),
+and what they share (`common.py`). The engine never imports this package; only its thin
+entry point `python -m engine.bench` forwards to `benchmarks.bench`."""

@@ -6,7 +6,7 @@
 3. One workload through the naive server (transformers' generate() on static padded batches)
    and through the engine in all four batching x kv_layout combinations under the same KV
    budget, plus prefix caching on `shared-prefix`.
-`--spec` runs the speculative decoding benchmark instead (engine/spec_bench.py).
+`--spec` runs the speculative decoding benchmark instead (`benchmarks/spec_bench.py`).
 Ratios matter, not absolute numbers: this machine is shared and noisy, so every system runs
 in the same process, one after the other, on the same prompts.
 """
@@ -14,69 +14,20 @@ in the same process, one after the other, on the same prompts.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
-import time
-from pathlib import Path
 
 import torch
 
+from benchmarks import spec_bench
+from benchmarks.common import (
+    best_of,
+    roofline,
+    serve,
+    spin_openmp_threads,
+    write_json,
+)
 from benchmarks.workloads import Workload, get_workload, load_jsonl, with_arrivals
 from engine.config import EngineConfig, SamplingParams
-
-RESULT_KEYS = ("system", "batching", "kv_layout", "spec", "output_tokens", "wall_s",
-               "output_tok_per_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "kv_useful_frac",
-               "max_concurrency", "idle_seat_frac", "prefix_hit_rate")
-
-
-def spin_openmp_threads(module: str) -> None:
-    """Run this command again with OMP_WAIT_POLICY=ACTIVE, unless the environment sets a policy.
-
-    Between two ops, OpenMP's worker threads either spin (ACTIVE) or go to sleep (PASSIVE), and
-    a decode step is hundreds of small ops. A benchmark owns the machine, as a server does,
-    so its threads spin; the app shares two cores with its web server and keeps PASSIVE
-    (app/main.py). The policy is read once, when torch loads OpenMP, hence the re-exec.
-    README's performance section gives `python -m benchmarks.bench` under both policies."""
-    if "OMP_WAIT_POLICY" in os.environ:
-        return
-    os.environ["OMP_WAIT_POLICY"] = "ACTIVE"
-    sys.stdout.flush()
-    os.execv(sys.executable, [sys.executable, "-m", module, *sys.argv[1:]])
-
-
-def machine_info(device: str = "cpu") -> dict:
-    info = {"platform": platform.platform(), "python": platform.python_version(),
-            "torch": torch.__version__, "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "device": device,
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)")}
-    if device == "cuda" and torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
-
-
-def memory_read_bandwidth(device: torch.device, nbytes: int = 512 * 2**20, repeats: int = 5,
-                          ) -> float:
-    """Bytes/s of a large reduction (reads every byte once): the decode floor's denominator."""
-    x = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
-    best = float("inf")
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        x.sum()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t)
-    return nbytes / best
-
-
-def roofline(engine) -> dict:
-    bw = memory_read_bandwidth(engine.device)
-    wb = engine.model.weight_bytes
-    return {"weight_bytes": wb, "read_bandwidth_gb_s": bw / 1e9,
-            "decode_floor_tok_per_s": bw / wb, "dtype": str(engine.dtype).removeprefix("torch.")}
 
 
 def decode_rate(engine, batch: int, steps: int = 16, windows: int = 3) -> float:
@@ -87,15 +38,10 @@ def decode_rate(engine, batch: int, steps: int = 16, windows: int = 3) -> float:
     rids = [engine.add_request(f"Count slowly from {i} upwards:", params) for i in range(batch)]
     while any(engine.requests[r].num_output_tokens < 2 for r in rids):
         engine.step()  # prefill and the first decode
-    best = float("inf")
-    for _ in range(windows):
-        t = time.perf_counter()
-        for _ in range(steps):
-            engine.step()
-        best = min(best, time.perf_counter() - t)
+    step_s = best_of(engine.step, rounds=windows, reps=steps, device=engine.device)
     while engine.has_unfinished():
         engine.step()
-    return batch * steps / best
+    return batch / step_s
 
 
 def run_engine(config: EngineConfig, workload: Workload, progress=None) -> dict:
@@ -103,37 +49,14 @@ def run_engine(config: EngineConfig, workload: Workload, progress=None) -> dict:
     from engine.engine import LLMEngine
 
     engine = LLMEngine(config)
-    items = sorted(workload.items, key=lambda it: it.arrival_s)
-    t0 = time.perf_counter()
-    i = 0
-    while i < len(items) or engine.has_unfinished():
-        now = time.perf_counter() - t0
-        while i < len(items) and items[i].arrival_s <= now:
-            it = items[i]
-            engine.add_request(it.prompt, SamplingParams(max_tokens=it.max_tokens,
-                                                         ignore_eos=it.ignore_eos),
-                               arrival_time=t0 + it.arrival_s)
-            i += 1
-        if not engine.has_unfinished():
-            time.sleep(max(0.0, items[i].arrival_s - now))
-            continue
-        report = engine.step()
-        if progress:
-            progress(sum(len(e.token_ids) for e in report.emitted))
-    wall = time.perf_counter() - t0
-    snap = engine.metrics_snapshot()
-    leaked = engine.allocator.num_blocks - engine.allocator.num_free_blocks  # cached count as free
-    assert leaked == 0, f"{leaked} KV blocks still held after the run"
+    res = serve(engine, [(it.arrival_s, it.prompt,
+                          SamplingParams(max_tokens=it.max_tokens, ignore_eos=it.ignore_eos))
+                         for it in workload.items], progress)
     return {
         "system": "engine", "batching": config.batching, "kv_layout": config.kv_layout,
         "spec": None if config.spec is None else config.spec.method,
         "prefix_caching": config.enable_prefix_caching, "workload": workload.name,
-        "requests": len(items), "output_tokens": snap["output_tokens"], "wall_s": wall,
-        "output_tok_per_s": snap["output_tokens"] / wall, "ttft_p50_s": snap["ttft_p50_s"],
-        "ttft_p99_s": snap["ttft_p99_s"], "tpot_p50_s": snap["tpot_p50_s"],
-        "kv_useful_frac": snap["kv_useful_frac"], "max_concurrency": snap["peak_concurrency"],
-        "mean_concurrency": snap["mean_concurrency"], "idle_seat_frac": snap["idle_seat_frac"],
-        "prefix_hit_rate": snap["prefix_hit_rate"], "steps": engine.step_count,
+        "requests": len(workload.items), **res,
     }
 
 
@@ -148,14 +71,6 @@ def run_naive(workload: Workload, batch_size: int, dtype: torch.dtype, progress=
     out.update({"batching": "static", "kv_layout": "contiguous", "spec": None,
                 "prefix_caching": False, "kv_useful_frac": None, "prefix_hit_rate": None})
     return out
-
-
-def write_json(path: str | None, data: dict) -> None:
-    """Write a bench's results (no-op without --json)."""
-    if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(data, indent=2))
-        print(f"wrote {path}")
 
 
 def print_table(results: list[dict]) -> None:
@@ -176,7 +91,8 @@ def print_table(results: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("--workload", default="longtail", help="longtail, uniform, shared-prefix, ...")
     ap.add_argument("--workload-file", help="JSONL lines {\"prompt\": ..., \"max_tokens\": ...}")
     ap.add_argument("--requests", type=int, default=32)
@@ -197,8 +113,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the results here")
     args, rest = ap.parse_known_args(argv)
     if args.spec:
-        from benchmarks import spec_bench
-
         return spec_bench.main(rest + (["--quick"] if args.quick else [])
                                + (["--json", args.json] if args.json else []))
     if rest:
@@ -232,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     for b in [int(x) for x in args.concurrency.split(",")]:
         rate = decode_rate(probe, b)
         row = {"batch": b, "decode_tok_per_s": rate}
-        line = (f"decode with {b:3d} running: {rate:7.1f} tok/s"
-                + (f"  ({rate / roof['decode_floor_tok_per_s']:.0%} of the floor)" if b == 1 else ""))
+        line = f"decode with {b:3d} running: {rate:7.1f} tok/s"
+        if b == 1:
+            line += f"  ({rate / roof['decode_floor_tok_per_s']:.0%} of the floor)"
         if plain is not None:
             row["plain_weights_tok_per_s"] = decode_rate(plain, b)
             line += f"; plain weights {row['plain_weights_tok_per_s']:.1f} tok/s"
@@ -273,9 +188,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{best['output_tok_per_s'] / naive['output_tok_per_s']:.1f}x output tok/s")
     print(f"peak concurrency, same KV budget: paged {best['max_concurrency']} vs contiguous "
           f"{contig['max_concurrency']}")
-    out = {"machine": machine_info(device.type),
-           "roofline": roof, "workload": wl.name, "args": vars(args), "results": results}
-    write_json(args.json, out)
+    write_json(args.json, device.type, args, roofline=roof, workload=wl.name, results=results)
     return 0
 
 

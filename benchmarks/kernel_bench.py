@@ -15,23 +15,12 @@ slow moment of this shared machine hits both. README's Performance section quote
 from __future__ import annotations
 
 import sys
-import time
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
-from benchmarks.bench import spin_openmp_threads
-
-
-def best_of(fn, *args, rounds: int = 5, reps: int = 1) -> float:
-    """Seconds per fn(*args): the best of `rounds` averages over `reps` calls."""
-    best = float("inf")
-    for _ in range(rounds):
-        t = time.perf_counter()
-        for _ in range(reps):
-            fn(*args)
-        best = min(best, (time.perf_counter() - t) / reps)
-    return best
+from benchmarks.common import best_interleaved, spin_openmp_threads
 
 
 def bench_matmuls(model) -> None:
@@ -54,10 +43,8 @@ def bench_matmuls(model) -> None:
             for w, p in zip(plain, weights):
                 linear(xs[w.shape[1]], p)
 
-        times = {name: float("inf") for name in ways}
-        for _ in range(5):  # alternate the ways, keep each one's best
-            for name, (weights, linear) in ways.items():
-                times[name] = min(times[name], best_of(run, weights, linear, xs, rounds=1))
+        times = best_interleaved({name: partial(run, weights, linear, xs)
+                                  for name, (weights, linear) in ways.items()}, rounds=5)
         line = "  ".join(f"{name} {t * 1e3:6.2f}" for name, t in times.items())
         if "AMX kernel" in times:
             line += f"  -> AMX {times['oneDNN packed'] / times['AMX kernel']:.2f}x oneDNN"
@@ -79,12 +66,11 @@ def bench_attention() -> None:
         tables = [perm[i * per:(i + 1) * per] for i in range(B)]
         q = torch.randn(B, hq, d, dtype=torch.bfloat16)
         meta = build_metadata([1] * B, [ctx] * B, tables, [-1] * B, bs)
-        ways = {"C++ kernel": CpuAttention(), "gather+SDPA": TorchAttention()}
-        times = {name: float("inf") for name in ways}
-        for _ in range(3):  # the torch backend plans once per step (meta._cache), as in layer 2+
-            for name, backend in ways.items():
-                t = best_of(backend.forward, q, kc, vc, meta, d ** -0.5, rounds=3, reps=20)
-                times[name] = min(times[name], t)
+        # the torch backend plans once per step (meta._cache): repeated calls time layer 2+
+        times = best_interleaved({name: partial(backend.forward, q, kc, vc, meta, d ** -0.5)
+                                  for name, backend in (("C++ kernel", CpuAttention()),
+                                                        ("gather+SDPA", TorchAttention()))},
+                                 rounds=9, reps=20)
         ratio = times["gather+SDPA"] / times["C++ kernel"]
         print(f"  context {ctx:3d}: C++ kernel {times['C++ kernel'] * 1e6:6.1f}  gather+SDPA "
               f"{times['gather+SDPA'] * 1e6:6.1f}  -> {ratio:.2f}x")
@@ -113,12 +99,9 @@ def bench_layer_loop(engine) -> None:
                 e.add_request(f"Count slowly from {i} upwards:", params)
             for _ in range(3):
                 e.step()
-        times = [float("inf"), float("inf")]
-        for _ in range(6):
-            for j, e in enumerate((engine, other)):
-                times[j] = min(times[j], best_of(e.step, rounds=1, reps=6))
-        print(f"  {running:2d} running: C++ loop {times[0] * 1e3:5.1f}  Python loop "
-              f"{times[1] * 1e3:5.1f}  -> {times[1] / times[0]:.2f}x")
+        times = best_interleaved({"C++": engine.step, "Python": other.step}, rounds=6, reps=6)
+        print(f"  {running:2d} running: C++ loop {times['C++'] * 1e3:5.1f}  Python loop "
+              f"{times['Python'] * 1e3:5.1f}  -> {times['Python'] / times['C++']:.2f}x")
         for e in (engine, other):
             while e.has_unfinished():
                 e.step()

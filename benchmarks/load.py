@@ -15,12 +15,14 @@ Measured at the client, as vLLM's `benchmark_serving.py` does: TTFT (send to fir
 ITL (gaps between streamed chunks), TPOT ((end - first token) / (tokens - 1)), end-to-end
 latency, output tok/s and request/s over the run, requests by outcome. From the server's
 `/metrics`, when it has one: `process_resident_memory_bytes` before and after (is memory
-flat?) and the KV usage at the end (any leaked blocks?).
+flat?), the KV usage at the end (any leaked blocks?) and the server's CPU seconds: output
+tokens per CPU second (server plus this client) is a figure the other jobs of a shared
+machine do not move, unlike tokens per wall second.
 
 `--compare-offline` also runs the same requests through `benchmarks.bench.run_engine` in this
 process, before and after the HTTP run, on the server's own engine configuration
 (`GET /v1/servelab/config`), while the server idles: the same workload in the same run,
-offline against over HTTP.
+offline against over HTTP, per wall second and per CPU second.
 """
 
 from __future__ import annotations
@@ -149,6 +151,7 @@ async def run_load(base_url: str, items: list[WorkItem], model: str | None = Non
             r.raise_for_status()
             model = r.json()["data"][0]["id"]
         before = await server_gauges(client, base, headers)
+        cpu0 = time.process_time()
         t0 = time.perf_counter()
         deadline = t0 + timeout_s
         tasks = [asyncio.create_task(one_user(client, base, model, i, it, t0, deadline,
@@ -178,9 +181,15 @@ async def run_load(base_url: str, items: list[WorkItem], model: str | None = Non
         if bar is not None:
             bar.close()
         wall = time.perf_counter() - t0
+        client_cpu = time.process_time() - cpu0  # what this generator took from the machine
         await asyncio.sleep(0.2)  # the server's last step publishes its gauges
         after = await server_gauges(client, base, headers)
-    return summarize(results, wall, before, after)
+    out = {**summarize(results, wall, before, after), "client_cpu_s": client_cpu}
+    if "cpu_seconds_total" in before and "cpu_seconds_total" in after:
+        # on a shared machine the wall clock also measures the other jobs; CPU time does not
+        out["server_cpu_s"] = after["cpu_seconds_total"] - before["cpu_seconds_total"]
+        out["tok_per_cpu_s"] = out["output_tokens"] / (out["server_cpu_s"] + client_cpu)
+    return out
 
 
 async def server_gauges(client, base: str, headers: dict) -> dict:
@@ -196,7 +205,8 @@ async def server_gauges(client, base: str, headers: dict) -> dict:
                 "vllm:kv_cache_usage_perc": "kv_cache_usage",
                 "vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
                 "vllm:generation_tokens": "generation_tokens_total",
-                "vllm:prompt_tokens": "prompt_tokens_total"}
+                "vllm:prompt_tokens": "prompt_tokens_total",
+                "process_cpu_seconds": "cpu_seconds_total"}
         out = {}
         for fam in text_string_to_metric_families(r.text):
             if fam.name in want:
@@ -252,13 +262,24 @@ def print_summary(s: dict, offline: dict | None = None) -> None:
     if "rss_bytes" in b and "rss_bytes" in a:
         rows.append(("server RSS before / after", f"{b['rss_bytes'] / 2**20:.0f} / "
                                                   f"{a['rss_bytes'] / 2**20:.0f} MiB"))
+    if "server_cpu_s" in s:
+        rows.append(("CPU s: server / this client",
+                     f"{s['server_cpu_s']:.1f} / {s['client_cpu_s']:.1f}"))
+        rows.append(("tokens per CPU s (server + client)", f"{s['tok_per_cpu_s']:.1f}"))
     if "kv_cache_usage" in a:
         rows.append(("server KV usage after", f"{a['kv_cache_usage']:.1%}"))
     if offline:
         rows.append(("offline tok/s (before / after)",
                      f"{f(offline['before']['output_tok_per_s'])} / "
                      f"{f(offline['after']['output_tok_per_s'])}"))
-        rows.append(("HTTP / offline", f"{s['output_tok_per_s'] / offline['output_tok_per_s']:.1%}"))
+        ratio = s["output_tok_per_s"] / offline["output_tok_per_s"]
+        rows.append(("HTTP / offline, tok/s", f"{ratio:.1%}"))
+        rows.append(("offline tokens per CPU s (before / after)",
+                     f"{offline['before']['tok_per_cpu_s']:.1f} / "
+                     f"{offline['after']['tok_per_cpu_s']:.1f}"))
+        if "tok_per_cpu_s" in s:
+            rows.append(("HTTP / offline, tokens per CPU s",
+                         f"{s['tok_per_cpu_s'] / offline['tok_per_cpu_s']:.1%}"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
@@ -277,7 +298,11 @@ def offline_run(base_url: str, items: list[WorkItem], api_key: str | None) -> di
     cfg = r.json()
     if cfg.get("spec"):
         cfg["spec"] = SpecConfig(**cfg["spec"])
-    return run_engine(EngineConfig(**cfg), Workload("load", "", "", items))
+    cpu0 = time.process_time()
+    out = run_engine(EngineConfig(**cfg), Workload("load", "", "", items))
+    out["cpu_s"] = time.process_time() - cpu0
+    out["tok_per_cpu_s"] = out["output_tokens"] / out["cpu_s"]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -320,12 +345,16 @@ def main(argv: list[str] | None = None) -> int:
         print("offline again, after the HTTP run ...")
         after = offline_run(args.base_url, items, args.api_key)
         offline = {"before": before, "after": after, "output_tok_per_s": (
-            before["output_tok_per_s"] + after["output_tok_per_s"]) / 2}
+            before["output_tok_per_s"] + after["output_tok_per_s"]) / 2,
+            "tok_per_cpu_s": (before["tok_per_cpu_s"] + after["tok_per_cpu_s"]) / 2}
     print_summary(summary, offline)
     if args.json:
         out = {"args": vars(args), "workload": wl.name, "http": summary, "offline": offline}
         if offline:
             out["http_over_offline"] = summary["output_tok_per_s"] / offline["output_tok_per_s"]
+            if "tok_per_cpu_s" in summary:
+                out["http_over_offline_per_cpu_s"] = (summary["tok_per_cpu_s"]
+                                                      / offline["tok_per_cpu_s"])
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0 if summary["ok"] == summary["users"] else 1

@@ -1,4 +1,4 @@
-"""`python -m benchmarks.spec_bench --json PATH [--quick]`: what speculative decoding buys, measured.
+"""`python -m benchmarks.spec_bench --json PATH [--quick]`: what speculation buys, measured.
 
 Speculative decoding (Leviathan et al. 2023; prompt lookup, Saxena 2023) trades extra work
 for fewer steps: one target forward over [last, x_1..x_k] costs about as much as over one
@@ -15,7 +15,7 @@ nearly free. Two measurements here:
    per step make the step compute-bound and leave less idle bandwidth for drafts to use:
    speculation helps most at batch 1 and can hurt at 32.
 
-The JSON has the main bench's shape (`engine/bench.py`): {"machine", "roofline", "results",
+The JSON has the main bench's shape (`benchmarks/bench.py`): {"machine", "roofline", "results",
 "forward_cost", ...}; each result has the common keys plus `workload`, `concurrency`,
 `acceptance_rate`, `mean_accepted_len`, `speedup_vs_off`. `python -m benchmarks.bench --spec`
 runs this. Methods run interleaved per concurrency on the same prompts; the machine is shared
@@ -26,14 +26,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import torch
 
+from benchmarks.common import (
+    roofline,
+    seconds,
+    sequence_batch,
+    serve,
+    spin_openmp_threads,
+    write_json,
+)
 from benchmarks.workloads import get_workload
 from engine.config import EngineConfig, SamplingParams, SpecConfig
 from engine.metrics import RunMetrics
-from engine.model.attention import build_metadata
 
 METHODS = ("off", "ngram", "draft")
 
@@ -43,28 +49,21 @@ def forward_cost(model, pool, backend, device, tokens=(1, 2, 4, 8, 16), context:
     """Milliseconds of one forward of `n` new tokens after `context` cached ones, batch 1,
     logits for every new row; the minimum over `reps` interleaved repetitions."""
     bs = pool.block_size
-    need = -(-(context + max(tokens)) // bs)
-    assert need <= pool.num_blocks, "pool too small for the forward-cost probe"
-    table = list(range(need))
-    best = {n: float("inf") for n in tokens}
+    assert -(-(context + max(tokens)) // bs) <= pool.num_blocks, \
+        "pool too small for the forward-cost probe"
+
+    def forward(batch):  # [rows, vocab]: the logits of every new token, as verification needs
+        return model.logits(model.forward(*batch, pool.layers, backend))
+
+    best = dict.fromkeys(tokens, float("inf"))
     gen = torch.Generator().manual_seed(0)
     for _ in range(reps):
         for n in tokens:
-            total = context + n
-            meta = build_metadata([total], [total], [table], list(range(total)), bs, device)
-            ids = torch.randint(0, 1000, (total,), generator=gen).to(device)
-            model.forward(ids, torch.arange(total, device=device), meta, pool.layers, backend)
-            # the probe: n new tokens after the context written above
-            meta = build_metadata([n], [total], [table], list(range(context, total)), bs, device)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            hidden = model.forward(ids[context:], torch.arange(context, total, device=device),
-                                   meta, pool.layers, backend)
-            model.logits(hidden)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            best[n] = min(best[n], time.perf_counter() - t0)
+            ids = torch.randint(0, 1000, (context + n,), generator=gen).tolist()
+            # the context's K/V first (untimed), then the probe: n new tokens after it
+            model.forward(*sequence_batch(ids, 0, bs, device), pool.layers, backend)
+            probe = sequence_batch(ids, context, bs, device)
+            best[n] = min(best[n], seconds(forward, probe, device=device))
     one = best[tokens[0]]
     return [{"tokens": n, "ms": best[n] * 1e3, "vs_one_token": best[n] / one} for n in tokens]
 
@@ -76,30 +75,8 @@ def _run(engine, items, max_tokens: int) -> dict:
     exactly the same tokens (identical work), and no method is measured on the text a small
     model invents after its answer ended."""
     engine.metrics = RunMetrics()
-    t0 = time.perf_counter()
-    for it in items:
-        engine.add_request(it.prompt, SamplingParams(max_tokens=min(it.max_tokens, max_tokens),
-                                                     ignore_eos=False), arrival_time=t0)
-    steps = 0
-    while engine.has_unfinished():
-        engine.step()
-        steps += 1
-    wall = time.perf_counter() - t0
-    alloc = engine.allocator
-    assert alloc.num_free_blocks == alloc.num_blocks, "target KV blocks still held after the run"
-    if engine.spec is not None and engine.spec.draft is not None:
-        d = engine.spec.draft.allocator
-        assert d.num_free_blocks == d.num_blocks, "draft KV blocks still held after the run"
-    snap = engine.metrics_snapshot()
-    return {
-        "output_tokens": snap["output_tokens"], "wall_s": wall,
-        "output_tok_per_s": snap["output_tokens"] / wall, "ttft_p50_s": snap["ttft_p50_s"],
-        "ttft_p99_s": snap["ttft_p99_s"], "tpot_p50_s": snap["tpot_p50_s"],
-        "kv_useful_frac": snap["kv_useful_frac"], "max_concurrency": snap["peak_concurrency"],
-        "idle_seat_frac": snap["idle_seat_frac"], "prefix_hit_rate": snap["prefix_hit_rate"],
-        "acceptance_rate": snap["acceptance_rate"], "mean_accepted_len": snap["mean_accepted_len"],
-        "acceptance_by_position": snap["acceptance_by_position"], "steps": steps,
-    }
+    return serve(engine, [(0.0, it.prompt, SamplingParams(
+        max_tokens=min(it.max_tokens, max_tokens), ignore_eos=False)) for it in items])
 
 
 def print_table(results: list[dict]) -> None:
@@ -142,7 +119,6 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in (quick if args.quick else full).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    from benchmarks.bench import machine_info, roofline, write_json
     from engine.engine import LLMEngine
 
     concurrency = [int(c) for c in args.concurrency.split(",")]
@@ -166,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     print("target forward at batch 1: " + ", ".join(
         f"{c['tokens']} tok {c['ms']:.1f} ms ({c['vs_one_token']:.2f}x)" for c in cost))
     draft_cost = None
-    if probe.spec is not None:
-        draft = probe.spec.draft
+    if probe.spec_decoder is not None:
+        draft = probe.spec_decoder.draft
         roof["draft_weight_bytes"] = draft.model.weight_bytes
         draft_cost = forward_cost(draft.model, draft.pool, probe.backend, probe.device,
                                   tokens=(1, 4, 16), reps=reps)
@@ -202,14 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     results.sort(key=lambda r: (workloads.index(r["workload"]), r["concurrency"],
                                 methods.index(r["spec"] or "off")))
     print_table(results)
-    out = {"machine": machine_info(device_type), "roofline": roof, "args": vars(args), "forward_cost": cost,
-           "draft_forward_cost": draft_cost, "results": results}
-    write_json(args.json, out)
+    write_json(args.json, device_type, args, roofline=roof, forward_cost=cost,
+               draft_forward_cost=draft_cost, results=results)
     return 0
 
 
 if __name__ == "__main__":
-    from benchmarks.bench import spin_openmp_threads
-
     spin_openmp_threads("benchmarks.spec_bench")
     sys.exit(main())

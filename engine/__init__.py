@@ -1,4 +1,26 @@
-"""ServeLab's inference engine: a real paged-KV, continuous-batching engine, steppable."""
+"""ServeLab's inference engine: a real paged-KV, continuous-batching engine, steppable.
+
+Where the chapter's three fixes live (chapter 6.4: three leaks of naive serving):
+  1. continuous batching (leak 1, idle seats)     scheduler.py: static "tour bus" vs "subway"
+  2. paged KV (leak 2, reserved and scattered KV)  kv/paged.py vs kv/contiguous.py (+ kv/pool.py)
+  3. speculative decoding (leak 3, idle compute)   spec/: ngram.py, draft.py, rejection.py,
+                                                   decoder.py (draft before, verify after)
+
+How one `LLMEngine.step()` flows (engine.py):
+  spec/decoder.propose    drafts k tokens for each decoding request (if speculation is on)
+  Scheduler.schedule      who rides and how many tokens each computes; KV slots; preemption
+  ModelRunner.run         the flat batch -> input ids, positions, slot mapping, block tables
+                          (runner.py) -> one forward of model/llama.py -> logits
+  LLMEngine._sample       sampler.py (one token) or spec/decoder.verify (accepted drafts)
+  Scheduler.update_from_output   the one place a request advances: computed tokens, new
+                          tokens up to a stop (detokenizer.py), KV kept or rolled back, finish
+  report.build_report     the StepReport the app draws (seats, queue, KV map, drafts)
+
+Other files: config.py (the switches and sizes), request.py (one request's state),
+sampler.py, metrics.py (TTFT, TPOT, throughput, KV use), generate.py (a command-line
+client), server/ (the OpenAI-compatible server), model/ (loading, the forward, attention
+backends, the CPU kernels). The benchmarks live apart, in `benchmarks/`.
+"""
 
 from engine.config import EngineConfig, SamplingParams, SpecConfig
 from engine.engine import LLMEngine, RequestOutput

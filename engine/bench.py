@@ -1,7 +1,8 @@
 """`python -m engine.bench`: the command README has always given; the benchmarks themselves
 live in the `benchmarks` package (`python -m benchmarks.bench` is the same command)."""
 
-from benchmarks.bench import main, spin_openmp_threads
+from benchmarks.bench import main
+from benchmarks.common import spin_openmp_threads
 
 if __name__ == "__main__":
     spin_openmp_threads("benchmarks.bench")

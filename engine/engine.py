@@ -17,17 +17,19 @@ from pathlib import Path
 import torch
 
 from engine.config import EngineConfig, SamplingParams
+from engine.detokenizer import Detokenizer
 from engine.kv import ContiguousAllocator, KVPool, PagedAllocator
 from engine.metrics import RunMetrics, tpot, ttft
 from engine.model import cpu_ops
 from engine.model.attention import get_backend
 from engine.model.llama import shared_model
 from engine.model.loader import Progress, load_model
-from engine.report import Emitted, KVSummary, Seat, SpecRecord, StepReport
-from engine.request import Request, RequestStatus
-from engine.runner import ModelRunner
+from engine.report import Emitted, KVSummary, StepReport, build_report, kv_summary
+from engine.request import Request
+from engine.runner import ForwardResult, ModelRunner
 from engine.sampler import sample
 from engine.scheduler import Scheduler
+from engine.spec.rejection import SpecDecision
 
 
 @dataclass
@@ -120,18 +122,18 @@ class LLMEngine:
             self.allocator = PagedAllocator(num_blocks, cfg.block_size, cfg.enable_prefix_caching)
         else:
             self.allocator = ContiguousAllocator(num_blocks, cfg.block_size, cfg.max_model_len)
-        self.scheduler = Scheduler(cfg, self.allocator)
+        self.scheduler = Scheduler(cfg, self.allocator, self.eos_ids)
         self.runner = ModelRunner(self.model, self.pool, self.allocator, self.backend, self.device)
-        self.spec = None
+        self.spec_decoder = None
         if cfg.spec is not None:
             from engine.spec.decoder import SpecDecoder
 
-            self.spec = SpecDecoder(self, cfg.spec)
+            self.spec_decoder = SpecDecoder(self, cfg.spec)
         self.requests: dict[str, Request] = {}
+        self._aborted: list[str] = []  # aborted since the last step, for its report
         self.metrics = RunMetrics()
         self.step_count = 0
         self._ids = itertools.count()
-        self._to_abort: list[str] = []  # abort_request() ids, taken out at the next step
 
     def _num_blocks(self, cfg: EngineConfig) -> int:
         if cfg.num_kv_blocks is not None or self.device.type != "cuda":
@@ -172,7 +174,8 @@ class LLMEngine:
         seed = params.seed if params.seed is not None else self.config.seed * 100003 + len(
             self.requests)
         gen = torch.Generator().manual_seed(seed)
-        req = Request(rid, ids, params, generator=gen)
+        req = Request(rid, ids, params, generator=gen,
+                      detokenizer=Detokenizer(self.tokenizer, params.stop))
         if arrival_time is not None:
             req.arrival_time = arrival_time
         self.requests[rid] = req
@@ -187,30 +190,8 @@ class LLMEngine:
             ids = ids["input_ids"]
         return self.generate([list(ids)], params)[0]
 
-    def abort_request(self, request_id: str) -> bool:
-        """Stop a request (vLLM's name): its client went away. At the start of the next step
-        it leaves its seat or the queue and its blocks are freed; that step's report lists it
-        under `aborted`. False if there is no such unfinished request."""
-        req = self.requests.get(request_id)
-        if req is None or req.is_finished or request_id in self._to_abort:
-            return False
-        self._to_abort.append(request_id)
-        return True
-
-    def _take_out_aborted(self) -> list[str]:
-        aborted, self._to_abort = self._to_abort, []
-        for rid in aborted:
-            req = self.requests[rid]
-            req.status = RequestStatus.FINISHED
-            req.finish_reason = "abort"
-            req.finish_time = time.perf_counter()
-            self.scheduler.abort(req)
-            if self.spec is not None:
-                self.spec.release(req)
-        return aborted
-
     def has_unfinished(self) -> bool:
-        return bool(self._to_abort) or self.scheduler.has_unfinished()
+        return self.scheduler.has_unfinished()
 
     def output(self, rid: str) -> RequestOutput:
         r = self.requests[rid]
@@ -229,155 +210,72 @@ class LLMEngine:
             self.step()
         return [self.output(r) for r in rids]
 
+    def abort_request(self, rid: str) -> None:
+        """Stop a request now (vLLM's name): a client that went away. Its seat and blocks are
+        free for the next step, and that step's report lists it under `aborted`."""
+        req = self.requests.get(rid)
+        if req is None:
+            raise ValueError(f"no request {rid!r}")
+        if req.is_finished:
+            return
+        self.scheduler.abort(req)
+        req.finish_time = time.perf_counter()
+        self._aborted.append(rid)
+        if self.spec_decoder is not None:
+            self.spec_decoder.release(req)
+
     # --- one step ---------------------------------------------------------------------------
     def step(self) -> StepReport:
+        """One iteration: draft (if speculating), schedule, run the model once, sample or
+        verify, advance every request (Scheduler.update_from_output), describe the step."""
         t0 = time.perf_counter()
-        aborted = self._take_out_aborted()
-        if self.spec is not None:
-            self.spec.propose(self.scheduler.running)
+        if self.spec_decoder is not None:
+            self.spec_decoder.propose(self.scheduler.running)
         sched = self.scheduler.schedule()
-        emitted: list[Emitted] = []
-        finished: list[str] = []
-        spec_records: list[SpecRecord] = []
-        live = [s for s in sched.scheduled if not s.idle]
+        sampled, spec_records = {}, []
         if sched.scheduled:
-            fwd = self.runner.run(sched.scheduled)
-            now = time.perf_counter()
-            for s in live:
-                req = s.req
-                req.num_computed_tokens += s.num_tokens
-                if req.request_id not in fwd.rows:
-                    self.allocator.on_computed(req)
-                    continue
-                first, n = fwd.rows[req.request_id]
-                logits = fwd.logits[first:first + n]
-                if req.spec_token_ids:
-                    new_tokens, record = self.spec.verify(req, logits)
-                    spec_records.append(record)
-                    # keep the KV of the last real token and the accepted drafts only
-                    req.num_computed_tokens = req.num_tokens + len(new_tokens) - 1
-                    req.spec_token_ids = []
-                    self.allocator.truncate(req, req.num_computed_tokens)
-                else:
-                    new_tokens = [sample(logits[-1], req.sampling, req.generator)]
-                self.allocator.on_computed(req)
-                kept = self._append(req, new_tokens, now)
-                emitted.append(Emitted(req.request_id, kept, self._detokenize(req)))
-                if req.finish_reason is not None:
-                    self._finish(req, now)
-                    finished.append(req.request_id)
+            sampled, spec_records = self._sample(self.runner.run(sched.scheduled))
+        now = time.perf_counter()
+        advanced = self.scheduler.update_from_output(sched, sampled, now)
+        emitted, finished = [], []
+        for req, tokens in advanced:
+            if req.is_finished:
+                req.detokenizer.finish()
+                finished.append(req.request_id)
+                self.metrics.on_finish(req)
+                if self.spec_decoder is not None:
+                    self.spec_decoder.release(req)  # preempted ones: at the next propose
+            emitted.append(Emitted(req.request_id, tokens, req.detokenizer.take(req.is_finished)))
+            req.text = req.detokenizer.visible(req.is_finished)
         t1 = time.perf_counter()
         self.step_count += 1
-        report = self._report(t1 - t0, sched, emitted, finished, spec_records)
+        aborted, self._aborted = self._aborted, []
+        report = build_report(self.step_count, t1 - t0, self.config, self.scheduler, sched,
+                              emitted, finished, aborted, spec_records)
+        running = self.scheduler.running
         self.metrics.on_step(t1, t1 - t0, sum(len(e.token_ids) for e in emitted),
-                             busy=sum(1 for r in self.scheduler.running if not r.idle_finished),
-                             idle=sum(1 for r in self.scheduler.running if r.idle_finished),
+                             busy=sum(1 for r in running if not r.idle_finished),
+                             idle=sum(1 for r in running if r.idle_finished),
                              useful_slots=report.kv.used_slots,
                              held_slots=report.kv.allocated_slots)
         report.metrics = self.metrics_snapshot()
-        report.aborted = aborted
         return report
 
-    def _append(self, req: Request, tokens: list[int], now: float) -> list[int]:
-        """Append tokens one at a time, stopping at the first stop condition."""
-        kept = []
-        sp = req.sampling
-        for tok in tokens:
-            req.output_token_ids.append(tok)
-            req.token_times.append(now)
-            kept.append(tok)
-            if req.first_token_time is None:
-                req.first_token_time = now
-            if tok in self.eos_ids and not sp.ignore_eos:
-                req.finish_reason = "eos"
-            elif req.num_output_tokens >= sp.max_tokens:
-                req.finish_reason = "length"
-            elif req.num_tokens >= self.config.max_model_len:
-                req.finish_reason = "max_model_len"
-            elif sp.stop:
-                tail = self.tokenizer.decode(req.output_token_ids[-32:], skip_special_tokens=False)
-                if any(s in tail for s in sp.stop):
-                    req.finish_reason = "stop"
-            if req.finish_reason is not None:
-                break
-        if req.finish_reason is not None and req.num_computed_tokens > req.num_tokens - 1:
-            req.num_computed_tokens = req.num_tokens - 1
-            self.allocator.truncate(req, req.num_computed_tokens)
-        return kept
+    def _sample(self, fwd: ForwardResult) -> tuple[dict[str, list[int]], list[SpecDecision]]:
+        """Logits -> each request's new tokens: one sample, or a verified draft."""
+        sampled, records = {}, []
+        for rid, (first, n) in fwd.rows.items():
+            req = self.requests[rid]
+            logits = fwd.logits[first:first + n]
+            if req.spec_token_ids:
+                sampled[rid], record = self.spec_decoder.verify(req, logits)
+                records.append(record)
+            else:
+                sampled[rid] = [sample(logits[-1], req.sampling, req.generator)]
+        return sampled, records
 
-    def _visible_text(self, req: Request) -> str:
-        """The output text a client may see now. As in vLLM, a stop string ends the text and
-        is not part of it (token_ids keep every generated token); while the request runs, a
-        tail that could be the start of a stop string is held back, so nothing streamed is
-        ever taken back."""
-        full = self.tokenizer.decode(req.output_token_ids, skip_special_tokens=False)
-        stops = req.sampling.stop or []
-        if req.finish_reason == "stop":
-            return full[:min(full.find(s) for s in stops if s in full)]
-        if req.finish_reason is None:
-            hold = max((k for s in stops for k in range(1, len(s)) if full.endswith(s[:k])),
-                       default=0)
-            return full[:len(full) - hold]
-        return full
-
-    def _detokenize(self, req: Request) -> str:
-        """New text since last time; held back while a multi-byte character is incomplete."""
-        full = self._visible_text(req)
-        if full.endswith("\ufffd") and req.finish_reason is None:
-            return ""
-        delta = full[len(req.text):] if full.startswith(req.text) else full
-        req.text = full
-        return delta
-
-    def _finish(self, req: Request, now: float) -> None:
-        req.status = RequestStatus.FINISHED
-        req.finish_time = now
-        req.text = self._visible_text(req)
-        self.scheduler.finish(req)
-        self.metrics.on_finish(req)
-        if self.spec is not None:
-            self.spec.release(req)  # free its draft state (preempted ones: at the next propose)
-
-    # --- reports ----------------------------------------------------------------------------
     def kv_summary(self) -> KVSummary:
-        alloc, bs = self.allocator, self.config.block_size
-        running = self.scheduler.running
-        views = alloc.block_map(running)
-        used = sum(v.tokens for v in views)
-        held = sum(bs for v in views if v.owners)
-        free_blocks = alloc.num_free_blocks
-        largest = alloc.largest_free_run()
-        return KVSummary(
-            block_size=bs, num_blocks=alloc.num_blocks, layout=alloc.layout,
-            blocks=[vars(v) for v in views],
-            block_tables={r.request_id: list(r.block_table) for r in running},
-            used_slots=used, allocated_slots=held, internal_waste_slots=held - used,
-            free_slots=free_blocks * bs, total_slots=alloc.num_blocks * bs,
-            free_blocks=free_blocks, largest_free_run=largest,
-            useful_frac=used / held if held else 1.0,
-            external_frag=1 - largest / free_blocks if free_blocks else 0.0,
-            prefix_hit_rate=getattr(alloc, "prefix_hit_rate", None),
-        )
-
-    def _report(self, wall, sched, emitted, finished, spec_records) -> StepReport:
-        computed = {s.req.request_id: s.num_tokens for s in sched.scheduled}
-        seats = []
-        for i, r in enumerate(self.scheduler.seats):
-            if r is None:
-                seats.append(Seat(i, None, "empty"))
-                continue
-            state = ("idle-finished" if r.idle_finished else
-                     "prefill" if r.in_prefill else "running")
-            seats.append(Seat(i, r.request_id, state, r.num_tokens, r.num_output_tokens,
-                              computed.get(r.request_id, 0)))
-        return StepReport(
-            step=self.step_count, wall_s=wall, switches=self.config.switches(),
-            num_batched_tokens=sched.num_tokens, seats=seats,
-            waiting=[r.request_id for r in self.scheduler.waiting],
-            admitted=sched.admitted, finished=finished, preempted=sched.preempted,
-            blocked_reason=sched.blocked_reason, emitted=emitted, kv=self.kv_summary(),
-            spec=spec_records,
-        )
+        return kv_summary(self.allocator, self.scheduler.running)
 
     def metrics_snapshot(self) -> dict:
         snap = self.metrics.snapshot()

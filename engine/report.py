@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from engine.spec.rejection import SpecDecision  # one record per verified draft
+
 
 @dataclass
 class Seat:
@@ -32,7 +34,7 @@ class KVSummary:
     block_size: int
     num_blocks: int
     layout: str
-    blocks: list[dict]  # per physical block: block, state, owners, tokens
+    blocks: list[dict]  # every block not free, in block order: block, state, owners, tokens
     block_tables: dict[str, list[int]]  # request id -> physical blocks in logical order
     used_slots: int  # slots holding real tokens
     allocated_slots: int  # slots in blocks held (allocated or reserved) by requests
@@ -44,26 +46,6 @@ class KVSummary:
     useful_frac: float  # used / allocated (1.0 when nothing is allocated)
     external_frag: float  # 1 - largest_free_run / free_blocks (0 when no free block)
     prefix_hit_rate: float | None = None
-
-
-@dataclass
-class DraftToken:
-    token_id: int
-    text: str
-    p_target: float | None
-    p_draft: float | None
-    accept_prob: float | None
-    accepted: bool
-
-
-@dataclass
-class SpecRecord:
-    request_id: str
-    drafted: list[DraftToken]
-    num_accepted: int
-    next_token_id: int
-    next_text: str
-    next_kind: str  # "correction" or "bonus"
 
 
 @dataclass
@@ -80,9 +62,58 @@ class StepReport:
     blocked_reason: str | None
     emitted: list[Emitted]
     kv: KVSummary
-    spec: list[SpecRecord] = field(default_factory=list)
+    spec: list[SpecDecision] = field(default_factory=list)
     metrics: dict = field(default_factory=dict)
-    aborted: list[str] = field(default_factory=list)  # taken out this step (client went away)
+    aborted: list[str] = field(default_factory=list)  # by abort_request since the last step
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def kv_summary(allocator, running: list) -> KVSummary:
+    """The KV map and its totals, from the allocator and the running requests' block tables
+    (cost: the blocks in use, not the pool)."""
+    bs = allocator.block_size
+    views = allocator.block_map(running)
+    used = sum(v.tokens for v in views)
+    held = bs * sum(1 for v in views if v.owners)
+    free_blocks = allocator.num_free_blocks
+    largest = allocator.largest_free_run()
+    return KVSummary(
+        block_size=bs, num_blocks=allocator.num_blocks, layout=allocator.layout,
+        blocks=[vars(v) for v in views],
+        block_tables={r.request_id: list(r.block_table) for r in running},
+        used_slots=used, allocated_slots=held, internal_waste_slots=held - used,
+        free_slots=free_blocks * bs, total_slots=allocator.num_blocks * bs,
+        free_blocks=free_blocks, largest_free_run=largest,
+        useful_frac=used / held if held else 1.0,
+        external_frag=1 - largest / free_blocks if free_blocks else 0.0,
+        prefix_hit_rate=getattr(allocator, "prefix_hit_rate", None),
+    )
+
+
+def seats_of(scheduler, computed: dict[str, int]) -> list[Seat]:
+    seats = []
+    for i, r in enumerate(scheduler.seats):
+        if r is None:
+            seats.append(Seat(i, None, "empty"))
+            continue
+        state = ("idle-finished" if r.idle_finished else
+                 "prefill" if r.in_prefill else "running")
+        seats.append(Seat(i, r.request_id, state, r.num_tokens, r.num_output_tokens,
+                          computed.get(r.request_id, 0)))
+    return seats
+
+
+def build_report(step: int, wall_s: float, config, scheduler, sched, emitted: list[Emitted],
+                 finished: list[str], aborted: list[str], spec: list[SpecDecision]) -> StepReport:
+    """Describe one step: `sched` is what the scheduler chose, the rest what came of it."""
+    computed = {s.req.request_id: s.num_tokens for s in sched.scheduled}
+    return StepReport(
+        step=step, wall_s=wall_s, switches=config.switches(),
+        num_batched_tokens=sched.num_tokens, seats=seats_of(scheduler, computed),
+        waiting=[r.request_id for r in scheduler.waiting],
+        admitted=sched.admitted, finished=finished, preempted=sched.preempted,
+        blocked_reason=sched.blocked_reason, emitted=emitted,
+        kv=kv_summary(scheduler.allocator, scheduler.running), spec=spec, aborted=aborted,
+    )

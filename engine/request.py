@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.config import SamplingParams
+from engine.detokenizer import Detokenizer
 
 
 class RequestStatus(str, enum.Enum):
@@ -23,7 +24,7 @@ class RequestStatus(str, enum.Enum):
     FINISHED = "finished"
 
 
-@dataclass
+@dataclass(eq=False)  # identity: `in` and `remove` on the scheduler's lists compare no fields
 class Request:
     request_id: str
     prompt_token_ids: list[int]
@@ -34,14 +35,15 @@ class Request:
     num_computed_tokens: int = 0
     block_table: list[int] = field(default_factory=list)  # logical block i -> physical block
     spec_token_ids: list[int] = field(default_factory=list)  # drafted, awaiting verification
-    finish_reason: str | None = None  # "length", "stop", "eos", "max_model_len"
+    finish_reason: str | None = None  # "length", "stop", "eos", "max_model_len", "abort"
     first_token_time: float | None = None
     finish_time: float | None = None
     token_times: list[float] = field(default_factory=list)
     num_preemptions: int = 0
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache
     idle_finished: bool = False  # static batching: done, but still holding its seat
-    text: str = ""  # decoded output so far
+    text: str = ""  # the output text a client may see so far (engine/detokenizer.py)
+    detokenizer: Detokenizer | None = field(default=None, repr=False)
     seat: int | None = None
     generator: torch.Generator | None = field(default=None, repr=False)
 

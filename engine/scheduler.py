@@ -12,10 +12,15 @@ Every request catches `num_computed_tokens` up with its tokens (vLLM v1): a prom
 of it when it exceeds the budget, one decode token, or 1 + k to verify a draft. When the
 pool runs out of blocks, the most recently admitted request is preempted by recompute: its
 blocks are freed and it goes back to the front of the queue, keeping its output so far.
+
+A step has two calls here: `schedule()` before the forward decides who computes what, and
+`update_from_output()` after it is the one place a request advances: its computed tokens,
+its new tokens up to the first stop, its KV kept or rolled back, its finish.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -44,28 +49,46 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, allocator: BlockAllocator):
+    def __init__(self, config: EngineConfig, allocator: BlockAllocator, eos_ids: set[int]):
         self.config = config
         self.allocator = allocator
+        self.eos_ids = eos_ids
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # in admission order; static idle riders included
         self.seats: list[Request | None] = [None] * config.max_num_seqs
+        self.free_seats = list(range(config.max_num_seqs))  # a heap: the lowest seat first
 
     def add(self, req: Request) -> None:
         self.waiting.append(req)
+
+    def abort(self, req: Request) -> None:
+        """The client is gone: the request leaves now, from the queue or its seat, and its
+        blocks are freed (also under static batching: nobody waits for an absent rider)."""
+        if req.is_finished:
+            return
+        if req.status == RequestStatus.WAITING:
+            self.waiting.remove(req)
+        elif req in self.running:
+            self.running.remove(req)
+            self._stand(req)
+            self.allocator.free(req)
+        req.spec_token_ids = []
+        req.status = RequestStatus.FINISHED
+        req.finish_reason = req.finish_reason or "abort"
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting) or any(not r.idle_finished for r in self.running)
 
     # --- seats ------------------------------------------------------------------------------
     def _sit(self, req: Request) -> None:
-        seat = self.seats.index(None)
+        seat = heapq.heappop(self.free_seats)
         self.seats[seat] = req
         req.seat = seat
 
     def _stand(self, req: Request) -> None:
         if req.seat is not None:
             self.seats[req.seat] = None
+            heapq.heappush(self.free_seats, req.seat)
         req.seat = None
 
     def _preempt(self, req: Request) -> None:
@@ -78,8 +101,9 @@ class Scheduler:
         req.num_preemptions += 1
         self.waiting.appendleft(req)
 
-    def finish(self, req: Request) -> None:
-        """Called by the engine when req is done."""
+    def _finish(self, req: Request, now: float) -> None:
+        req.status = RequestStatus.FINISHED
+        req.finish_time = now
         if self.config.batching == "static":
             req.idle_finished = True  # keeps its seat and blocks until the whole bus is done
             self._end_static_batch_if_done()
@@ -87,17 +111,6 @@ class Scheduler:
         self.running.remove(req)
         self._stand(req)
         self.allocator.free(req)
-
-    def abort(self, req: Request) -> None:
-        """Take req out wherever it is (queue or seat) and free its blocks: a client went away
-        (vLLM's abort). A static rider leaves the bus early; the others keep riding."""
-        if req in self.waiting:
-            self.waiting.remove(req)
-        if req in self.running:
-            self.running.remove(req)
-            self._stand(req)
-        self.allocator.free(req)  # no-op for a request that holds no blocks
-        self._end_static_batch_if_done()
 
     def _end_static_batch_if_done(self) -> None:
         if self.running and all(r.idle_finished for r in self.running):
@@ -113,7 +126,7 @@ class Scheduler:
         budget = cfg.max_num_batched_tokens
 
         for req in list(self.running):
-            if req not in self.running:  # preempted earlier in this loop
+            if req.status == RequestStatus.WAITING:  # preempted earlier in this loop
                 continue
             if req.idle_finished:
                 out.scheduled.append(ScheduledRequest(req, 1, idle=True))
@@ -171,3 +184,58 @@ class Scheduler:
             elif budget <= 0:
                 out.blocked_reason = "token budget of this step used up"
         return out
+
+    # --- after the forward ------------------------------------------------------------------
+    def update_from_output(self, out: SchedulerOutput, sampled: dict[str, list[int]],
+                           now: float) -> list[tuple[Request, list[int]]]:
+        """Advance every request the step computed. `sampled`: request id -> its new tokens
+        (one sampled token, or the tokens a verification accepted plus the correction or
+        bonus); a request absent from it computed a prefill chunk and has no token yet.
+        Returns (request, tokens kept) for each request that got tokens, in batch order."""
+        advanced = []
+        for s in out.scheduled:
+            req = s.req
+            if s.idle or req.status != RequestStatus.RUNNING:  # idle rider, or aborted
+                continue
+            req.num_computed_tokens += s.num_tokens
+            tokens = sampled.get(req.request_id)
+            if tokens is None:
+                self.allocator.on_computed(req)
+                continue
+            if req.spec_token_ids:
+                # keep the KV of the last real token and the accepted drafts only
+                req.num_computed_tokens = req.num_tokens + len(tokens) - 1
+                req.spec_token_ids = []
+                self.allocator.truncate(req, req.num_computed_tokens)
+            self.allocator.on_computed(req)
+            advanced.append((req, self._append(req, tokens, now)))
+            if req.finish_reason is not None:
+                self._finish(req, now)
+        return advanced
+
+    def _append(self, req: Request, tokens: list[int], now: float) -> list[int]:
+        """Append tokens one at a time, stopping at the first stop condition."""
+        kept = []
+        sp = req.sampling
+        for tok in tokens:
+            req.output_token_ids.append(tok)
+            req.token_times.append(now)
+            kept.append(tok)
+            if req.first_token_time is None:
+                req.first_token_time = now
+            stop_string = req.detokenizer.add(tok) if req.detokenizer else False
+            if tok in self.eos_ids and not sp.ignore_eos:
+                req.finish_reason = "eos"
+            elif req.num_output_tokens >= sp.max_tokens:
+                req.finish_reason = "length"
+            elif req.num_tokens >= self.config.max_model_len:
+                req.finish_reason = "max_model_len"
+            elif stop_string:
+                req.finish_reason = "stop"
+            if req.finish_reason is not None:
+                break
+        if req.finish_reason is not None and req.num_computed_tokens > req.num_tokens - 1:
+            # a token after the stop was verified too: drop its KV
+            req.num_computed_tokens = req.num_tokens - 1
+            self.allocator.truncate(req, req.num_computed_tokens)
+        return kept

@@ -7,7 +7,7 @@
                      the step is cut; speculation is lossless under greedy)
   * engine_vs_naive  the chapter's experiment on a GPU (the naive server of benchmarks.baseline
                      against continuous batching + paged KV) with the engine's step cut into its
-                     parts by `StepTimer`
+                     parts by `benchmarks.phases.StepPhases`
   * cuda_graphs      one decode step's forward replayed from a CUDA graph against eager (the
                      launch overhead graphs remove, as nano-vllm's capture_cudagraph does), and
                      the engine's own switch when EngineConfig has one
@@ -19,12 +19,12 @@ share of the free memory. `save_tiny_llama` makes the random model the CPU dry r
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import time
 from pathlib import Path
 
 import torch
 
+from benchmarks.phases import StepPhases
 from engine.config import EngineConfig, SamplingParams, SpecConfig
 
 TINY_VOCAB = 96
@@ -167,91 +167,6 @@ def consistency(c) -> dict:
 
 
 # ---- 7: the engine against the naive server ------------------------------------------------
-class StepTimer:
-    """Where an engine step's time goes, by wrapping the engine's parts in place for one run.
-
-    Host wall time per part; the model's forward also by CUDA events (the GPU's own time for
-    the launched work). A part the engine no longer has under that name is reported missing,
-    not guessed: the step's shape is still being reworked (schedule -> run -> update -> report).
-    """
-
-    # part -> (owner, attribute) candidates; owner "engine", an engine attribute, or "mod:NAME"
-    PARTS = {
-        "schedule": [("scheduler", "schedule")],
-        "metadata": [("mod:engine.runner", "build_metadata")],
-        "forward": [("model", "forward")],
-        "logits": [("model", "logits")],
-        "sampling": [("mod:engine.engine", "sample"), ("spec", "verify")],
-        "detokenize": [("engine", "_detokenize"), ("detokenizer", "update")],
-        "report": [("engine", "_report"), ("engine", "kv_summary")],
-    }
-
-    def __init__(self, eng, cuda: bool):
-        self.eng, self.cuda = eng, cuda
-        self.sums = {p: 0.0 for p in self.PARTS}
-        self.gpu_forward_ms = 0.0
-        self.missing: list[str] = []
-        self._restore: list = []
-        self._events: list = []
-        self._depth = {p: 0 for p in self.PARTS}
-
-    def _owner(self, name: str):
-        if name.startswith("mod:"):
-            return importlib.import_module(name[4:])
-        return self.eng if name == "engine" else getattr(self.eng, name, None)
-
-    def __enter__(self):
-        for part, cands in self.PARTS.items():
-            found = False
-            for owner_name, attr in cands:
-                owner = self._owner(owner_name)
-                if owner is None or not hasattr(owner, attr):
-                    continue
-                found = True
-                orig = getattr(owner, attr)
-                had_own = attr in getattr(owner, "__dict__", {})
-                setattr(owner, attr, self._wrap(part, orig))
-                self._restore.append((owner, attr, orig, had_own))
-            if not found:
-                self.missing.append(part)
-        return self
-
-    def __exit__(self, *exc):
-        for owner, attr, orig, had_own in reversed(self._restore):
-            if had_own or isinstance(owner, type(importlib)):
-                setattr(owner, attr, orig)
-            else:
-                delattr(owner, attr)  # the class's method shows through again
-        return False
-
-    def _wrap(self, part, fn):
-        def timed(*a, **k):
-            if self._depth[part]:  # a part calling itself (report -> kv_summary): count once
-                return fn(*a, **k)
-            self._depth[part] += 1
-            ev = None
-            if part == "forward" and self.cuda:
-                ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                ev[0].record()
-            t = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                self.sums[part] += time.perf_counter() - t
-                if ev is not None:
-                    ev[1].record()
-                    self._events.append(ev)
-                self._depth[part] -= 1
-        return timed
-
-    def collect_gpu(self) -> None:
-        """Read the CUDA events of the steps so far (after the step's own sync)."""
-        for start, end in self._events:
-            end.synchronize()
-            self.gpu_forward_ms += start.elapsed_time(end)
-        self._events.clear()
-
-
 def run_engine(c, wl, seats: int) -> dict:
     """Serve a workload (all requests at once) on a fresh engine, timing every step's parts."""
     max_model_len = 512
@@ -264,11 +179,13 @@ def run_engine(c, wl, seats: int) -> dict:
     steps = tokens = running_sum = decoding_sum = 0
     step_s = 0.0
     t0 = time.perf_counter()
-    with StepTimer(eng, cuda=not c.dry) as timer:
+    with StepPhases(eng, cuda=not c.dry) as timer:
         while eng.has_unfinished():
+            timer.begin()
             t = time.perf_counter()
             report = eng.step()
             step_s += time.perf_counter() - t
+            timer.end(time.perf_counter() - t)
             steps += 1
             tokens += sum(len(e.token_ids) for e in report.emitted)
             # running = seats that computed this step; finished riders idling in a static batch
@@ -279,10 +196,8 @@ def run_engine(c, wl, seats: int) -> dict:
         timer.collect_gpu()
     wall = time.perf_counter() - t0
     snap = eng.metrics_snapshot()
-    parts = {p: round(1e3 * s / max(steps, 1), 3) for p, s in timer.sums.items()}
+    parts = {p: round(1e3 * s / max(steps, 1), 3) for p, s in timer.totals.items()}
     parts["forward_gpu_events"] = round(timer.gpu_forward_ms / max(steps, 1), 3)
-    timed = sum(v for k, v in parts.items() if k != "forward_gpu_events")
-    parts["other"] = round(1e3 * step_s / max(steps, 1) - timed, 3)
     del eng
     _free(c)
     return {"system": "engine", "requests": len(wl.items), "seats": seats,

@@ -66,7 +66,7 @@ def test_contiguous_first_fit():
 
 
 def test_contiguous_external_fragmentation_makes_a_request_wait():
-    alloc = ContiguousAllocator(10, 4, max_model_len=16)  # 4 blocks per request
+    alloc = ContiguousAllocator(10, 4, max_model_len=16)  # 4 blocks for a default request
     a, b, c, w = (Request(x, [1], SamplingParams()) for x in "abcw")
     for r in (a, b):
         assert alloc.admit(r)  # a: 0-3, b: 4-7
@@ -74,11 +74,15 @@ def test_contiguous_external_fragmentation_makes_a_request_wait():
     assert alloc.admit(c) and c.block_table == [0, 1, 2, 3]
     alloc.free(b)  # free: 4-9 (6 blocks, one run)
     assert alloc.largest_free_run() == 6
+    # a 2-block and a 1-block tenant, then the first leaves: holes of 2 and 3 blocks
+    s1 = Request("s1", [1], SamplingParams(max_tokens=7))  # 8 tokens: 2 blocks, 4-5
+    p = Request("p", [1], SamplingParams(max_tokens=3))  # 4 tokens: 1 block, 6
+    assert alloc.admit(s1) and alloc.admit(p) and p.block_table == [6]
+    alloc.free(s1)
     x = Request("x", [1], SamplingParams())
-    alloc.owner[6] = "pinned"  # a one-block tenant in the middle: runs of 2 and 3
     assert alloc.num_free_blocks == 5 and alloc.largest_free_run() == 3
     assert not alloc.admit(x), "5 blocks free in total, but no run of 4"
     assert "external fragmentation" in alloc.last_refusal
     assert not x.block_table
-    alloc.owner[6] = None
+    alloc.free(p)
     assert alloc.admit(w) and w.block_table == [4, 5, 6, 7]

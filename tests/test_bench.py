@@ -1,21 +1,77 @@
-"""`python -m benchmarks.bench --quick` runs end to end and writes JSON that validates.
+"""The benchmarks package: `python -m benchmarks.bench --quick` runs end to end and writes
+JSON that validates, the other benches run, the shared helpers in `benchmarks/common.py` do
+what they say, and the package's imports form no cycle.
 
-No timing is asserted: the numbers depend on the machine. The test checks the shape."""
+No timing is asserted: the numbers depend on the machine. The tests check shapes, counts and
+the figures that do not depend on speed (a model agrees with itself)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from benchmarks.bench import RESULT_KEYS
+from benchmarks.common import RESULT_KEYS, best_interleaved, sequence_batch
 
-pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
 
 
+def _imports(path: Path) -> set[str]:
+    """Every module `path` imports, at any depth (lazy imports inside functions count)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def test_benchmarks_import_graph_has_no_cycle_and_the_engine_stays_out():
+    modules = {f"benchmarks.{p.stem}": p for p in (ROOT / "benchmarks").glob("*.py")
+               if p.stem != "__init__"}
+    graph = {m: {n for n in _imports(p) if n in modules and n != m} for m, p in modules.items()}
+    assert graph["benchmarks.common"] == set(), "common.py must import no other bench module"
+    done: set[str] = set()
+
+    def visit(m: str, path: list[str]) -> None:
+        assert m not in path, f"import cycle: {' -> '.join(path + [m])}"
+        if m not in done:
+            for n in graph[m]:
+                visit(n, path + [m])
+            done.add(m)
+
+    for m in graph:
+        visit(m, [])
+    # the engine never reaches into the benchmarks, except its thin `python -m engine.bench`
+    for p in (ROOT / "engine").rglob("*.py"):
+        if p != ROOT / "engine" / "bench.py":
+            assert not any(n.startswith("benchmarks") for n in _imports(p)), p
+
+
+def test_best_interleaved_takes_turns_and_keeps_every_way():
+    calls = []
+    best = best_interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+                            rounds=3, reps=2)
+    assert calls == ["a", "a", "b", "b"] * 3, "the ways must alternate round by round"
+    assert set(best) == {"a", "b"} and all(0 <= t < float("inf") for t in best.values())
+
+
+def test_sequence_batch_places_one_sequence_from_block_zero():
+    ids, pos, meta = sequence_batch(list(range(100, 120)), 13, block_size=8, device="cpu")
+    assert ids.tolist() == list(range(113, 120)) and pos.tolist() == list(range(13, 20))
+    assert meta.slot_mapping.tolist() == list(range(13, 20))
+    assert meta.query_lens == [7] and meta.seq_lens_host == [20]
+    assert meta.block_tables.tolist() == [[0, 1, 2]]
+
+
+@pytest.mark.slow
 def test_quick_bench_writes_valid_json(tmp_path):
     out = tmp_path / "bench.json"
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
@@ -47,6 +103,17 @@ def test_quick_bench_writes_valid_json(tmp_path):
     assert "engine (continuous + paged) / naive server" in proc.stdout
 
 
+@pytest.mark.slow
+def test_engine_bench_is_the_same_command():
+    """`python -m engine.bench`, the name README has always given, still runs the bench."""
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}  # no re-exec needed to read --help
+    proc = subprocess.run([sys.executable, "-m", "engine.bench", "--help"], capture_output=True,
+                          text=True, timeout=300, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "--workload" in proc.stdout and "--spec" in proc.stdout
+
+
+@pytest.mark.slow
 def test_bench_memory_runs(capsys):
     from benchmarks import bench_memory
 
@@ -55,6 +122,7 @@ def test_bench_memory_runs(capsys):
     assert lines[0].startswith("start:") and len(lines) == 1 + len(bench_memory.SWITCHES)
 
 
+@pytest.mark.slow
 def test_kernel_bench_attention_runs(capsys):
     """`python -m benchmarks.kernel_bench`'s attention part, which needs no model: both backends
     run on the same pool and it prints a ratio per context (no timing is asserted)."""
@@ -65,3 +133,26 @@ def test_kernel_bench_attention_runs(capsys):
     kernel_bench.bench_attention()
     out = capsys.readouterr().out
     assert out.count("C++ kernel") == 3 and out.count("x\n") == 3
+
+
+@pytest.mark.slow
+def test_draft_study_target_agrees_with_itself(capsys):
+    """`python -m benchmarks.draft_study` on a tiny run: the target, read back teacher-forced
+    through `sequence_batch`, agrees with its own greedy tokens at every position (fp32: the
+    engine's tokens equal a single-sequence forward's), and a candidate is measured too."""
+    import torch
+
+    from benchmarks import draft_study
+
+    threads = torch.get_num_threads()
+    try:
+        rows = draft_study.study(num_prompts=1, max_tokens=6, threads=1, reps=1,
+                                 candidates={"int4": draft_study.CANDIDATES[
+                                     "(c) int4 g32, all layers, int8 lm_head"]})
+    finally:
+        torch.set_num_threads(threads)
+    assert [r["draft"] for r in rows] == ["target", "int4"]
+    target, int4 = rows
+    assert target["agree_grounded"] == target["agree_open"] == 1.0
+    assert target["cost_vs_target"] == 1.0 and int4["decode_ms"] > 0
+    assert 0.5 < int4["agree_grounded"] <= 1.0, int4  # the recipe README calls 0.98

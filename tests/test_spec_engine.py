@@ -168,7 +168,7 @@ def _sampling_params() -> list[SamplingParams]:
 
 
 def _run(cfg: EngineConfig, prompts, params):
-    """Run to the end; returns (engine, outputs, every SpecRecord, preemptions)."""
+    """Run to the end; returns (engine, outputs, every SpecDecision, preemptions)."""
     eng = LLMEngine(cfg)
     rids = [eng.add_request(p, sp) for p, sp in zip(prompts, params)]
     records, preempted = [], 0
@@ -199,7 +199,7 @@ def _check_records(records, k: int) -> None:
 
 def _check_all_free(eng: LLMEngine) -> None:
     assert eng.allocator.num_free_blocks == eng.allocator.num_blocks, "target KV leaked"
-    draft = eng.spec.draft
+    draft = eng.spec_decoder.draft
     if draft is not None:
         assert not draft.seqs, f"draft state left for {sorted(draft.seqs)}"
         assert draft.allocator.num_free_blocks == draft.allocator.num_blocks, "draft KV leaked"
@@ -356,7 +356,7 @@ def test_sampled_tokens_follow_the_target_distribution(method, monkeypatch, toke
 
 @pytest.mark.slow
 def test_spec_bench_writes_the_main_bench_json_shape(tmp_path):
-    from benchmarks.bench import RESULT_KEYS
+    from benchmarks.common import RESULT_KEYS
     from benchmarks.spec_bench import main
 
     out = tmp_path / "spec.json"

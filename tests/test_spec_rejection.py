@@ -272,17 +272,17 @@ def test_same_seed_same_decision_and_matches_the_batch_core():
         torch.tensor([[3, 5, 7]]), p_target[None], p_draft[None], torch.Generator().manual_seed(0)
     )
     assert decisions[0].num_accepted == int(core[0][0])
-    assert decisions[0].next_token == int(core[1][0])
+    assert decisions[0].next_token_id == int(core[1][0])
 
 
 def test_equal_distributions_accept_everything_and_take_a_bonus():
     p = _probs([[1, 2, 3, 4], [4, 3, 2, 1], [1, 1, 1, 1]])
     decision = rejection_sample([2, 0], p, p[:2], torch.Generator().manual_seed(0))
     assert decision.num_accepted == 2 and decision.next_kind == "bonus"
-    assert [d.accept_prob for d in decision.drafts] == [1.0, 1.0]
-    assert all(d.accepted and d.checked for d in decision.drafts)
-    assert decision.drafts[0].p_target == pytest.approx(0.3)
-    assert decision.emitted_tokens == [2, 0, decision.next_token]
+    assert [d.accept_prob for d in decision.drafted] == [1.0, 1.0]
+    assert all(d.accepted and d.checked for d in decision.drafted)
+    assert decision.drafted[0].p_target == pytest.approx(0.3)
+    assert decision.emitted_tokens == [2, 0, decision.next_token_id]
 
 
 def test_disjoint_support_rejects_first_and_corrects_from_the_target():
@@ -291,8 +291,8 @@ def test_disjoint_support_rejects_first_and_corrects_from_the_target():
     for seed in range(20):
         decision = rejection_sample([1, 3], p_target, p_draft, torch.Generator().manual_seed(seed))
         assert decision.num_accepted == 0 and decision.next_kind == "correction"
-        assert decision.next_token in (0, 2)
-        first, second = decision.drafts
+        assert decision.next_token_id in (0, 2)
+        first, second = decision.drafted
         assert first.checked and first.accept_prob == 0.0 and not first.accepted
         assert first.p_target == 0.0 and first.p_draft == pytest.approx(0.5)
         assert not second.checked and not second.accepted  # discarded after the rejection
@@ -302,16 +302,16 @@ def test_disjoint_support_rejects_first_and_corrects_from_the_target():
 def test_one_hot_draft_accepts_with_the_target_probability():
     p_target = _probs([[1, 3, 0, 0], [1, 1, 1, 1]])
     decision = rejection_sample([1], p_target, None, torch.Generator().manual_seed(0))
-    assert decision.drafts[0].accept_prob == pytest.approx(0.75)
-    assert decision.drafts[0].p_draft == 1.0
+    assert decision.drafted[0].accept_prob == pytest.approx(0.75)
+    assert decision.drafted[0].p_draft == 1.0
     if decision.num_accepted == 0:
-        assert decision.next_token == 0  # the residual removes the rejected token
+        assert decision.next_token_id == 0  # the residual removes the rejected token
 
 
 def test_no_draft_is_a_plain_sample():
     p_target = _probs([[0, 0, 1, 0]])
     decision = rejection_sample([], p_target, torch.zeros(0, 4), torch.Generator())
-    assert decision == SpecDecision(drafts=[], num_accepted=0, next_token=2, next_kind="bonus")
+    assert decision == SpecDecision(drafted=[], num_accepted=0, next_token_id=2, next_kind="bonus")
 
 
 def test_residual_falls_back_to_the_target_when_empty():
@@ -342,14 +342,14 @@ def test_greedy_decision_records():
     p_target = _probs([[1, 5, 1], [5, 1, 1], [1, 1, 5]])
     p_draft = _probs([[1, 5, 1], [1, 5, 1]])
     decision = greedy_decision([1, 1], p_target.argmax(dim=1), p_target, p_draft)
-    assert (decision.num_accepted, decision.next_token, decision.next_kind) == (1, 0, "correction")
-    assert [d.accept_prob for d in decision.drafts] == [1.0, 0.0]
-    assert [d.accepted for d in decision.drafts] == [True, False]
-    assert decision.drafts[1].p_target == pytest.approx(1 / 7)
-    assert decision.drafts[1].p_draft == pytest.approx(5 / 7)
+    assert (decision.num_accepted, decision.next_token_id, decision.next_kind) == (1, 0, "correction")
+    assert [d.accept_prob for d in decision.drafted] == [1.0, 0.0]
+    assert [d.accepted for d in decision.drafted] == [True, False]
+    assert decision.drafted[1].p_target == pytest.approx(1 / 7)
+    assert decision.drafted[1].p_draft == pytest.approx(5 / 7)
     bare = greedy_decision([2, 2, 2], [2, 2, 2, 1])
-    assert bare.next_kind == "bonus" and bare.drafts[0].p_target is None
-    assert greedy_decision([0, 2, 2], [1, 2, 2, 1]).drafts[2].checked is False
+    assert bare.next_kind == "bonus" and bare.drafted[0].p_target is None
+    assert greedy_decision([0, 2, 2], [1, 2, 2, 1]).drafted[2].checked is False
 
 
 @settings(max_examples=200, deadline=None)

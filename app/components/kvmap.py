@@ -54,11 +54,16 @@ def block_title(block: dict, block_size: int) -> str:
     return f"#{block['block']} · {owners} · {block['tokens']}/{block_size} · {state}"
 
 
+MAX_CELLS = 4096  # a page draws at most this many blocks; a larger pool shows its first ones
+
+
 def kv_grid_html(kv: dict, selected: str | None = None, columns: int = COLUMNS) -> str:
     """The physical block map as a grid of cells; `selected`'s blocks are outlined."""
     bs = kv["block_size"]
     cells = []
-    for block in kv["blocks"]:
+    listed = {b["block"]: b for b in kv["blocks"]}  # the report lists blocks not free
+    for i in range(min(kv["num_blocks"], MAX_CELLS)):
+        block = listed.get(i) or {"block": i, "state": "free", "owners": [], "tokens": 0}
         state, owners = block["state"], block["owners"]
         classes = ["sl-b", html.escape(state)]
         style = ""

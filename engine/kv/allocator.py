@@ -57,29 +57,44 @@ class BlockAllocator:
 
     def largest_free_run(self) -> int:
         """The longest run of consecutive free blocks (external fragmentation shows here)."""
-        best = run = 0
-        for b in range(self.num_blocks):
-            run = run + 1 if self.is_free(b) else 0
-            best = max(best, run)
-        return best
+        raise NotImplementedError
 
     def slot(self, req: Request, pos: int) -> int:
         return req.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
 
     def block_map(self, running: list[Request]) -> list[BlockView]:
+        """Every block that is not free, in block order: held by a request (used, reserved or
+        shared) or kept for the prefix cache. A block not listed is free. Built from the
+        requests' block tables, at a cost proportional to the blocks in use, whatever the
+        size of the pool."""
         bs = self.block_size
-        views = [BlockView(b, "free", [], 0) for b in range(self.num_blocks)]
+        views: dict[int, BlockView] = {}
         for req in running:
             written = req.num_computed_tokens
             for i, b in enumerate(req.block_table):
-                v = views[b]
+                v = views.get(b)
+                if v is None:
+                    v = views[b] = BlockView(b, "used", [], 0)
                 v.owners.append(req.request_id)
                 v.tokens = max(v.tokens, min(bs, max(0, written - i * bs)))
-        for v in views:
+        for v in views.values():
             if len(v.owners) > 1:
                 v.state = "shared"
-            elif v.owners:
-                v.state = "used" if v.tokens > 0 else "reserved"
-            elif not self.is_free(v.block):
-                v.state = "cached"  # paged prefix cache: no owner, content kept for reuse
-        return views
+            elif v.tokens == 0:
+                v.state = "reserved"
+        for b in self.cached_blocks():
+            views.setdefault(b, BlockView(b, "cached", [], 0))
+        return [views[b] for b in sorted(views)]
+
+    def cached_blocks(self):
+        """Blocks no request holds whose content is kept for reuse (paged prefix cache)."""
+        return ()
+
+
+def largest_gap(held: list[int], num_blocks: int) -> int:
+    """The longest run of blocks not in `held` (sorted block ids) within 0..num_blocks-1."""
+    best, prev = 0, -1
+    for b in held:
+        best = max(best, b - prev - 1)
+        prev = b
+    return max(best, num_blocks - prev - 1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 
-from engine.kv.allocator import BlockAllocator
+from engine.kv.allocator import BlockAllocator, largest_gap
 from engine.request import Request
 
 
@@ -27,6 +27,7 @@ class PagedAllocator(BlockAllocator):
         self.prefix_caching = enable_prefix_caching
         self.free_blocks: deque[int] = deque(range(num_blocks))
         self.ref_count = [0] * num_blocks
+        self.held: set[int] = set()  # blocks with ref_count > 0
         self.hash_of: dict[int, int] = {}  # block -> content hash (full, computed blocks only)
         self.cached: dict[int, int] = {}  # content hash -> block
         self.evictable: OrderedDict[int, None] = OrderedDict()  # ref 0, cached; LRU order
@@ -41,6 +42,12 @@ class PagedAllocator(BlockAllocator):
     def is_free(self, block: int) -> bool:
         return self.ref_count[block] == 0
 
+    def largest_free_run(self) -> int:
+        return largest_gap(sorted(self.held), self.num_blocks)
+
+    def cached_blocks(self):
+        return self.evictable.keys()
+
     def _take(self) -> int:
         if self.free_blocks:
             b = self.free_blocks.popleft()
@@ -49,12 +56,14 @@ class PagedAllocator(BlockAllocator):
             del self.cached[self.hash_of.pop(b)]
         assert self.ref_count[b] == 0, f"block {b} handed out twice"
         self.ref_count[b] = 1
+        self.held.add(b)
         return b
 
     def _release(self, b: int) -> None:
         assert self.ref_count[b] > 0, f"block {b} freed twice"
         self.ref_count[b] -= 1
         if self.ref_count[b] == 0:
+            self.held.discard(b)
             if b in self.hash_of:
                 self.evictable[b] = None  # keep the content; most recently used last
             else:
@@ -83,6 +92,7 @@ class PagedAllocator(BlockAllocator):
             self.prefix_hits += 1
             if self.ref_count[b] == 0:
                 del self.evictable[b]
+                self.held.add(b)
             self.ref_count[b] += 1
             req.block_table.append(b)
             prev = h

@@ -2,9 +2,10 @@
 
 Routes: `POST /v1/completions` and `POST /v1/chat/completions` (streamed as server-sent
 events in OpenAI's chunk format ending with `data: [DONE]`, or whole), `GET /v1/models`,
-`GET /health`, `GET /v1/servelab/config` (the engine's configuration), `GET /metrics` (Prometheus text, vLLM's names: `metrics.py`) and
-`GET /v1/servelab/steps` (the engine's StepReports as server-sent events, each with its
-`owners` map: `loop.py` says what a viewer reads). `GET /v1/servelab/steps?limit=N` closes
+`GET /health`, `GET /v1/servelab/config` (the engine's configuration), `GET /metrics`
+(Prometheus text, vLLM's names: `metrics.py`) and `GET /v1/servelab/steps` (the engine's
+StepReports as server-sent events, each with its `owners` map: `loop.py` says what a viewer
+reads). `GET /v1/servelab/steps?limit=N` closes
 after N events.
 
 What a handler does: check the limits, build SamplingParams, hand a Ticket to the loop,
@@ -246,7 +247,12 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
                            headers={"Retry-After": "1"})
         inflight[ticket.user] += 1
         loop.submit(ticket)
-        first: Delta = await ticket.queue.get()
+        try:
+            first: Delta = await ticket.queue.get()
+        except BaseException:  # cancelled while waiting (shutdown): give the place back
+            release(ticket)
+            loop.abort(ticket.request_id)
+            raise
         if first.error is not None:
             release(ticket)
             raise first.error
@@ -258,7 +264,12 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
             del inflight[ticket.user]
 
     def new_ticket(prefix, body, request, params, max_tokens, prompt=None, messages=None):
-        return Ticket(request_id=f"{prefix}-{next(_ids)}", params=params,
+        n = next(_ids)
+        if params.seed is None:
+            # a seed of its own (the engine's default counts the requests it holds, and the
+            # loop forgets finished ones: two unseeded requests could share a seed)
+            params.seed = engine.config.seed * 100003 + n
+        return Ticket(request_id=f"{prefix}-{n}", params=params,
                       user=client_name(body, request), aloop=asyncio.get_running_loop(),
                       queue=asyncio.Queue(), prompt=prompt, messages=messages,
                       max_tokens=max_tokens)
@@ -280,7 +291,7 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
         if stream:
             async def events():
                 try:
-                    head = chunk(None, [], None, first=True)
+                    head = chunk(None, [] if return_ids else None, None, first=True)
                     if head is not None:
                         yield _sse(head)
                     n_out = 0

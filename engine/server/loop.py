@@ -163,23 +163,47 @@ class EngineLoop:
     # --- the thread ------------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stopping:
-            busy = self.engine.has_unfinished()
             try:
-                # idle: sleep until a command comes (no busy spin); busy: just look
-                cmd = self.commands.get(block=not busy)
-            except queue.Empty:
-                cmd = None
-            while cmd is not None:
-                self._handle(cmd)
-                try:
-                    cmd = self.commands.get_nowait()
-                except queue.Empty:
-                    cmd = None
-            if not self._stopping and self.engine.has_unfinished():
-                self._step()
+                self._iteration()
+            except Exception:
+                # a bug of ours, not the engine's (that is caught in _step): never leave a
+                # handler waiting for a loop that died. Fail what is in flight and go on.
+                log.error("engine loop error:\n%s", traceback.format_exc())
+                self._fail_all(APIError(500, "internal error in the server's engine loop",
+                                        "server_error"))
         for t in list(self.tickets.values()):  # shutting down: nobody is left waiting
             self._deliver(t, Delta(error=APIError(503, "the server is shutting down",
                                                   "server_error")))
+
+    def _iteration(self) -> None:
+        # an abort alone is work too: the next step's report lists it, for the viewers
+        busy = self.engine.has_unfinished() or bool(self._aborting)
+        try:
+            # idle: sleep until a command comes (no busy spin); busy: just look
+            cmd = self.commands.get(block=not busy)
+        except queue.Empty:
+            cmd = None
+        while cmd is not None:
+            self._handle(cmd)
+            try:
+                cmd = self.commands.get_nowait()
+            except queue.Empty:
+                cmd = None
+        if not self._stopping and (self.engine.has_unfinished() or self._aborting):
+            self._step()
+
+    def _fail_all(self, err: APIError) -> None:
+        """Every request in the engine fails with err and leaves it."""
+        eng = self.engine
+        for rid, t in list(self.tickets.items()):
+            self._deliver(t, Delta(error=err))
+            try:
+                eng.abort_request(rid)
+            except Exception:  # the engine's state is suspect; the request is dropped
+                log.error("abort of %s failed:\n%s", rid, traceback.format_exc())
+            self.tickets.pop(rid)
+            eng.requests.pop(rid, None)
+        self._aborting.clear()
 
     def _handle(self, cmd: tuple) -> None:
         kind = cmd[0]
@@ -189,7 +213,9 @@ class EngineLoop:
             self._add(cmd[1])
         elif kind == "abort":
             rid = cmd[1]
-            if rid in self.tickets and self.engine.abort_request(rid):
+            req = self.engine.requests.get(rid)
+            if rid in self.tickets and req is not None and not req.is_finished:
+                self.engine.abort_request(rid)  # seat and blocks are free from now on
                 entry = {"request_id": rid, "received_step": self.engine.step_count,
                          "freed_step": None}
                 self.abort_log.append(entry)
@@ -259,12 +285,8 @@ class EngineLoop:
             # a step runs everyone's tokens in one forward: fail the requests in the engine,
             # keep the loop (and the server) alive for the next ones
             log.error("engine step failed:\n%s", traceback.format_exc())
-            for rid, t in list(self.tickets.items()):
-                self._deliver(t, Delta(error=APIError(
-                    500, f"the engine failed while running this request: {exc}",
-                    "server_error")))
-                eng.abort_request(rid)
-                self.tickets.pop(rid)
+            self._fail_all(APIError(500, f"the engine failed while running this request: "
+                                         f"{exc}", "server_error"))
             return
         now = time.perf_counter()
         out: dict[str, Delta] = {}
@@ -304,10 +326,8 @@ class EngineLoop:
             self.metrics.on_step(report, sum(1 for r in sched.running if not r.idle_finished),
                                  len(sched.waiting),
                                  1 - alloc.num_free_blocks / alloc.num_blocks)
-        for rid, d in out.items():
-            t = self.tickets.get(rid) or finishing.get(rid)
-            if t is not None:
-                self._deliver(t, d)
+        self._deliver_many([(t, d) for rid, d in out.items()
+                            if (t := self.tickets.get(rid) or finishing.get(rid)) is not None])
         if self.hub.watched:
             self.hub.publish(report.step, self._step_json(report))
         # forget owners of requests that left and hold no seat (static riders keep theirs)
@@ -340,8 +360,27 @@ class EngineLoop:
         return json.dumps(d, ensure_ascii=False)
 
     @staticmethod
+    def _deliver_many(pairs: list[tuple[Ticket, Delta]]) -> None:
+        """One step's deltas, handed over with one wake-up per event loop (not one per
+        request): with hundreds of streams, each wake-up of the HTTP thread takes the GIL
+        from this one."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, Delta]]] = {}
+        for t, d in pairs:
+            by_loop.setdefault(t.aloop, []).append((t.queue, d))
+        for aloop, items in by_loop.items():
+            try:
+                aloop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:  # that event loop is gone (server shutting down)
+                pass
+
+    @staticmethod
     def _deliver(t: Ticket, d: Delta) -> None:
         try:
             t.aloop.call_soon_threadsafe(t.queue.put_nowait, d)
         except RuntimeError:  # the handler's event loop is gone (server shutting down)
             pass
+
+
+def _put_all(items: list[tuple[asyncio.Queue, Delta]]) -> None:
+    for q, d in items:
+        q.put_nowait(d)

@@ -9,7 +9,7 @@
 
 from engine.spec.ngram import NgramProposer, propose_ngram
 from engine.spec.rejection import (
-    DraftTokenDecision,
+    DraftToken,
     SpecDecision,
     greedy_decision,
     rejection_sample,
@@ -18,7 +18,7 @@ from engine.spec.rejection import (
 )
 
 __all__ = [
-    "DraftTokenDecision",
+    "DraftToken",
     "NgramProposer",
     "SpecDecision",
     "greedy_decision",

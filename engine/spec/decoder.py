@@ -35,12 +35,11 @@ from __future__ import annotations
 
 import torch
 
-from engine.report import DraftToken, SpecRecord
 from engine.request import Request
 from engine.sampler import probabilities
 from engine.spec.draft import DraftProposer, Proposal
 from engine.spec.ngram import NgramProposer
-from engine.spec.rejection import greedy_decision, rejection_sample
+from engine.spec.rejection import SpecDecision, greedy_decision, rejection_sample
 
 
 class SpecDecoder:
@@ -92,7 +91,7 @@ class SpecDecoder:
             self.draft.release(req.request_id)
 
     # --- after the forward ------------------------------------------------------------------
-    def verify(self, req: Request, logits: torch.Tensor) -> tuple[list[int], SpecRecord]:
+    def verify(self, req: Request, logits: torch.Tensor) -> tuple[list[int], SpecDecision]:
         """logits: [1 + k, vocab] fp32 after [last, *draft] -> (tokens to append, record)."""
         draft = list(req.spec_token_ids)  # the scheduler may have cut the draft short
         k = len(draft)
@@ -111,13 +110,11 @@ class SpecDecoder:
             decision = rejection_sample(draft, p_target, p_draft, req.generator)
         self.engine.metrics.on_verify(k, decision.num_accepted)
         tok = self.engine.tokenizer
-        drafted = [
-            DraftToken(d.token, tok.decode([d.token]), d.p_target,
-                       d.p_draft if d.p_draft is not None else p_draft_x[i],
-                       d.accept_prob, d.accepted)
-            for i, d in enumerate(decision.drafts)
-        ]
-        record = SpecRecord(req.request_id, drafted, decision.num_accepted,
-                            decision.next_token, tok.decode([decision.next_token]),
-                            decision.next_kind)
-        return decision.emitted_tokens, record
+        for d, p_x in zip(decision.drafted, p_draft_x):
+            d.text = tok.decode([d.token_id])
+            if d.p_draft is None:
+                d.p_draft = p_x  # greedy: the draft model's own confidence, for the record
+        decision.request_id = req.request_id
+        decision.next_text = tok.decode([decision.next_token_id])
+        return decision.emitted_tokens, decision
+

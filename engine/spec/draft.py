@@ -24,7 +24,7 @@ How it runs inside one engine step (before the scheduler, over every request tha
    preempted) is freed (`sync`, plus `release` from the engine when a request finishes).
 
 The built-in draft for the bundled SmolLM2-135M, chosen by measurement
-(`python -m engine.spec.draft [--dtype bfloat16]`; greedy, 12 `grounded` + 12 `open`
+(`python -m benchmarks.draft_study [--dtype bfloat16]`; greedy, 12 `grounded` + 12 `open`
 prompts, 48 tokens each; agreement = teacher-forced, the fraction of generated positions
 where the draft's argmax equals the target's token; cost = a one-token decode forward at
 batch 1 after 200 tokens, 1 thread, min of 12, relative to the target's; E = expected tokens
@@ -393,90 +393,3 @@ class DraftProposer:
                 prop.p_draft.append(probs)
             prop.token_ids.append(tok)
 
-
-# ---------------------------------------------------------------------------------------------
-# The study that chose BUILTIN_RECIPE:  python -m engine.spec.draft [--threads 1] [--n 12]
-
-CANDIDATES = {
-    "(a) int8, all 30 layers, int8 lm_head": DraftRecipe(8, 8),
-    "(b) int8, first 15 layers": DraftRecipe(8, 8, 15),
-    "(b) int8, first 24 layers": DraftRecipe(8, 8, 24),
-    "(c) int4 g32, all layers, int8 lm_head": DraftRecipe(4, 8),
-    "(c) int4 g32, all layers, int4 lm_head": DraftRecipe(4, 4),
-}
-
-
-def _one_sequence_forward(model: LlamaModel, engine, token_ids: list[int],
-                          start: int, pool: KVPool) -> Tensor:
-    """Run token_ids[start:] after token_ids[:start] (already in `pool`) as one sequence;
-    returns fp32 logits [len - start, vocab]."""
-    n = len(token_ids)
-    table = list(range(pool.num_blocks))
-    meta = build_metadata([n - start], [n], [table], list(range(start, n)), pool.block_size,
-                          engine.device)
-    ids = torch.tensor(token_ids[start:], device=engine.device)
-    pos = torch.arange(start, n, device=engine.device)
-    return model.logits(model.forward(ids, pos, meta, pool.layers, engine.backend)).float()
-
-
-def study(num_prompts: int = 12, max_tokens: int = 48, threads: int | None = 1,
-          reps: int = 12, dtype: str = "float32") -> list[dict]:
-    """Teacher-forced greedy agreement and batch-1 decode cost of each candidate."""
-    from benchmarks.workloads import get_workload
-    from engine import EngineConfig, LLMEngine, SamplingParams
-
-    if threads:
-        torch.set_num_threads(threads)
-    eng = LLMEngine(EngineConfig(dtype=dtype, max_num_seqs=8, max_model_len=512))
-    prompts = {w: [it.prompt for it in get_workload(w, num_prompts)] for w in ("grounded", "open")}
-    outs = {w: eng.generate(p, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
-            for w, p in prompts.items()}
-    pool = KVPool(eng.model_config.num_layers, 40, 16, eng.model_config.num_kv_heads,
-                  eng.model_config.head_dim, eng.dtype, eng.device)
-    models = {"target": eng.model}
-    models.update({name: QuantizedLlama(eng.model, r) for name, r in CANDIDATES.items()})
-    rows = []
-    for name, model in models.items():
-        row = {"draft": name}
-        for w, results in outs.items():
-            hit = total = 0
-            for o in results:
-                ids = o.prompt_token_ids + o.token_ids
-                logits = _one_sequence_forward(model, eng, ids[:-1], 0, pool)  # [L-1, V]
-                pred = logits[len(o.prompt_token_ids) - 1:].argmax(-1).tolist()
-                hit += sum(int(a == b) for a, b in zip(pred, o.token_ids))
-                total += len(o.token_ids)
-            row[f"agree_{w}"] = hit / total
-        rows.append(row)
-    # decode cost: one token after 200 tokens of context, min over interleaved repetitions
-    ctx = list(range(1000, 1200))
-    best = {name: float("inf") for name in models}
-    for _ in range(reps):
-        for name, model in models.items():
-            t0 = time.perf_counter()
-            _one_sequence_forward(model, eng, ctx + [5], len(ctx), pool)
-            best[name] = min(best[name], time.perf_counter() - t0)
-    for row in rows:
-        row["decode_ms"] = best[row["draft"]] * 1e3
-        row["cost_vs_target"] = best[row["draft"]] / best["target"]
-    return rows
-
-
-def main(argv: list[str] | None = None) -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser(description="choose the built-in draft by measurement")
-    ap.add_argument("--n", type=int, default=12, help="prompts per workload")
-    ap.add_argument("--max-tokens", type=int, default=48)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
-    ap.add_argument("--dtype", default="float32", help="the target's dtype")
-    args = ap.parse_args(argv)
-    rows = study(args.n, args.max_tokens, args.threads or None, dtype=args.dtype)
-    print(f"{'draft':<42}{'agree grounded':>15}{'agree open':>12}{'decode ms':>11}{'cost':>7}")
-    for r in rows:
-        print(f"{r['draft']:<42}{r['agree_grounded']:>15.3f}{r['agree_open']:>12.3f}"
-              f"{r['decode_ms']:>11.1f}{r['cost_vs_target']:>7.2f}")
-
-
-if __name__ == "__main__":
-    main()

@@ -40,14 +40,15 @@ BONUS = "bonus"  # every drafted token was accepted; this one comes free from p_
 
 
 @dataclass
-class DraftTokenDecision:
-    """What the verifier decided about one drafted token."""
+class DraftToken:
+    """What the verifier decided about one drafted token (the StepReport shows these)."""
 
-    token: int  # the drafted token id
+    token_id: int  # the drafted token id
     p_target: float | None  # target's probability of this token at its position (None: unknown)
     p_draft: float | None  # draft's probability of it (1.0 for n-gram; None: unknown)
     accept_prob: float | None  # min(1, p_target / p_draft); greedy: 1 or 0; None: not checked
     accepted: bool  # kept in the output
+    text: str = ""  # the token decoded on its own (filled in by the engine)
 
     @property
     def checked(self) -> bool:
@@ -59,23 +60,25 @@ class DraftTokenDecision:
 class SpecDecision:
     """One request's verification: a record per drafted token and the token emitted after."""
 
-    drafts: list[DraftTokenDecision]  # one per drafted token, in order
+    drafted: list[DraftToken]  # one per drafted token, in order
     num_accepted: int  # length of the accepted prefix of the draft
-    next_token: int  # emitted after the accepted prefix
+    next_token_id: int  # emitted after the accepted prefix
     next_kind: str  # "correction" (a draft token was rejected) or "bonus" (all accepted)
+    request_id: str = ""  # filled in by the engine, with the texts
+    next_text: str = ""
 
     @property
     def num_drafted(self) -> int:
-        return len(self.drafts)
+        return len(self.drafted)
 
     @property
     def accepted_tokens(self) -> list[int]:
-        return [d.token for d in self.drafts[: self.num_accepted]]
+        return [d.token_id for d in self.drafted[: self.num_accepted]]
 
     @property
     def emitted_tokens(self) -> list[int]:
-        """What the request gains this step: the accepted drafts, then next_token."""
-        return self.accepted_tokens + [self.next_token]
+        """What the request gains this step: the accepted drafts, then next_token_id."""
+        return self.accepted_tokens + [self.next_token_id]
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -189,8 +192,8 @@ def rejection_sample(
     p_target_x = _probs_of(p_target, draft)
     p_draft_x = [1.0] * k if p_draft is None else _probs_of(p_draft, draft)
     records = [
-        DraftTokenDecision(
-            token=draft[i],
+        DraftToken(
+            token_id=draft[i],
             p_target=p_target_x[i],
             p_draft=p_draft_x[i],
             accept_prob=accept_prob[i] if i <= num_accepted else None,
@@ -199,9 +202,9 @@ def rejection_sample(
         for i in range(k)
     ]
     return SpecDecision(
-        drafts=records,
+        drafted=records,
         num_accepted=num_accepted,
-        next_token=int(next_token_t[0]),
+        next_token_id=int(next_token_t[0]),
         next_kind=BONUS if num_accepted == k else CORRECTION,
     )
 
@@ -250,8 +253,8 @@ def greedy_decision(
     p_target_x = [None] * k if p_target is None else _probs_of(p_target, draft)
     p_draft_x = [None] * k if p_draft is None else _probs_of(p_draft, draft)
     records = [
-        DraftTokenDecision(
-            token=draft[i],
+        DraftToken(
+            token_id=draft[i],
             p_target=p_target_x[i],
             p_draft=p_draft_x[i],
             accept_prob=(1.0 if i < num_accepted else 0.0) if i <= num_accepted else None,
@@ -260,8 +263,8 @@ def greedy_decision(
         for i in range(k)
     ]
     return SpecDecision(
-        drafts=records,
+        drafted=records,
         num_accepted=num_accepted,
-        next_token=next_token,
+        next_token_id=next_token,
         next_kind=BONUS if num_accepted == k else CORRECTION,
     )

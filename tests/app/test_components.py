@@ -313,7 +313,7 @@ def test_a_session_keeps_only_the_most_recently_drawn_runs(monkeypatch):
 def test_bench_files_are_read_from_the_fixed_folder(tmp_path):
     assert load_bench(tmp_path / "missing") is None
     (tmp_path / "bad.json").write_text("{not json")
-    (tmp_path / "spec.json").write_text(json.dumps({  # engine/spec_bench.py's shape
+    (tmp_path / "spec.json").write_text(json.dumps({  # benchmarks/spec_bench.py's shape
         "results": [{"concurrency": 1, "spec": "ngram", "workload": "grounded",
                      "speedup_vs_off": 1.8},
                     {"concurrency": 1, "spec": None, "workload": "grounded",

@@ -1,6 +1,6 @@
-"""Aborts in the engine (vLLM's `abort_request`): the next step frees the seat and the blocks
-and reports the id under `aborted`, for a request running or still in the queue, on both
-batching policies and both KV layouts."""
+"""Aborts in the engine (vLLM's `abort_request`), as the server uses them: the request leaves
+its seat or the queue and its blocks are free at once; the next step's report lists it under
+`aborted`. Running and queued requests, on both batching policies and both KV layouts."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ PARAMS = SamplingParams(max_tokens=12, ignore_eos=True)
 
 
 @pytest.mark.parametrize("batching,layout", [("continuous", "paged"), ("static", "contiguous")])
-def test_abort_frees_seat_and_blocks_at_next_step(batching, layout):
+def test_abort_frees_seat_and_blocks(batching, layout):
     eng = LLMEngine(EngineConfig(dtype="float32", batching=batching, kv_layout=layout,
                                  max_num_seqs=2, max_model_len=128, block_size=16))
     a = eng.add_request("The capital of France is", PARAMS)
@@ -24,29 +24,33 @@ def test_abort_frees_seat_and_blocks_at_next_step(batching, layout):
     for _ in range(3):
         eng.step()
     assert eng.requests[a].block_table, "a should be running and hold blocks"
-    assert eng.abort_request(a) and eng.abort_request(c)
-    assert not eng.abort_request(a), "a second abort of the same request is refused"
-    assert not eng.abort_request("nope")
+    held = len(eng.requests[a].block_table)
+    free_before = eng.allocator.num_free_blocks
+    eng.abort_request(a)
+    eng.abort_request(c)
+    eng.abort_request(a)  # a second abort of the same request changes nothing
+    with pytest.raises(ValueError, match="nope"):
+        eng.abort_request("nope")
+    assert eng.allocator.num_free_blocks == free_before + held
+    assert_blocks_consistent(eng.allocator, eng.scheduler.running)
     report = eng.step()
     assert sorted(report.aborted) == sorted([a, c])
     assert a not in report.kv.block_tables and a not in report.waiting
     assert c not in report.waiting
     assert all(s.request_id not in (a, c) for s in report.seats)
     assert eng.requests[a].finish_reason == "abort" and eng.requests[a].block_table == []
-    assert_blocks_consistent(eng.allocator, eng.scheduler.running)
     while eng.has_unfinished():
         eng.step()
     assert eng.output(b).finish_reason == "length" and len(eng.output(b).token_ids) == 12
     assert eng.allocator.num_free_blocks == eng.allocator.num_blocks
 
 
-def test_abort_of_the_last_request_is_one_step():
+def test_abort_of_the_last_request():
     eng = LLMEngine(EngineConfig(dtype="float32", max_num_seqs=2, max_model_len=128))
     a = eng.add_request("Hello", PARAMS)
     eng.step()
     eng.abort_request(a)
-    assert eng.has_unfinished(), "the abort itself is work for the next step"
-    report = eng.step()
-    assert report.aborted == [a] and report.emitted == []
     assert not eng.has_unfinished()
     assert eng.allocator.num_free_blocks == eng.allocator.num_blocks
+    report = eng.step()  # the server steps once more, so viewers see the abort
+    assert report.aborted == [a] and report.emitted == []

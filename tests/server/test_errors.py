@@ -159,3 +159,23 @@ def test_queue_full_and_per_user_limit_are_429(engine):
         free, total = in_loop(app, lambda e: (e.allocator.num_free_blocks,
                                               e.allocator.num_blocks))
         assert free == total
+
+
+def test_engine_error_fails_the_request_not_the_loop(engine, monkeypatch):
+    real_step, calls = engine.step, []
+
+    def failing_step():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("simulated kernel failure")
+        return real_step()
+
+    monkeypatch.setattr(engine, "step", failing_step)
+    with running_server(engine) as (url, app), httpx.Client(base_url=url, timeout=60) as c:
+        err = assert_error(c.post("/v1/completions", json=OK), 500)
+        assert "simulated kernel failure" in err["message"] and err["type"] == "server_error"
+        r = c.post("/v1/completions", json=OK)  # the loop lives on
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
+        free, total, live = in_loop(app, lambda e: (e.allocator.num_free_blocks,
+                                                    e.allocator.num_blocks, len(e.requests)))
+        assert free == total and live == 0
