@@ -6,7 +6,7 @@ VPY     := $(VENV)/bin/python
 PIP     := $(VPY) -m pip
 STAMP   := $(VENV)/.servelab-installed
 
-.PHONY: app test setup bench lint clean-cache serve
+.PHONY: app test setup bench lint clean-cache serve screenshots
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -38,3 +38,11 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check engine kernels app tests benchmarks
+
+# The README's screenshots: the browser tests write them to build/screenshots/ (gitignored, so
+# `make test` leaves the work tree clean); this target runs them and copies the pictures over.
+screenshots: $(STAMP)
+	rm -rf build/screenshots
+	$(VPY) -m pytest -q tests/app/test_browser.py -k screenshots
+	mkdir -p assets/screenshots
+	cp build/screenshots/*.png assets/screenshots/

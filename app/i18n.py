@@ -13,12 +13,16 @@ from streamlit.errors import StreamlitDuplicateElementId, StreamlitDuplicateElem
 
 LANGS = ("zh", "en")
 LANG_LABELS = {"zh": "中文", "en": "English"}
+KEPT_LANG = "_keep_lang"
 
 # key -> {"zh": ..., "en": ...}. Keys are dotted by page; add yours, keep both languages.
 STRINGS: dict[str, dict[str, str]] = {
     "app.title": {"zh": "ServeLab 推理服务实验室", "en": "ServeLab: an LLM serving lab"},
     "lang.label": {"zh": "语言 / Language", "en": "Language / 语言"},
     # pages
+    "page.plan": {"zh": "课堂计划", "en": "Class plan"},
+    "page.summary": {"zh": "本章小结", "en": "Summary"},
+    "page.calculators": {"zh": "小计算器", "en": "Calculators"},
     "page.home": {"zh": "首页：三处漏洞", "en": "Home: three leaks"},
     "page.batching": {"zh": "连续批处理", "en": "Continuous batching"},
     "page.paging": {"zh": "分页 KV 缓存", "en": "Paged KV cache"},
@@ -63,6 +67,11 @@ STRINGS: dict[str, dict[str, str]] = {
     "quiz.incorrect": {"zh": "❌ 不对。", "en": "❌ Not quite."},
     "quiz.your_answer": {"zh": "你的答案", "en": "your answer"},
     "quiz.right_answer": {"zh": "正确答案", "en": "the right answer"},
+    "quiz.why_not": {"zh": "这个选项错在：", "en": "Why not this one:"},
+    "quiz.save_pre": {"zh": "记为课前成绩", "en": "Save as my pre-class score"},
+    "quiz.save_post": {"zh": "记为课后成绩", "en": "Save as my post-class score"},
+    "quiz.pre": {"zh": "课前", "en": "Before class"},
+    "quiz.post": {"zh": "课后（与课前比）", "en": "After class (vs before)"},
     "quiz.retry": {"zh": "重答这题", "en": "Retry this question"},
     "quiz.reset_all": {"zh": "全部重来", "en": "Reset all"},
     "quiz.try_demo": {"zh": "到实时页面看一看", "en": "See it live"},
@@ -115,6 +124,9 @@ STRINGS: dict[str, dict[str, str]] = {
                               "en": "0 = greedy; above 0 tokens are sampled and speculation "
                                     "uses rejection sampling."},
     "side.model": {"zh": "模型", "en": "Model"},
+    "side.requests": {"zh": "请求数", "en": "Requests"},
+    "side.requests.help": {"zh": "工作负载里的请求个数，第 0 步全部到达。",
+                           "en": "How many requests of the workload; all arrive at step 0."},
     "side.workload": {"zh": "工作负载", "en": "Workload"},
     "workload.longtail": {"zh": "长尾：多数短答、少数长答", "en": "long tail: mostly short answers"},
     "workload.uniform": {"zh": "等长：所有回答一样长", "en": "uniform: equal answers"},
@@ -202,10 +214,11 @@ STRINGS: dict[str, dict[str, str]] = {
     "kv.col.state": {"zh": "状态", "en": "state"},
     "kv.col.shared_with": {"zh": "与谁共享", "en": "shared with"},
     "paging.budget": {
-        "zh": "两边同一预算：{blocks} 块 × {bs} = {slots} 个槽位；max_model_len = {mml}，"
-              "整块预留时每个请求占 {per} 块。",
-        "en": "Same budget on both sides: {blocks} blocks × {bs} = {slots} slots; "
-              "max_model_len = {mml}, so a contiguous reservation takes {per} blocks."},
+        "zh": "两边同一预算：{blocks} 块 × {bs} = {slots} 个槽位；整块预留时，每个请求一进门就占下"
+              "「提示词 + 它的 max_tokens」那么长的一段连续块（最多 {per} 块，max_model_len = {mml}）。",
+        "en": "Same budget on both sides: {blocks} blocks × {bs} = {slots} slots; a contiguous "
+              "layout reserves, at admission, one run for each request's prompt + its own "
+              "max_tokens (at most {per} blocks: max_model_len = {mml})."},
     "paging.select": {"zh": "查看哪个请求的页表", "en": "Page table of request"},
     "paging.select.help": {"zh": "它的块在图中用黄框标出。",
                            "en": "Its blocks are outlined in yellow on the map."},
@@ -225,6 +238,12 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "整块预留需要一段足够长的连续空闲；合计够而最长段不够，就是外部碎片。",
         "en": "A contiguous reservation needs one long enough run; enough in total but no "
               "run long enough is external fragmentation."},
+    "paging.frag_wait": {
+        "zh": "外部碎片，就在此刻：空闲合计 {free} 个槽位，最长的一段连续空闲只有 {run} 个槽位，"
+              "队首请求的整块预留放不下，只好等。（引擎：{reason}）",
+        "en": "External fragmentation, right now: {free} slots are free in total, but the "
+              "longest free run holds {run}, too short for the head of the queue's contiguous "
+              "reservation, so it waits. (Engine: {reason})"},
     "paging.shared": {"zh": "共享块", "en": "Shared blocks"},
     "paging.shared.help": {"zh": "被多个请求的页表同时指向的物理块（前缀共享）。",
                            "en": "Physical blocks in several requests' page tables (prefix "
@@ -241,6 +260,26 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.running": {"zh": "投机方式：{method}，k = {k}；右侧对照为同一负载、不投机。",
                      "en": "Speculating with {method}, k = {k}; compared with the same "
                            "workload without speculation."},
+    "spec.a": {"zh": "逐个接受概率 a", "en": "Per-token acceptance a"},
+    "spec.a.help": {
+        "zh": "前面的草稿都被接受时，下一个草稿被接受的概率：接受数 ÷ 被验证数（拒绝之后的草稿没被"
+              "验证，不算）。公式 (1 − a^(k+1)) / (1 − a) 用的是它。",
+        "en": "The chance a drafted token is accepted given the ones before it were: accepted "
+              "÷ examined (drafts after a rejection are never examined). The formula "
+              "(1 − a^(k+1)) / (1 − a) uses this one."},
+    "spec.predicted_per_pass": {"zh": "公式预测：每次目标前向的 token",
+                                "en": "Formula: tokens per target pass"},
+    "spec.predicted_per_pass.help": {
+        "zh": "(1 − a^(n+1)) / (1 − a)，n 是每次实际起草的个数（最多 k = {k}），对每次验证取平均。",
+        "en": "(1 − a^(n+1)) / (1 − a) with n the tokens actually drafted (at most k = {k}), "
+              "averaged over the verifications."},
+    "spec.formula_vs_measured": {
+        "zh": "a = {a:.2f}，平均起草 {n:.1f} 个：公式预测每次目标前向出 {pred:.2f} 个 token，实测 "
+              "{got:.2f} 个。接受率（接受 ÷ 起草）更低，因为它把拒绝之后被丢弃、没验证的草稿也算进了分母。",
+        "en": "a = {a:.2f}, {n:.1f} drafted on average: the formula predicts {pred:.2f} tokens "
+              "per target pass, measured {got:.2f}. The acceptance rate (accepted ÷ drafted) "
+              "is lower: its denominator also counts the drafts thrown away unexamined after a "
+              "rejection."},
     "spec.mean_accepted": {"zh": "平均接受长度", "en": "Mean accepted length"},
     "spec.mean_accepted.help": {"zh": "每次验证平均被接受的草稿 token 数。",
                                 "en": "Drafted tokens accepted per verification, on average."},
@@ -262,7 +301,7 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.step": {"zh": "第 {n} 步", "en": "step {n}"},
     "spec.verdict.accepted": {"zh": "接受", "en": "accepted"},
     "spec.verdict.rejected": {"zh": "拒绝", "en": "rejected"},
-    "spec.verdict.discarded": {"zh": "拒绝之后、未检验即丢弃", "en": "discarded after a rejection"},
+    "spec.verdict.discarded": {"zh": "拒绝之后、未经验证即丢弃", "en": "discarded after a rejection"},
     "spec.kind.correction": {"zh": "纠正", "en": "correction"},
     "spec.kind.bonus": {"zh": "奖励", "en": "bonus"},
     "spec.target_token": {"zh": "目标模型自己的 token（纠正/奖励）",
@@ -276,7 +315,7 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.ratio.help": {"zh": "以这个概率接受；拒绝时从 max(0, p_target − p_draft) 归一化后重采样。",
                         "en": "Accepted with this probability; on rejection the target samples "
                               "from normalize(max(0, p_target − p_draft))."},
-    "spec.discarded_note": {"zh": "这个 token 排在被拒绝的 token 之后，根本没有被检验，直接丢弃。",
+    "spec.discarded_note": {"zh": "这个 token 排在被拒绝的 token 之后，根本没有被验证，直接丢弃。",
                             "en": "This token came after a rejected one: it was never examined, "
                                   "just thrown away."},
     "spec.greedy_note": {"zh": "温度为 0（贪心）：草稿等于目标的 argmax 才接受；这里的概率仅供参考。"
@@ -284,6 +323,25 @@ STRINGS: dict[str, dict[str, str]] = {
                          "en": "Temperature 0 (greedy): a draft is accepted iff it equals the "
                                "target's argmax; the probabilities are shown for reference. Set "
                                "the temperature to 1 to watch real rejection sampling."},
+    "spec.sbs_header": {"zh": "贪心解码：开与关投机，文字相同，目标前向更少",
+                        "en": "Greedy: the same text with fewer target passes"},
+    "spec.sbs_caption": {
+        "zh": "同样几个照抄型请求，温度 0，先关投机、再开投机，各跑到底，逐 token 比较。用 fp32 运行："
+              "bf16 下验证一次算 1 + k 行、解码一次算 1 行，舍入不同，两个几乎并列的候选可能对调，"
+              "长文本就会分岔——那是算子的数值问题，不是算法；等批次不变（batch-invariant）的算子落地后，"
+              "bf16 也能逐 token 相同。",
+        "en": "A few grounded requests at temperature 0, run to the end with speculation off, "
+              "then on, compared token by token. In fp32: in bf16 a verification pass (1 + k "
+              "rows) rounds differently from a decode pass (1 row), so two near-tied "
+              "candidates can swap and long texts part ways. That is the kernels' numerics, "
+              "not the algorithm; with batch-invariant kernels bf16 would match too."},
+    "spec.sbs_run": {"zh": "运行对照（{method}，fp32，约一两分钟）",
+                     "en": "Run the side-by-side ({method}, fp32, a minute or two)"},
+    "spec.sbs_identical": {"zh": "逐 token 相同的请求", "en": "Requests identical token by token"},
+    "spec.sbs_passes": {"zh": "目标前向次数（关 → 开）", "en": "Target passes (off → on)"},
+    "spec.sbs_request": {"zh": "请求", "en": "request"},
+    "spec.sbs_same": {"zh": "相同", "en": "same"},
+    "spec.sbs_text": {"zh": "输出（两边相同时只列一份）", "en": "output (listed once when both agree)"},
     "spec.fwd_header": {"zh": "验证 k 个 token ≈ 生成 1 个的代价",
                         "en": "Verifying k tokens costs about as much as 1"},
     "spec.fwd_caption": {"zh": "目标模型一次前向处理 n 个新 token 的实测时间；柱上数字是相对 n = 1 的倍数。",
@@ -293,7 +351,11 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.fwd_title": {"zh": "一次前向的耗时", "en": "One forward pass"},
     "spec.fwd_tokens": {"zh": "新 token 数 n", "en": "new tokens n"},
     "spec.fwd_ms": {"zh": "毫秒", "en": "ms"},
-    "spec.from_bench": {"zh": "数据来自基准测试文件 {file}。", "en": "From the benchmark file {file}."},
+    "spec.recorded": {"zh": "录制的数据，不是现场测量：assets/bench/{file}，由 `{cmd}` 于 {date} 在开发机上"
+                            "测得（不是这台机器）。",
+                      "en": "Recorded, not measured live: assets/bench/{file}, written by "
+                            "`{cmd}` on {date} on the development machine (not this one)."},
+    "spec.undated": {"zh": "（文件未记日期）", "en": "(no date in the file)"},
     "spec.measured_now": {"zh": "刚刚在本机实测。", "en": "Measured just now on this machine."},
     "spec.no_bench": {"zh": "没有找到投机解码基准文件（assets/bench/），所以没有「加速 vs 并发」图。",
                       "en": "No speculation benchmark file (assets/bench/), so no speedup vs "
@@ -333,8 +395,21 @@ STRINGS: dict[str, dict[str, str]] = {
                         "en": "Time to first token, on the engine's clock (pauses between "
                               "clicks excluded)."},
     "gauge.tpot": {"zh": "TPOT 中位数", "en": "TPOT p50"},
-    "gauge.tpot.help": {"zh": "首 token 之后每个 token 的平均间隔（已完成的请求）。",
-                        "en": "Mean gap between tokens after the first (finished requests)."},
+    "gauge.tpot.help": {"zh": "首 token 之后每个 token 的平均时间：(末 token − 首 token) ÷ (token 数 − 1)，"
+                              "按已完成的请求。",
+                        "en": "Mean time per token after the first: (last − first token) ÷ "
+                              "(tokens − 1), over finished requests."},
+    "gauge.itl": {"zh": "ITL 中位数", "en": "ITL p50"},
+    "gauge.itl.help": {"zh": "token 间延迟：同一请求相邻两次收到 token 的间隔，每次交付算一个样本。"
+                             "投机一次交付好几个 token，TPOT 会下降，ITL 仍约等于一步的时间。",
+                       "en": "Inter-token latency: the gap between two deliveries of a "
+                             "request's tokens, one sample per delivery. Speculation delivers "
+                             "several at once: TPOT falls, ITL stays about one step."},
+    "gauge.tokens_per_pass": {"zh": "每次目标前向的 token", "en": "Tokens per target pass"},
+    "gauge.tokens_per_pass.help": {"zh": "每次验证产出的 token（接受的草稿 + 目标自己的 1 个）；"
+                                         "不投机时为 —。",
+                                   "en": "Tokens each verification emits (accepted drafts + "
+                                         "the target's own one); — without speculation."},
     "gauge.seats_busy": {"zh": "忙碌座位", "en": "Seats busy"},
     "gauge.seats_busy.help": {"zh": "此刻在算活请求的座位 ÷ 座位总数。",
                               "en": "Seats computing a live request ÷ all seats."},
@@ -346,6 +421,87 @@ STRINGS: dict[str, dict[str, str]] = {
     "gauge.acceptance": {"zh": "接受率", "en": "Acceptance rate"},
     "gauge.acceptance.help": {"zh": "被接受的草稿 token ÷ 提出的草稿 token；不投机时为 —。",
                               "en": "Drafted tokens accepted ÷ drafted; — without speculation."},
+    # ---- class plan, predictions, summary
+    "plan.intro": {
+        "zh": "45 分钟的一堂课，分 {n} 站。每站一个问题：按「布置这一站」会设好这一站需要的每个开关和"
+              "规模（其余恢复默认）、清零引擎并打开对应页面；学生先在页面上锁定预测，再按「播放」看答案。",
+        "en": "A 45-minute class in {n} stops. Each stop asks one question: \"Set up this stop\" "
+              "sets every switch and size its demo needs (the rest back to defaults), restarts "
+              "the engine and opens its page; the students lock in a prediction there, then "
+              "Play shows the answer."},
+    "plan.stop": {"zh": "第 {n} 站 · {minutes} 分钟 · {page}", "en": "Stop {n} · {minutes} min · {page}"},
+    "plan.start": {"zh": "布置这一站", "en": "Set up this stop"},
+    "plan.knobs": {"zh": "设定", "en": "Sets"},
+    "plan.total": {"zh": "合计 {m} 分钟", "en": "{m} minutes in all"},
+    "plan.result": {"zh": "本堂课的预测：{pred}；实测：{value}（{verdict}）",
+                    "en": "This class predicted: {pred}; measured: {value} ({verdict})"},
+    "plan.right": {"zh": "猜中", "en": "right"},
+    "plan.wrong": {"zh": "没猜中", "en": "missed"},
+    "plan.notes": {"zh": "教师备注", "en": "Teacher's notes"},
+    "plan.scale": {
+        "zh": "规模提醒：这里是 CPU 上的 1.35 亿参数小模型、几十个请求；本章说的是 GPU 上的 70 亿参数模型、"
+              "成千上万的用户。比例和方向可比，绝对数字不可比。",
+        "en": "Scale: a 135M-parameter model on a CPU and tens of requests here; the chapter "
+              "speaks of a 7B model on a GPU and thousands of users. Ratios and directions "
+              "carry over, absolute numbers do not."},
+    "predict.title": {"zh": "先预测：", "en": "Predict first:"},
+    "predict.choose": {"zh": "你的预测", "en": "Your prediction"},
+    "predict.lock": {"zh": "锁定预测", "en": "Lock in my prediction"},
+    "predict.before": {"zh": "先锁定预测，再按「单步」或「播放」。",
+                       "en": "Lock in a prediction first, then press Step or Play."},
+    "predict.yours": {"zh": "你的预测", "en": "Your prediction"},
+    "predict.waiting": {"zh": "已锁定。按「播放」跑完所有请求，答案就会出现在这里。",
+                        "en": "Locked. Press Play to run every request to the end; the answer "
+                              "appears here."},
+    "predict.measured": {"zh": "实测：{value}，落在「{choice}」。", "en": "Measured: {value}, in \"{choice}\"."},
+    "predict.right": {"zh": "预测对了。", "en": "Your prediction was right."},
+    "predict.wrong": {"zh": "和预测不同——这正是值得讨论的地方。",
+                      "en": "Not what you predicted: that is the thing to discuss."},
+    "summary.intro": {"zh": "本章的要点，每条都连到课上亲眼看到它的那一站。",
+                      "en": "The chapter's points, each linked to the stop where the class saw it."},
+    "summary.shown_at": {"zh": "在第 {n} 站看到：{title}", "en": "Seen at stop {n}: {title}"},
+    # ---- calculators
+    "calc.bad": {"zh": "输入有误：{msg}", "en": "Bad input: {msg}"},
+    "calc.kv": {"zh": "KV 显存：每个 token、每段对话", "en": "KV memory per token and per conversation"},
+    "calc.kv.model": {"zh": "模型形状", "en": "Model shape"},
+    "calc.kv.layers": {"zh": "层数", "en": "layers"},
+    "calc.kv.heads": {"zh": "KV 头数", "en": "KV heads"},
+    "calc.kv.dim": {"zh": "头维度", "en": "head dim"},
+    "calc.kv.bytes": {"zh": "每个数的字节", "en": "bytes per number"},
+    "calc.kv.tokens": {"zh": "一段对话的 token 数", "en": "tokens in a conversation"},
+    "calc.kv.per_token": {"zh": "每个 token", "en": "per token"},
+    "calc.kv.per_conv": {"zh": "{n} 个 token 的对话", "en": "a {n}-token conversation"},
+    "calc.kv.formula": {"zh": "2（K 和 V）× {l} 层 × {h} 个 KV 头 × {d} 维 × {b} 字节",
+                        "en": "2 (K and V) × {l} layers × {h} KV heads × {d} dims × {b} bytes"},
+    "calc.bus": {"zh": "大巴算术：回答长度 → 有效座位·步", "en": "Bus arithmetic: answer lengths → useful seat-steps"},
+    "calc.bus.lengths": {"zh": "各请求的回答长度（token，按到达顺序）",
+                         "en": "Answer lengths in tokens, in arrival order"},
+    "calc.bus.seats": {"zh": "座位数", "en": "Seats"},
+    "calc.bus.useful": {"zh": "有效 / 静态批算过的座位·步", "en": "Useful / seat-steps a static batch computes"},
+    "calc.bus.static_frac": {"zh": "静态批的有效比例", "en": "Static batching, useful share"},
+    "calc.bus.steps": {"zh": "步数：静态 → 连续", "en": "Steps: static → continuous"},
+    "calc.bus.help": {"zh": "静态：每批跑到最长的回答结束；连续：座位一空，下一个请求马上坐上（不计预填充）。",
+                      "en": "Static: each batch runs until its longest answer ends; continuous: "
+                            "a freed seat takes the next request at once (prefill not counted)."},
+    "calc.spec": {"zh": "a 和 k → 每次目标前向的 token", "en": "a and k → tokens per target pass"},
+    "calc.roof": {"zh": "受内存所限还是受算力所限（屋顶线）", "en": "Memory-bound or compute-bound (the roofline)"},
+    "calc.roof.help": {
+        "zh": "每个点是侧边栏引擎的一步：横轴是这一步算的 token 数，纵轴是「权重字节 ÷ 这一步的时间」。"
+              "红线是这台机器实测的读带宽：点贴着红线，说明这一步的时间都花在读权重上（受内存所限）；"
+              "token 多到点往下掉，说明计算开始成为瓶颈。",
+        "en": "Each dot is one step of the sidebar's engine: across, the tokens it computed; up, "
+              "its weight bytes ÷ its time. The red line is this machine's measured read "
+              "bandwidth: a dot near it spent its time reading weights (memory-bound); when "
+              "enough tokens make the dots fall, compute has become the limit."},
+    "calc.roof.measure": {"zh": "实测这台机器的读带宽", "en": "Measure this machine's read bandwidth"},
+    "calc.roof.no_steps": {"zh": "先在侧边栏按几次「单步」或「播放」，这里才有引擎的步。",
+                           "en": "Press Step or Play in the sidebar first: the engine's steps show here."},
+    "calc.roof.tokens": {"zh": "这一步算的 token", "en": "tokens in the step"},
+    "calc.roof.rate": {"zh": "权重字节 ÷ 步时（GB/s）", "en": "weight bytes ÷ step time (GB/s)"},
+    "calc.roof.result": {
+        "zh": "读带宽 {bw:.1f} GB/s，权重 {w:.0f} MB：一步至少 {floor:.1f} 毫秒；最快的一步相当于 {best:.1f} GB/s。",
+        "en": "Read bandwidth {bw:.1f} GB/s, weights {w:.0f} MB: a step takes at least "
+              "{floor:.1f} ms; the fastest step here reads at {best:.1f} GB/s."},
     # ---- home
     "home.headline": {"zh": "同一张卡，服务几倍、几十倍的用户", "en": "Same card, many times the users"},
     "home.intro": {
@@ -361,10 +517,20 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "The same {n} requests (long-tail workload, answers up to {cap} tokens), {seats} "
               "seats; the naive server is transformers' generate() on static batches, the "
               "engine runs continuous batching over a paged KV cache."},
+    "home.race.differs": {
+        "zh": "和本章场景的差别：这里是 CPU 上的 1.35 亿参数模型、几十个请求，一分钟左右跑完；本章说的是 GPU 上"
+              "的 70 亿参数模型、成千上万的用户。少数长回答拖住整批大巴，正是这场比赛要让你看到的；请求越多、"
+              "回答越参差，倍数越大（`python -m benchmarks.bench` 在 64 个请求上量到约 10 倍）。",
+        "en": "What differs from the chapter: a 135M model on a CPU and a few dozen requests, "
+              "about a minute in all, against a 7B model on a GPU and thousands of users. A few "
+              "long answers holding the whole bus is what this race shows; more requests and "
+              "more varied answers widen the gap (`python -m benchmarks.bench` measures about "
+              "10x at 64 requests)."},
     "home.race.start": {"zh": "开始比赛", "en": "Start the race"},
     "home.race.running": {"zh": "比赛进行中……", "en": "Racing…"},
-    "home.race.not_yet": {"zh": "还没有比过；按上面的按钮（CPU 上需要一两分钟）。",
-                          "en": "Not raced yet; press the button (a minute or two on a CPU)."},
+    "home.race.not_yet": {"zh": "还没有比过；按上面的按钮（CPU 上大约一分钟，机器忙时更久）。",
+                          "en": "Not raced yet; press the button (about a minute on a CPU, more "
+                                "when the machine is busy)."},
     "home.race.naive": {"zh": "朴素服务", "en": "Naive server"},
     "home.race.engine": {"zh": "引擎", "en": "Engine"},
     "home.race.ratio": {"zh": "倍数", "en": "Ratio"},
@@ -373,10 +539,10 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "Naive: {nt} tokens in {ns:.1f} s; engine: {et} tokens in {es:.1f} s. "
               "Device: {device}."},
     "home.race.small_gap": {
-        "zh": "差距不大？这里是 CPU、小模型、十几个短回答：每一步本身很便宜，引擎每步自己的开销"
+        "zh": "差距不大？这里是 CPU、小模型、几十个回答：每一步本身很便宜，引擎每步自己的开销"
               "（调度、块表、为本应用画图而生成的逐步报告）和它省下的空座位差不多一样重；"
               "回答越长越参差、请求越多、换成 GPU，省下的座位就越占上风。三个漏洞的页面逐一量给你看。",
-        "en": "A small gap? This is a CPU, a small model and a dozen short answers: each step is "
+        "en": "A small gap? This is a CPU, a small model and a few dozen answers: each step is "
               "cheap, so the engine's own per-step work (scheduling, block tables, the report "
               "this app draws every step) weighs about as much as the seats it saves. With "
               "longer, more varied answers, more requests or a GPU, the saved seats win. The "
@@ -389,7 +555,7 @@ STRINGS: dict[str, dict[str, str]] = {
                                 "en": "Finished requests keep their seat in the batch."},
     "home.leak.batching.fix": {"zh": "连续批处理", "en": "continuous batching"},
     "home.leak.batching.gain": {"zh": "吞吐、排队时间", "en": "throughput, queueing"},
-    "home.leak.paging": {"zh": "漏洞 2：KV 内存", "en": "Leak 2: KV memory"},
+    "home.leak.paging": {"zh": "漏洞 2：KV 显存", "en": "Leak 2: KV memory"},
     "home.leak.paging.what": {"zh": "KV 按最大长度整块预留，还留下碎片。",
                               "en": "KV reserved for the maximum length, then fragmented."},
     "home.leak.paging.fix": {"zh": "PagedAttention（分页）", "en": "PagedAttention"},
@@ -412,8 +578,10 @@ def _default_lang() -> str:
 
 def get_lang() -> str:
     """The current session's language: `st.session_state["lang"]`, else from the browser locale."""
-    lang = st.session_state.get("lang")
-    return lang if lang in LANGS else _default_lang()
+    for lang in (st.session_state.get("lang"), st.session_state.get(KEPT_LANG)):
+        if lang in LANGS:
+            return lang
+    return _default_lang()
 
 
 def t(key: str, **fmt: object) -> str:
@@ -436,8 +604,11 @@ def language_selector() -> str:
     Safe to call from both the app shell and a page run on its own: when the shell has already
     drawn it in this run, the second call draws nothing.
     """
+    # Streamlit forgets a widget's value when a run ends early (st.switch_page, st.rerun)
+    # after drawing it, so the choice is also kept under a key no widget owns.
     if st.session_state.get("lang") not in LANGS:
-        st.session_state["lang"] = _default_lang()
+        st.session_state["lang"] = st.session_state.get(KEPT_LANG) or _default_lang()
+    st.session_state[KEPT_LANG] = st.session_state["lang"]
     try:
         st.sidebar.radio(
             STRINGS["lang.label"]["zh"],  # fixed label: one widget id in both languages

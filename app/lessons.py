@@ -2,7 +2,8 @@
 
 Pure Python, no streamlit: the pages draw what this module loads and validates.
 
-- `PAGES` / `SWITCHES`: the app's page slugs and the sidebar switches with their values.
+- `PAGES` / `SWITCHES`: the app's page slugs (from app/pagelist.py) and the sidebar switches
+  with their values.
 - `demo_url(page, switches)`: "/<slug>?batching=...&kv_layout=...&spec=..." (the shell reads
   `st.query_params` with those names to set its switches).
 - `load_lesson(slug, lang)`: `lessons/<lang>/<slug>.md` without its machine-readable try-it block;
@@ -20,13 +21,13 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlencode
 
+from app import pagelist
 from app.i18n import LANGS
 
 LESSONS_DIR = Path(__file__).resolve().parents[1] / "lessons"
 
-# Page slugs, in menu order. The last two have no lesson file.
-PAGES = ("home", "batching", "paging", "speculation", "dashboard", "beyond", "quiz", "glossary")
-LESSON_PAGES = PAGES[:6]
+# Page slugs in menu order, and those with a lesson file: both from the page table.
+PAGES, LESSON_PAGES = pagelist.PAGES, pagelist.LESSON_PAGES
 
 # The three sidebar switches and their values (the shell maps them onto EngineConfig).
 SWITCHES = {
@@ -168,6 +169,11 @@ class Question:
     answer: int  # index into choices
     explanation: Text
     demo: DemoLink
+    # Per choice: why a wrong choice is wrong (the misconception it holds), or None.
+    whys: tuple[Text | None, ...] = ()
+
+    def why(self, choice: int) -> Text | None:
+        return self.whys[choice] if choice < len(self.whys) else None
 
 
 @dataclass(frozen=True)
@@ -206,16 +212,22 @@ def _parse_question(data: object, where: str) -> Question:
     if not isinstance(choices, list) or len(choices) != NUM_CHOICES:
         got = len(choices) if isinstance(choices, list) else type(choices).__name__
         raise ValueError(f"{where}.choices: must be a list of {NUM_CHOICES}, got {got}")
-    texts, correct = [], []
+    texts, correct, whys = [], [], []
     for i, choice in enumerate(choices):
         cw = f"{where}.choices[{i}]"
         if not isinstance(choice, dict) or not isinstance(choice.get("correct", False), bool):
-            raise ValueError(f"{cw}: must be an object with zh, en and optional correct: bool")
+            raise ValueError(f"{cw}: must be an object with zh, en, optional correct: bool "
+                             "and optional why: {zh, en}")
         if choice.get("correct", False):
             correct.append(i)
-        texts.append(Text.parse({k: v for k, v in choice.items() if k != "correct"}, cw))
+        whys.append(Text.parse(choice["why"], f"{cw}.why") if "why" in choice else None)
+        texts.append(Text.parse({k: v for k, v in choice.items() if k not in ("correct", "why")},
+                                cw))
     if len(correct) != 1:
         raise ValueError(f"{where}.choices: exactly one must be correct, found {len(correct)}")
+    if whys[correct[0]] is not None:
+        raise ValueError(f"{where}.choices[{correct[0]}].why: only a wrong choice says why it "
+                         "is wrong")
     for lang in LANGS:
         if len({t.get(lang) for t in texts}) != NUM_CHOICES:
             raise ValueError(f"{where}.choices: the {lang} choices must all differ")
@@ -227,6 +239,7 @@ def _parse_question(data: object, where: str) -> Question:
         answer=correct[0],
         explanation=Text.parse(data["explanation"], f"{where}.explanation"),
         demo=DemoLink.parse(data["demo"], f"{where}.demo"),
+        whys=tuple(whys),
     )
 
 

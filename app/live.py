@@ -17,6 +17,8 @@ import streamlit as st
 from app.components.charts import compare_chart
 from app.components.lesson import render_lesson
 from app.i18n import switch_label, t
+from app.nav import ensure_shell
+from app.predict import prediction_box
 from app.state import Run, Session, Settings
 
 SESSION_KEY = "servelab_session"
@@ -96,8 +98,10 @@ def _play_tick(session: Session, interval: float) -> None:
         session.last_play_s = now
 
 
-def live_view(draw: Callable[[Session], list[Run]]) -> None:
-    """Run `draw` inside a fragment; while Play is on, the fragment reruns every interval."""
+def live_view(draw: Callable[[Session], list[Run]], slug: str | None = None) -> None:
+    """Run `draw` inside a fragment; while Play is on, the fragment reruns every interval.
+    Above the view, the class plan's prediction for page `slug` when one of its stops is on
+    (app/predict.py): drawn after `draw`, so its reveal sees this tick's runs."""
     session = get_session()
     interval = float(st.session_state.get("ctl_speed", 0.5)) if session.playing else None
 
@@ -105,12 +109,16 @@ def live_view(draw: Callable[[Session], list[Run]]) -> None:
     def fragment() -> None:
         if session.playing and interval:
             _play_tick(session, interval)
+        box = st.container()
         try:
             runs = draw(session)
         except ValueError as exc:  # e.g. a KV budget too small for one request
             st.error(t("live.build_error", msg=str(exc)))
             session.playing = False
             return
+        if slug is not None:
+            with box:
+                prediction_box(slug, runs)
         if session.playing and runs and all(r.done for r in runs):
             session.playing = False
             st.rerun(scope="app")
@@ -151,21 +159,58 @@ def compare_row(switch: str, values: tuple[str, ...], runs: list[Run],
         col.altair_chart(compare_chart(histories, gauge), width="stretch")
 
 
+def kept_select(key: str, options: list, default=None, **kw):
+    """A selectbox whose kept value falls back to `default` (else the first option) when the
+    options no longer hold it (a request that left, a token of another request)."""
+    if not options:
+        return None
+    if st.session_state.get(key) not in options:
+        st.session_state[key] = default if default in options else options[0]
+    return st.selectbox(options=options, key=key, **kw)
+
+
+def measured(key: str, button: str, label: str,
+             measure: Callable[[Callable[[float, str], None]], object], **button_kw) -> object:
+    """A button (key `button`) that runs `measure(progress)` under a progress bar; the result
+    is kept in `st.session_state[key]` and returned (None until the button has been pressed).
+
+    The button's callback asks the next run to measure, so the request survives the rerun
+    that `ensure_shell` may make.
+    """
+    pending = key + "_pending"
+    st.button(label, key=button, on_click=request, args=(pending,), **button_kw)
+    if st.session_state.pop(pending, False):
+        bar = st.progress(0.0)
+        st.session_state[key] = measure(lambda f, m: bar.progress(min(1.0, max(0.0, f)), text=m))
+        bar.empty()
+    return st.session_state.get(key)
+
+
+def page_with_lesson(slug: str, body: Callable[[], None], title: str | None = None,
+                     lesson_width: float = 2.0) -> None:
+    """A live page's frame: the shell, the title, `body` on the left and the lesson on the
+    right."""
+    ensure_shell()
+    st.title(title or t(f"page.{slug}"))
+    st.caption(t("plan.scale"))
+    left, lesson = st.columns([5, lesson_width], gap="large")
+    with left:
+        body()
+    with lesson:
+        lesson_panel(slug)
+
+
 def live_page(slug: str, draw: Callable[[Session], list[Run]],
               extra: Callable[[], None] | None = None, lesson_width: float = 2.0) -> None:
     """A live page: the live view (then `extra`, drawn once per full run) on the left, the
     lesson on the right."""
-    from app.shell import ensure_shell
 
-    ensure_shell()
-    st.title(t(f"page.{slug}"))
-    live, lesson = st.columns([5, lesson_width], gap="large")
-    with live:
-        live_view(draw)
+    def body() -> None:
+        live_view(draw, slug)
         if extra is not None:
             extra()
-    with lesson:
-        lesson_panel(slug)
+
+    page_with_lesson(slug, body, lesson_width=lesson_width)
 
 
 # The lesson's own headings are sized for a page of their own; beside a live view they shrink.

@@ -1,9 +1,9 @@
 """ServeLab's shell: `streamlit run app/main.py`.
 
-`st.navigation` with a section per part of the chapter, then the shared sidebar (language,
-the three switches, sizes, Step / Play / Reset, the teacher's own prompt, the device line;
-app/shell.py), the model loaded once per server process with a progress bar on the first
-start, and one `Session` (app/state.py) per browser session. Pages draw; they never reach
+`st.navigation` with a section per part of the chapter (built from the page table in
+app/pagelist.py by app/nav.py), then the shared sidebar (language, the three switches, sizes,
+Step / Play / Reset, the teacher's own prompt, the device line; app/shell.py), the model
+loaded once per server process with a progress bar on the first start, and one `Session` (app/state.py) per browser session. Pages draw; they never reach
 into the engine.
 """
 
@@ -21,7 +21,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import streamlit as st  # noqa: E402
 
-from app.shell import pages, shell, shell_drawn  # noqa: E402
+from app.nav import pages, shell_drawn  # noqa: E402
+from app.shell import shell  # noqa: E402
 
 # A local icon: a material-icon favicon would be fetched from fonts.gstatic.com, and a
 # classroom may be offline.

@@ -4,8 +4,8 @@ own prompt, Step / Play-Pause / Reset, and the device line.
 Demo links open a page as `/<slug>?batching=..&kv_layout=..&spec=..`; those query parameters
 set the switches once per link (a switch the teacher then flips wins, and removes them from
 the URL). Widget keys: sw_batching, sw_kv_layout, sw_spec, sw_k, sz_seats, sz_blocks,
-sz_block_size, sz_prefix, sz_workload, sz_temperature, custom_prompt, custom_max_tokens,
-custom_add, ctl_step, ctl_play, ctl_reset, ctl_speed.
+sz_block_size, sz_prefix, sz_workload, sz_requests, sz_temperature, custom_prompt,
+custom_max_tokens, custom_add, ctl_step, ctl_play, ctl_reset, ctl_speed.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import streamlit as st
 
 from app.i18n import language_selector, switch_label, t
 from app.lessons import SWITCHES
-from app.state import MODELS, Session, Settings
+from app.state import MAX_REQUESTS, MODELS, Session, Settings
 from benchmarks.workloads import WORKLOAD_NAMES
 
 DEFAULTS = Settings()
@@ -39,7 +39,8 @@ def _restore() -> None:
         "sw_spec": DEFAULTS.spec, "sw_k": DEFAULTS.k, "sz_seats": DEFAULTS.seats,
         "sz_blocks": DEFAULTS.num_blocks, "sz_block_size": DEFAULTS.block_size,
         "sz_prefix": DEFAULTS.prefix_caching, "sz_workload": DEFAULTS.workload,
-        "sz_temperature": DEFAULTS.temperature, "sz_model": DEFAULTS.model,
+        "sz_temperature": DEFAULTS.temperature,
+        "sz_requests": DEFAULTS.num_requests, "sz_model": DEFAULTS.model,
         "ctl_speed": 0.5, "custom_max_tokens": 32,
     }.items():
         s[key] = s.get(KEEP + key, value)
@@ -69,6 +70,25 @@ def apply_query_params() -> None:
     st.session_state[QP_APPLIED] = wanted
 
 
+# Settings field -> the sidebar widget that sets it (the class plan's buttons set them all).
+WIDGET_FOR = {"batching": "sw_batching", "kv_layout": "sw_kv_layout", "spec": "sw_spec",
+              "k": "sw_k", "seats": "sz_seats", "num_blocks": "sz_blocks",
+              "block_size": "sz_block_size", "prefix_caching": "sz_prefix",
+              "workload": "sz_workload", "num_requests": "sz_requests",
+              "temperature": "sz_temperature", "model": "sz_model"}
+
+
+def set_knobs(knobs: dict) -> None:
+    """Set sidebar widgets from Settings fields (applied by `_restore` on the next run); a
+    link's switches in the URL no longer apply."""
+    unknown = set(knobs) - set(WIDGET_FOR)
+    if unknown:
+        raise ValueError(f"unknown knobs {sorted(unknown)}; knobs are {sorted(WIDGET_FOR)}")
+    for name, value in knobs.items():
+        st.session_state[KEEP + WIDGET_FOR[name]] = value
+    st.session_state[QP_APPLIED] = None
+
+
 def _switch_flipped(key: str) -> None:
     """The teacher flipped a switch: the URL's switches no longer apply."""
     _keep(key)
@@ -84,6 +104,7 @@ def settings_from_widgets() -> Settings:
         batching=s.sw_batching, kv_layout=s.sw_kv_layout, spec=s.sw_spec, k=int(s.sw_k),
         seats=int(s.sz_seats), num_blocks=int(s.sz_blocks), block_size=int(s.sz_block_size),
         prefix_caching=bool(s.sz_prefix), workload=s.sz_workload,
+        num_requests=int(s.sz_requests),
         temperature=float(s.sz_temperature), model=s.sz_model,
     )
 
@@ -116,6 +137,8 @@ def _sizes() -> None:
     labels = {w: t(f"workload.{w}") for w in WORKLOAD_NAMES}
     st.sidebar.selectbox(t("side.workload"), WORKLOAD_NAMES, format_func=labels.__getitem__,
                          **_kept("sz_workload"))
+    st.sidebar.slider(t("side.requests"), 1, MAX_REQUESTS, help=t("side.requests.help"),
+                      **_kept("sz_requests"))
 
 
 CUSTOM_RESULT = "_custom_result"

@@ -5,7 +5,13 @@
   is exactly one step whose forward computes n tokens. Verifying k drafted tokens is one
   such pass over 1 + k tokens, which is why it costs about as much as one.
 - `load_bench`: the spec benchmark's JSON under assets/bench/ (a fixed server-side folder),
-  `{"results": [...], "forward_cost": [{"tokens": n, "ms": ...}]}`, if one is there.
+  `{"results": [...], "forward_cost": [{"tokens": n, "ms": ...}]}`, if one is there;
+  `recorded_label` says which command recorded it and when, since its charts are not live.
+- `greedy_side_by_side`: the same greedy requests with speculation off and on, in fp32: the
+  texts must be identical while the target runs fewer passes. fp32 because in bf16 a
+  verification pass (1 + k rows per request) rounds differently from a decode pass (1 row),
+  so two near-tied candidates can swap and the texts part ways after many tokens; that is the
+  kernels' numerics, not the algorithm, and batch-invariant kernels would remove it.
 - `lossless`: N seeded requests at temperature 1, once without and once with speculation;
   the second token's frequencies (given the most common first token) against the target's
   own probabilities computed independently by transformers. Speculation must not move them.
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -59,7 +66,11 @@ def forward_cost(model: str, sizes=FORWARD_SIZES, repeats: int = 3,
 
 
 def load_bench(folder: Path = BENCH_DIR) -> dict | None:
-    """The newest JSON in `folder` with "forward_cost" or "results", else None."""
+    """The speculation bench's JSON in `folder` (the newest with "forward_cost"), else None.
+
+    Other benches write "results" too (engine-longtail.json); only the spec bench measures
+    the forward cost, so that field tells its files apart. (A file's mtime is the checkout
+    time in a fresh clone: it only breaks ties.)"""
     if not folder.is_dir():
         return None
     for path in sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True):
@@ -67,9 +78,34 @@ def load_bench(folder: Path = BENCH_DIR) -> dict | None:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if isinstance(data, dict) and (data.get("forward_cost") or data.get("results")):
+        if isinstance(data, dict) and data.get("forward_cost"):
             return {**data, "_file": path.name}
     return None
+
+
+def bench_command(bench: dict) -> str:
+    """The command line that wrote `bench`, rebuilt from the arguments it records."""
+    parts = ["python -m benchmarks.spec_bench"]  # the module whose arguments spec.json keeps
+    for name, value in (bench.get("args") or {}).items():
+        if value is None or value is False or value == 0 and name == "threads":
+            continue
+        flag = "--" + name.replace("_", "-")
+        parts.append(flag if value is True else f"{flag} {value}")
+    return " ".join(parts)
+
+
+def recorded_date(bench: dict, folder: Path = BENCH_DIR) -> str | None:
+    """When `bench` was recorded: its own "date" field, else the day git last committed the
+    file, else None."""
+    date = bench.get("date") or (bench.get("machine") or {}).get("date")
+    if date:
+        return str(date)
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%cs", "--", bench["_file"]],
+                             cwd=folder, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
 
 
 def speedup_rows(results: list) -> list[dict]:
@@ -92,6 +128,45 @@ def speedup_rows(results: list) -> list[dict]:
         label = f"{method} · {r['workload']}" if r.get("workload") else str(method)
         rows.append({"concurrency": conc, "speedup": speed, "method": label})
     return rows
+
+
+SIDE_BY_SIDE_REQUESTS = 3
+SIDE_BY_SIDE_TOKENS = 24
+
+
+def greedy_side_by_side(model: str, method: str, k: int, n: int | None = None,
+                        max_tokens: int | None = None, progress: Progress = _noop) -> dict:
+    """Greedy decoding of `n` grounded requests, speculation off then on, both in fp32.
+
+    Each step runs the target once over every running request, so a request's target passes
+    are the steps that emitted tokens for it (its prompt's pass emits the first token).
+    Returns per request both texts, whether the token ids are identical, and the passes.
+    """
+    from benchmarks.workloads import get_workload
+
+    n, max_tokens = n or SIDE_BY_SIDE_REQUESTS, max_tokens or SIDE_BY_SIDE_TOKENS
+    items = get_workload("grounded", n)
+    runs = {}
+    for i, spec in enumerate((None, SpecConfig(method=method, num_speculative_tokens=k))):
+        eng = LLMEngine(EngineConfig(model=model, dtype="float32", spec=spec, max_num_seqs=n,
+                                     max_model_len=512))
+        params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+        rids = [eng.add_request(it.prompt, params) for it in items]
+        passes = dict.fromkeys(rids, 0)  # steps that emitted tokens for the request
+        while eng.has_unfinished():
+            for e in eng.step().emitted:
+                passes[e.request_id] += bool(e.token_ids)
+            done = sum(len(eng.requests[r].output_token_ids) for r in rids) / (n * max_tokens)
+            progress(0.5 * i + 0.5 * done, "on" if spec else "off")
+        runs["on" if spec else "off"] = [(passes[r], eng.output(r)) for r in rids]
+    rows = [{"name": it.name, "text_off": a.text, "text_on": b.text,
+             "identical": a.token_ids == b.token_ids, "tokens": len(b.token_ids),
+             "passes_off": pa, "passes_on": pb}
+            for it, (pa, a), (pb, b) in zip(items, runs["off"], runs["on"])]
+    return {"method": method, "k": k, "rows": rows,
+            "passes_off": sum(r["passes_off"] for r in rows),
+            "passes_on": sum(r["passes_on"] for r in rows),
+            "tokens": sum(r["tokens"] for r in rows)}
 
 
 def _sample_pairs(model: str, spec: SpecConfig | None, ids: list[int], n: int,

@@ -24,6 +24,7 @@ from engine import EngineConfig, LLMEngine, SamplingParams, SpecConfig
 # The models a browser may pick: server-side configuration only (never a path from a browser).
 MODELS = tuple(m for m in os.environ.get("SERVELAB_APP_MODELS", "smollm2-135m").split(",") if m)
 NUM_REQUESTS = 12  # requests in the classroom workload
+MAX_REQUESTS = 48  # the sidebar's request-count control goes up to this
 MAX_TOKENS = 48  # answers are capped so one run finishes in a minute on a 2-core CPU
 MIN_MODEL_LEN = 256  # the context every request may reach (what a contiguous layout reserves)
 MAX_BATCHED_TOKENS = 256  # token budget of one step: bounds the slowest (prefill) step
@@ -46,6 +47,7 @@ class Settings:
     block_size: int = 16
     prefix_caching: bool = True  # share full prompt blocks (paged only)
     workload: str = "longtail"
+    num_requests: int = NUM_REQUESTS  # requests of the workload, all arriving at step 0
     temperature: float = 0.0
     model: str = MODELS[0]
 
@@ -150,7 +152,8 @@ class Session:
 
     # --- the workload ------------------------------------------------------------------------
     def jobs(self, settings: Settings | None = None) -> list[Job]:
-        return preset_jobs((settings or self.settings).workload) + list(self.custom)
+        settings = settings or self.settings
+        return preset_jobs(settings.workload, settings.num_requests) + list(self.custom)
 
     def max_model_len(self, settings: Settings) -> int:
         from engine.engine import resolve_device, resolve_dtype
@@ -158,7 +161,7 @@ class Session:
 
         dtype = resolve_dtype("auto", resolve_device("auto"))
         tok = load_model(settings.model, dtype).tokenizer
-        return model_len_for(preset_jobs(settings.workload),
+        return model_len_for(preset_jobs(settings.workload, settings.num_requests),
                              lambda p: tok.encode(p, add_special_tokens=False))
 
     # --- runs --------------------------------------------------------------------------------

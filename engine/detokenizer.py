@@ -4,7 +4,7 @@ Decoding a request's whole output again after every token costs time in proporti
 length, for every request, every step. Instead each request keeps a `Detokenizer` that
 decodes only a short window: the tokens since the last complete piece of text, with the
 piece before them as context (the incremental scheme of Hugging Face's text-generation-
-inference and vLLM). A byte-level tokenizer splits a Chinese character or an emoji over
+inference and vLLM), one decode() call per token. A byte-level tokenizer splits a Chinese character or an emoji over
 several tokens; while the window ends inside such a character its decoding ends in U+FFFD,
 and the text waits for the next token, so no half character is ever shown.
 
@@ -27,6 +27,7 @@ class Detokenizer:
         self.token_ids: list[int] = []
         self.prefix_offset = 0  # window start: context for the tokens being decoded
         self.read_offset = 0  # tokens before this are in `text`
+        self.prefix_text = ""  # the window's context tokens decoded: token_ids[prefix:read]
         self.text = ""  # decoded output so far, complete characters only
         self.stop_at: int | None = None  # where in `text` the first stop string begins
         self.sent = 0  # characters of visible text handed out by `take`
@@ -37,13 +38,16 @@ class Detokenizer:
     def add(self, token_id: int) -> bool:
         """Append one token; True if the text now holds a complete stop string."""
         self.token_ids.append(token_id)
-        before = self._decode(self.token_ids[self.prefix_offset:self.read_offset])
         window = self._decode(self.token_ids[self.prefix_offset:])
+        before = self.prefix_text
         if len(window) <= len(before) or window.endswith(REPLACEMENT):
             return False  # inside a multi-byte character: wait for the rest of it
         old_len = len(self.text)
-        self.text += window[len(before):]
+        new_text = window[len(before):]
+        self.text += new_text
+        # the new window starts after the tokens decoded before: its context is this text
         self.prefix_offset, self.read_offset = self.read_offset, len(self.token_ids)
+        self.prefix_text = new_text
         if self.stop and self.stop_at is None:
             # only a stop string ending in the new text can be new
             start = max(0, old_len - max(len(s) for s in self.stop) + 1)

@@ -27,7 +27,7 @@ from engine.model.loader import Progress, load_model
 from engine.report import Emitted, KVSummary, StepReport, build_report, kv_summary
 from engine.request import Request
 from engine.runner import ForwardResult, ModelRunner
-from engine.sampler import sample
+from engine.sampler import sample_rows
 from engine.scheduler import Scheduler
 from engine.spec.rejection import SpecDecision
 
@@ -224,6 +224,14 @@ class LLMEngine:
         if self.spec_decoder is not None:
             self.spec_decoder.release(req)
 
+    def forget(self, rid: str) -> None:
+        """Drop a finished (or aborted) request's record; a server calls this once the client
+        has its answer, so memory stays flat however many requests it serves."""
+        req = self.requests.get(rid)
+        if req is not None and not req.is_finished:
+            raise ValueError(f"request {rid!r} is still running; abort it first")
+        self.requests.pop(rid, None)
+
     # --- one step ---------------------------------------------------------------------------
     def step(self) -> StepReport:
         """One iteration: draft (if speculating), schedule, run the model once, sample or
@@ -263,15 +271,20 @@ class LLMEngine:
 
     def _sample(self, fwd: ForwardResult) -> tuple[dict[str, list[int]], list[SpecDecision]]:
         """Logits -> each request's new tokens: one sample, or a verified draft."""
-        sampled, records = {}, []
+        sampled, records, plain = {}, [], []
         for rid, (first, n) in fwd.rows.items():
             req = self.requests[rid]
-            logits = fwd.logits[first:first + n]
             if req.spec_token_ids:
-                sampled[rid], record = self.spec_decoder.verify(req, logits)
+                sampled[rid], record = self.spec_decoder.verify(req, fwd.logits[first:first + n])
                 records.append(record)
             else:
-                sampled[rid] = [sample(logits[-1], req.sampling, req.generator)]
+                plain.append((req, first + n - 1))  # sampled from its last row
+        if plain:
+            rows = fwd.logits[[row for _, row in plain]]  # [len(plain), vocab]
+            tokens = sample_rows(rows, [r.sampling for r, _ in plain],
+                                 [r.generator for r, _ in plain])
+            for (req, _), tok in zip(plain, tokens):
+                sampled[req.request_id] = [tok]
         return sampled, records
 
     def kv_summary(self) -> KVSummary:

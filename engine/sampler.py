@@ -49,3 +49,19 @@ def sample(logits: torch.Tensor, params: SamplingParams,
         return argmax(logits)
     probs = probabilities(logits, params)
     return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def sample_rows(logits: torch.Tensor, params: list[SamplingParams],
+                generators: list[torch.Generator | None]) -> list[int]:
+    """One token per row of logits [rows, vocab]: the greedy rows by one argmax call for all
+    of them (the first maximum, as `argmax` per row), the others one by one."""
+    tokens: list[int | None] = [None] * len(params)
+    greedy = [i for i, p in enumerate(params) if p.greedy]
+    if greedy:
+        picked = logits if len(greedy) == len(params) else logits[greedy]
+        for i, tok in zip(greedy, picked.argmax(dim=-1).tolist()):
+            tokens[i] = tok
+    for i, p in enumerate(params):
+        if not p.greedy:
+            tokens[i] = sample(logits[i], p, generators[i])
+    return tokens

@@ -27,6 +27,7 @@ from app.lessons import (  # noqa: E402
     parse_quiz,
     search_terms,
 )
+from app.pagelist import PAGE_TABLE  # noqa: E402
 
 CHAPTER = pathlib.Path("/work/shared/reference/chapter-6.4-zh.txt")
 CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]+")
@@ -41,17 +42,9 @@ def quiz_data() -> dict:
 
 
 def test_pages_and_switches_are_the_apps():
-    assert PAGES == (
-        "home",
-        "batching",
-        "paging",
-        "speculation",
-        "dashboard",
-        "beyond",
-        "quiz",
-        "glossary",
-    )
-    assert set(LESSON_PAGES) == set(PAGES) - {"quiz", "glossary"}
+    assert PAGES == tuple(p.slug for p in PAGE_TABLE)
+    assert {"home", "batching", "paging", "speculation", "dashboard", "quiz"} <= set(PAGES)
+    assert LESSON_PAGES == tuple(p.slug for p in PAGE_TABLE if p.lesson)
     assert SWITCHES == {
         "batching": ["static", "continuous"],
         "kv_layout": ["contiguous", "paged"],
@@ -131,6 +124,8 @@ def test_chinese_text_does_not_copy_the_chapter():
     ours = {f"zh/{s}.md": (LESSONS_DIR / "zh" / f"{s}.md").read_text() for s in LESSON_PAGES}
     ours["quiz.json"] = (LESSONS_DIR / "quiz.json").read_text(encoding="utf-8")
     ours["glossary.json"] = (LESSONS_DIR / "glossary.json").read_text(encoding="utf-8")
+    ours["notes/zh.md"] = (LESSONS_DIR / "notes" / "zh.md").read_text(encoding="utf-8")
+    ours["app/classplan.py"] = (ROOT / "app" / "classplan.py").read_text(encoding="utf-8")
     for name, text in ours.items():
         copied = _shared_runs(text, grams, MAX_SHARED_RUN)
         assert not copied, f"{name} copies the chapter: {copied[:3]}"
@@ -176,6 +171,85 @@ def test_chapter_questions_ask_what_the_chapter_asks():
         assert all(w in text for w in words), f"{qid}: {text}"
     assert "min(1, p_target/p_draft)" in quiz.by_id("ch4").explanation.en
     assert "compute-bound" in quiz.by_id("ch5").choices[quiz.by_id("ch5").answer].en
+
+
+def _choices_without_why(quiz) -> list[str]:
+    """Wrong choices with no why, and right answers with one, as 'qid choice i' strings."""
+    return [
+        f"{q.id} choice {i}"
+        for q in quiz.questions
+        for i in range(len(q.choices))
+        if (q.why(i) is None) != (i == q.answer)
+    ]
+
+
+def _right_is_longest(quiz, lang: str) -> list[str]:
+    """Ids of the questions whose right answer is at least as long as every wrong one."""
+    return [
+        q.id
+        for q in quiz.questions
+        if len(q.choices[q.answer].get(lang))
+        >= max(len(c.get(lang)) for i, c in enumerate(q.choices) if i != q.answer)
+    ]
+
+
+def test_every_wrong_choice_explains_its_misconception():
+    """Issue 18, the class 5: every wrong choice of every question says, in both languages,
+    why it is wrong; the right answer needs none (the explanation covers it)."""
+    quiz = load_quiz()
+    assert not _choices_without_why(quiz)
+    for q in quiz.questions:
+        for i in range(len(q.choices)):
+            if i != q.answer:
+                for lang in LANGS:
+                    assert q.why(i).get(lang).strip(), f"{q.id} choice {i}: empty {lang} why"
+                    assert q.why(i).get(lang) != q.explanation.get(lang), f"{q.id} choice {i}"
+
+
+def test_exactly_one_choice_is_correct_in_the_file():
+    for q in quiz_data()["questions"]:
+        flags = [c.get("correct", False) for c in q["choices"]]
+        assert flags.count(True) == 1 and all(f in (True, False) for f in flags), q["id"]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_right_answer_is_not_told_by_its_length(lang):
+    """Counting characters, the right answer is the longest choice in at most a third of the
+    questions (ties count as longest), so a student cannot pass by picking the longest."""
+    quiz = load_quiz()
+    longest = _right_is_longest(quiz, lang)
+    limit = len(quiz.questions) // 3
+    assert len(longest) <= limit, f"{lang}: right answer longest in {longest} (limit {limit})"
+
+
+def test_the_length_and_why_checks_can_fail():
+    data = quiz_data()
+    for q in data["questions"]:
+        right = next(c for c in q["choices"] if c.get("correct"))
+        right.update(zh=right["zh"] + "甲" * 60, en=right["en"] + " a" * 60)
+    last = data["questions"][-1]
+    wrong = next(i for i, c in enumerate(last["choices"]) if "why" in c)
+    last["choices"][wrong].pop("why")
+    broken = parse_quiz(data)
+    for lang in LANGS:
+        assert len(_right_is_longest(broken, lang)) == len(broken.questions)
+    assert _choices_without_why(broken) == [f"{last['id']} choice {wrong}"]
+
+
+def test_the_quiz_uses_the_apps_chinese_terms():
+    """One word per idea, as the chapter and the UI: 显存 not 'KV 内存', 验证 not 校验."""
+    text = (LESSONS_DIR / "quiz.json").read_text(encoding="utf-8")
+    for wrong in ("KV 内存", "校验", "推测解码", "分页注意力机制"):
+        assert wrong not in text, f"quiz.json says {wrong}"
+
+
+def test_a_why_on_the_right_answer_is_refused():
+    data = quiz_data()
+    q = data["questions"][0]
+    right = next(c for c in q["choices"] if c.get("correct"))
+    right["why"] = {"zh": "甲", "en": "a"}
+    with pytest.raises(ValueError, match="only a wrong choice says why"):
+        parse_quiz(data)
 
 
 def test_answers_are_not_all_in_one_position():

@@ -30,7 +30,8 @@ def answer(at: AppTest, qid: str, choice: int) -> AppTest:
 
 
 def scores(at: AppTest) -> list[str]:
-    return [m.value for m in at.metric]
+    """The chapter and extra scores (the first two metrics; then the pre/post attempts)."""
+    return [m.value for m in at.metric][:2]
 
 
 def test_quiz_starts_at_zero():
@@ -52,9 +53,11 @@ def test_all_five_chapter_answers_right_shows_5_of_5():
 def test_a_wrong_answer_shows_the_explanation_and_demo_link_and_can_be_retried():
     at = run(QUIZ)
     q = load_quiz().by_id("ch4")
-    at = answer(at, q.id, (q.answer + 1) % 4)
+    wrong = (q.answer + 1) % 4
+    at = answer(at, q.id, wrong)
     assert scores(at)[0] == "0 / 5"
-    assert any(q.explanation.zh[:30] in e.value for e in at.error)
+    assert any(q.why(wrong).zh[:30] in e.value for e in at.error), "why this choice is wrong"
+    assert any(q.explanation.zh[:30] in i.value for i in at.info)
     assert any(q.demo.url in m.value for m in at.markdown), "the demo link is missing"
     at.button(key=f"quiz_{q.id}_retry").click()
     at = at.run()
@@ -123,3 +126,41 @@ def test_language_defaults_to_chinese_without_a_choice():
     at = run(QUIZ, lang=None)
     assert not at.exception
     assert at.session_state["lang"] == "zh"
+
+
+def test_each_wrong_choice_explains_its_own_misconception():
+    q = load_quiz().by_id("ch2")
+    shown = set()
+    for wrong in (i for i in range(4) if i != q.answer):
+        at = answer(run(QUIZ, "en"), q.id, wrong)
+        errors = " ".join(e.value for e in at.error)
+        assert q.why(wrong).en in errors
+        shown.add(errors)
+    assert len(shown) == 3, "each wrong choice gets its own feedback"
+
+
+def test_every_question_shows_the_why_of_a_wrong_choice():
+    """Answer every question wrongly (a different wrong choice each time): each one shows the
+    misconception behind the chosen option, not only the general explanation."""
+    quiz = load_quiz()
+    at = run(QUIZ, "en")
+    for n, q in enumerate(quiz.questions):
+        wrong = [i for i in range(4) if i != q.answer][n % 3]
+        at = answer(at, q.id, wrong)
+        assert not at.exception
+        errors = " ".join(e.value for e in at.error)
+        assert q.why(wrong).en in errors, f"{q.id}: the why of choice {wrong} is not shown"
+
+
+def test_pre_and_post_class_attempts_are_compared():
+    at = run(QUIZ, "en")
+    at.button(key="quiz_save_pre").click().run()
+    quiz = load_quiz()
+    for q in quiz.chapter:
+        at = answer(at, q.id, q.answer)
+    at.button(key="quiz_save_post").click().run()
+    m = {x.label: x for x in at.metric}
+    total = len(quiz.questions)
+    assert m["Before class"].value == f"0 / {total}"
+    assert m["After class (vs before)"].value == f"5 / {total}"
+    assert m["After class (vs before)"].delta == "5"

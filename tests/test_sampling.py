@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.sampler import argmax, probabilities
+from engine.sampler import argmax, probabilities, sample, sample_rows
 
 pytestmark = pytest.mark.slow
 
@@ -45,3 +45,19 @@ def test_fast_argmax_agrees_with_torch_including_ties():
     view = torch.randn(4, 64, generator=g)[2]  # a row of a batch, as the engine passes it
     assert argmax(view) == int(view.argmax())
     assert argmax(torch.tensor([1.0, 3.0, 3.0], dtype=torch.bfloat16)) == 1
+
+
+def test_sample_rows_matches_sampling_each_row_alone():
+    """Greedy rows share one argmax call; the result is what each row alone gives, ties
+    included, and sampled rows draw from their own generators as before."""
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(6, 49152, generator=g)
+    logits[1, [7, 9000]] = 50.0  # a tie: the first maximum wins
+    params = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.0),
+              SamplingParams(temperature=0.8, seed=3), SamplingParams(temperature=0.0),
+              SamplingParams(temperature=1.0, top_k=5, seed=4), SamplingParams(temperature=0.0)]
+    gens = [torch.Generator().manual_seed(i) for i in range(6)]
+    alone_gens = [torch.Generator().manual_seed(i) for i in range(6)]
+    alone = [sample(logits[i], p, alone_gens[i]) for i, p in enumerate(params)]
+    assert sample_rows(logits, params, gens) == alone
+    assert alone[1] == 7

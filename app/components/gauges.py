@@ -1,11 +1,17 @@
-"""The six gauges (tokens/s, TTFT, TPOT, seats busy, KV used, acceptance) and their history.
+"""The dashboard's gauges (tokens/s, TTFT, TPOT, ITL, seats busy, KV used, acceptance, tokens
+per target pass) and their history.
 
 Pure functions of a run's StepReport dicts. Latencies are measured on the engine's clock:
 the sum of the measured step times, so the pauses while a teacher talks between two clicks
 do not count. A request arrives at the clock reading before the first step that lists it
 (the whole workload at 0, a custom prompt when it was typed in); its first token comes at
 the end of the step that emitted it. TTFT = first token - arrival; TPOT = (last token -
-first token) / (tokens - 1), as in engine/metrics.py.
+first token) / (tokens - 1), as in engine/metrics.py. ITL, the inter-token latency, is the
+gap between two consecutive deliveries of a request's tokens, one sample per delivery, as
+streaming benchmarks measure it (vLLM's `bench serve`). Without speculation every step
+delivers one token and the two agree; speculation delivers tokens in bursts, so TPOT falls
+(more tokens over the same time) while ITL stays about one step: the user sees the text
+arrive in bigger jumps, not every jump sooner.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ import pandas as pd
 
 from app.i18n import t
 
-GAUGES = ("tokens_per_s", "ttft", "tpot", "seats_busy", "kv_used", "acceptance")
+GAUGES = ("tokens_per_s", "ttft", "tpot", "itl", "seats_busy", "kv_used", "acceptance",
+          "tokens_per_pass")
 
 
 def _rids_in(rep: dict):
@@ -33,7 +40,7 @@ def _median(values: list[float]) -> float | None:
 
 
 def history_frame(history: list[dict]) -> pd.DataFrame:
-    """Per step: the six gauge values (None where not defined yet), and the clock."""
+    """Per step: the gauge values (None where not defined yet), and the clock."""
     clock = 0.0
     arrival: dict[str, float] = {}
     first: dict[str, float] = {}
@@ -41,7 +48,8 @@ def history_frame(history: list[dict]) -> pd.DataFrame:
     count: dict[str, int] = {}
     ttfts: list[float] = []
     tpots: list[float] = []
-    drafted = accepted = 0
+    itls: list[float] = []
+    drafted = accepted = verifies = 0
     rows = []
     for rep in history:
         for rid in _rids_in(rep):
@@ -54,6 +62,8 @@ def history_frame(history: list[dict]) -> pd.DataFrame:
             if rid not in first:
                 first[rid] = clock
                 ttfts.append(clock - arrival[rid])
+            else:
+                itls.append(clock - last[rid])
             last[rid] = clock
             count[rid] = count.get(rid, 0) + n
         for rid in rep["finished"]:
@@ -62,19 +72,23 @@ def history_frame(history: list[dict]) -> pd.DataFrame:
         for rec in rep.get("spec", []):
             drafted += len(rec["drafted"])
             accepted += rec["num_accepted"]
+            verifies += 1
         m = rep.get("metrics", {})
         seats = len(rep["seats"]) or 1
         busy = sum(1 for s in rep["seats"] if s["state"] in ("running", "prefill"))
-        ttft, tpot = _median(ttfts), _median(tpots)
+        ttft, tpot, itl = _median(ttfts), _median(tpots), _median(itls)
         rows.append({
             "step": rep["step"], "clock_s": clock,
             "tokens_per_s": m.get("tokens_per_s"),
             "ttft": None if ttft is None else ttft * 1000,
             "tpot": None if tpot is None else tpot * 1000,
+            "itl": None if itl is None else itl * 1000,
             "seats_busy": busy / seats,
             "kv_used": rep["kv"]["used_slots"] / rep["kv"]["total_slots"],
             "kv_allocated": rep["kv"]["allocated_slots"] / rep["kv"]["total_slots"],
             "acceptance": accepted / drafted if drafted else None,
+            # Every verification emits its accepted drafts and the target's own token.
+            "tokens_per_pass": (accepted + verifies) / verifies if verifies else None,
         })
     return pd.DataFrame(rows, columns=["step", "clock_s", *GAUGES, "kv_allocated"])
 
@@ -84,13 +98,15 @@ def _fmt(key: str, value) -> str:
         return "—"
     if key == "tokens_per_s":
         return f"{value:.1f}"
-    if key in ("ttft", "tpot"):
+    if key in ("ttft", "tpot", "itl"):
         return f"{value:.0f} ms"
+    if key == "tokens_per_pass":
+        return f"{value:.2f}"
     return f"{100 * value:.0f}%"
 
 
 def gauge_values(history: list[dict]) -> list[dict]:
-    """The six gauges now: key, translated label, formatted value, raw value, help text."""
+    """The gauges now: key, translated label, formatted value, raw value, help text."""
     if not history:
         return [{"key": k, "label": t(f"gauge.{k}"), "value": "—", "raw": None,
                  "help": t(f"gauge.{k}.help")} for k in GAUGES]

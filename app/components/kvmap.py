@@ -112,6 +112,13 @@ def page_table(kv: dict, request_id: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def waits_on_fragmentation(report: dict) -> bool:
+    """The head of the queue waits because no free run fits its contiguous reservation,
+    though the free total would (the engine's blocked_reason says "external fragmentation")."""
+    reason = report.get("blocked_reason") or ""
+    return bool(report.get("waiting")) and reason.startswith("external fragmentation")
+
+
 def kv_stats(kv: dict) -> dict:
     """The totals the paging page prints, in slots (tokens) and fractions."""
     bs = kv["block_size"]

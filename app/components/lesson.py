@@ -13,6 +13,7 @@ from streamlit.errors import StreamlitAPIException
 
 from app.i18n import get_lang, switch_label, t
 from app.lessons import DemoLink, lesson_try_it, load_lesson
+from app.pagelist import page_info
 
 
 def describe_switches(switches: dict[str, str]) -> str:
@@ -23,7 +24,7 @@ def describe_switches(switches: dict[str, str]) -> str:
 def demo_link(label: str, link: DemoLink, key: str | None = None) -> None:
     """A link that opens `link.page` with `link.switches` set."""
     try:
-        st.page_link(f"pages/{link.page}.py", label=label, query_params=link.switches, icon="▶️")
+        st.page_link(page_info(link.page).file, label=label, query_params=link.switches, icon="▶️")
     except StreamlitAPIException:
         st.markdown(f"▶️ [{label}]({link.url})")
 

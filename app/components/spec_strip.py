@@ -5,6 +5,19 @@ tokens drafted after that rejection, thrown away unexamined. Blue: the token the
 itself emitted after the draft (the correction that replaces a rejected token, or the
 bonus when every drafted token was accepted). Pure functions of StepReport dicts; model
 text is shown with visible whitespace and always through `html.escape`.
+
+Byte tokens: a byte-level tokenizer splits a Chinese character (3 UTF-8 bytes) over two or
+three tokens, and each part alone decodes to the replacement glyph. Given each token's bytes
+(`token_bytes`, from the tokenizer), a strip shows such a token as its bytes, e.g. ⟨e7·8c⟩,
+and the token that completes the character adds it: ⟨ab⟩=猫.
+
+Two acceptance numbers (chapter 6.4's formula needs the second):
+- the acceptance rate, accepted / drafted: every drafted token counts, also those thrown away
+  unexamined after a rejection;
+- a, the chance that a drafted token is accepted given that the ones before it were:
+  accepted / examined (a token is examined when all before it were accepted). The expected
+  tokens per target pass with n drafted is (1 - a^(n+1)) / (1 - a), which `spec_summary`
+  averages over the passes and sets beside the measured tokens per pass.
 """
 
 from __future__ import annotations
@@ -55,28 +68,107 @@ def spec_requests(history: list[dict]) -> list[str]:
     return list(seen)
 
 
+def piece_bytes(piece: str) -> bytes | None:
+    """The bytes of one tokenizer piece (`convert_ids_to_tokens`): byte-level BPE (GPT-2,
+    SmolLM2, Qwen: each byte drawn as one printable character) or SentencePiece's byte
+    fallback ("<0xE7>"). None when the piece is neither."""
+    if piece.startswith("<0x") and piece.endswith(">") and len(piece) == 6:
+        return bytes([int(piece[3:5], 16)])
+    decoder = _byte_decoder()
+    if all(ch in decoder for ch in piece):
+        return bytes(decoder[ch] for ch in piece)
+    return None
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte -> printable character table, inverted (its `bytes_to_unicode`)."""
+    if not _BYTE_DECODER:
+        keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                *range(ord("®"), ord("ÿ") + 1)]
+        extra = 0
+        for b in range(256):
+            if b in keep:
+                _BYTE_DECODER[chr(b)] = b
+            else:
+                _BYTE_DECODER[chr(256 + extra)] = b
+                extra += 1
+    return _BYTE_DECODER
+
+
+_BYTE_DECODER: dict[str, int] = {}
+
+
+def token_bytes(tokenizer, token_ids) -> dict[int, bytes]:
+    """token id -> its bytes, for the ids whose piece the tokenizer can give as bytes."""
+    out = {}
+    for tid in set(token_ids):
+        raw = piece_bytes(tokenizer.convert_ids_to_tokens(int(tid)))
+        if raw is not None:
+            out[int(tid)] = raw
+    return out
+
+
+class ByteJoiner:
+    """Labels tokens in reading order: a token that decodes whole keeps its text; one that
+    holds part of a character shows its bytes, and the one that completes it adds the
+    character (the bytes of the incomplete tokens before it are carried along)."""
+
+    def __init__(self, by_id: dict[int, bytes] | None):
+        self.by_id = by_id or {}
+        self.pending = b""
+
+    def label(self, token_id: int, text: str) -> str:
+        raw = self.by_id.get(token_id)
+        if "\ufffd" not in text or raw is None:
+            self.pending = b""
+            return text
+        shown = "⟨" + "·".join(f"{b:02x}" for b in raw) + "⟩"
+        joined = (self.pending + raw).decode("utf-8", errors="replace")
+        if self.pending and "\ufffd" not in joined:
+            self.pending = b""
+            return f"{shown}={joined}"
+        self.pending = self.pending + raw if self.pending else raw
+        return shown
+
+
 def _tok(text: str, kind: str, title: str = "") -> str:
     bg = SPEC_COLORS[kind]
     return (f'<span class="sl-tok" style="background:{bg};color:{text_color(bg)}" '
             f'title="{html.escape(title, quote=True)}">{show_token(text)}</span>')
 
 
-def strip_html(step: int, record: dict) -> str:
-    """One step of one request: the drafted tokens with verdicts, then the target's token."""
+def strip_html(step: int, record: dict, by_id: dict[int, bytes] | None = None) -> str:
+    """One step of one request: the drafted tokens with verdicts, then the target's token.
+
+    `by_id` (token id -> bytes) lets tokens that hold part of a character show their bytes.
+    The tokens the request kept (accepted drafts, then the target's own) are read in order,
+    so a character split over several of them is joined; a rejected or discarded token
+    starts afresh (it is not part of the text)."""
     parts = [f'<span class="sl-step">{html.escape(t("spec.step", n=step))}</span>']
+    kept = ByteJoiner(by_id)
     for i, tok in enumerate(record["drafted"]):
         v = verdict(tok)
-        parts.append(_tok(tok["text"], v, f"#{i + 1} {t('spec.verdict.' + v)}"))
+        text = (kept if v == "accepted" else ByteJoiner(by_id)).label(tok["token_id"],
+                                                                       tok["text"])
+        parts.append(_tok(text, v, f"#{i + 1} {t('spec.verdict.' + v)}"))
     kind = record["next_kind"]
-    parts.append(_tok(record["next_text"], kind if kind in SPEC_COLORS else "correction",
-                      t(f"spec.kind.{kind}")))
+    parts.append(_tok(kept.label(record["next_token_id"], record["next_text"]),
+                      kind if kind in SPEC_COLORS else "correction", t(f"spec.kind.{kind}")))
     parts.append(f'<span class="sl-kind">{html.escape(t(f"spec.kind.{kind}"))}</span>')
     return f'<div class="sl-strip">{"".join(parts)}</div>'
 
 
-def strips_html(history: list[dict], request_id: str, last: int = 20) -> str:
+def strip_token_ids(history: list[dict], request_id: str) -> list[int]:
+    """Every token id the strips of `request_id` show (to look their bytes up)."""
+    return [tid for _, rec in records_for(history, request_id)
+            for tid in [*(d["token_id"] for d in rec["drafted"]), rec["next_token_id"]]]
+
+
+def strips_html(history: list[dict], request_id: str, last: int = 20,
+                by_id: dict[int, bytes] | None = None) -> str:
     """The last `last` verified steps of one request, newest at the bottom."""
-    rows = [strip_html(step, rec) for step, rec in records_for(history, request_id)[-last:]]
+    rows = [strip_html(step, rec, by_id)
+            for step, rec in records_for(history, request_id)[-last:]]
     if not rows:
         return CSS + f"<div>{html.escape(t('spec.no_drafts'))}</div>"
     return CSS + "".join(rows)
@@ -119,20 +211,41 @@ def accept_math(tok: dict) -> dict:
             "engine_accept_prob": tok.get("accept_prob")}
 
 
+def expected_tokens_per_pass(a: float, k: int) -> float:
+    """The chapter's formula: 1 + a + a^2 + ... + a^k = (1 - a^(k+1)) / (1 - a) tokens per
+    target pass, when each of k drafted tokens is accepted with probability a given that the
+    ones before it were (the sum's form also holds at a = 1)."""
+    if not 0.0 <= a <= 1.0 or k < 0:
+        raise ValueError(f"a must be in [0, 1] and k >= 0; got a={a}, k={k}")
+    return sum(a**i for i in range(k + 1))
+
+
 def spec_summary(history: list[dict]) -> dict:
-    """Totals over every verified draft: acceptance rate, mean accepted length, tokens per pass."""
-    drafted = accepted = verifies = emitted = 0
+    """Totals over every verified draft: both acceptance numbers (see the module docstring),
+    mean accepted length, measured tokens per pass and the formula's prediction of it."""
+    drafted = accepted = examined = verifies = emitted = 0
+    lengths: list[int] = []
     for rep in history:
         for rec in rep.get("spec", []):
             verifies += 1
             drafted += len(rec["drafted"])
             accepted += rec["num_accepted"]
+            # Examined: the accepted ones and the first rejected one, if any.
+            examined += min(len(rec["drafted"]), rec["num_accepted"] + 1)
             emitted += rec["num_accepted"] + 1
+            lengths.append(len(rec["drafted"]))
+    a = accepted / examined if examined else None
+    predicted = (sum(expected_tokens_per_pass(a, n) for n in lengths) / len(lengths)
+                 if a is not None else None)
     return {
         "verifies": verifies,
         "drafted": drafted,
         "accepted": accepted,
+        "examined": examined,
         "acceptance_rate": accepted / drafted if drafted else None,
+        "a": a,
+        "mean_drafted": drafted / verifies if verifies else None,
         "mean_accepted": accepted / verifies if verifies else None,
         "tokens_per_pass": emitted / verifies if verifies else None,
+        "predicted_tokens_per_pass": predicted,
     }

@@ -13,5 +13,6 @@ from app.components.lesson import render_lesson  # noqa: E402
 from app.i18n import language_selector, t  # noqa: E402
 
 language_selector()
+st.caption(t("plan.scale"))
 render_lesson("beyond")
 st.caption(t("lesson.live_only_here"))

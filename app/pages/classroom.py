@@ -57,7 +57,7 @@ from app.components.kvmap import kv_grid_html, legend_html  # noqa: E402
 from app.components.seats import seats_html  # noqa: E402
 from app.components.spec_strip import CSS as SPEC_CSS  # noqa: E402
 from app.components.spec_strip import strip_html  # noqa: E402
-from app.i18n import switch_label  # noqa: E402
+from app.i18n import switch_label, t  # noqa: E402
 
 
 class ClassRoom:
@@ -271,7 +271,7 @@ def live(room: ClassRoom, show_questions: bool) -> None:
 
 
 def main() -> None:
-    from app.shell import ensure_shell
+    from app.nav import ensure_shell
 
     ensure_shell()
     room = classroom()
@@ -279,6 +279,7 @@ def main() -> None:
     st.caption("Each student asks from a phone; the projector shows their requests queue at "
                "the door, take a seat, grow their page tables and leave. Then add a thousand "
                "simulated users and flip the switches.")
+    st.caption(t("plan.scale"))
     left, right = st.columns([3, 2], gap="large")
     with left:
         controls(room)

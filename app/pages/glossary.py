@@ -30,6 +30,7 @@ def main() -> None:
     terms = load_glossary()
 
     st.title(t("page.glossary"))
+    st.caption(t("plan.scale"))
     st.caption(t("glossary.intro"))
     query = st.text_input(
         t("glossary.search"), key="glossary_search", placeholder=t("glossary.search_help")

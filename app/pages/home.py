@@ -16,13 +16,12 @@ from app.components.charts import race_chart  # noqa: E402
 from app.components.lesson import demo_link  # noqa: E402
 from app.i18n import t  # noqa: E402
 from app.lessons import DemoLink  # noqa: E402
-from app.live import get_session, lesson_panel, request  # noqa: E402
+from app.live import get_session, measured, page_with_lesson  # noqa: E402
+from app.pagelist import LEAK_PAGES, page_info  # noqa: E402
+from app.predict import prediction_box  # noqa: E402
 from app.race import RACE_MAX_TOKENS, RACE_REQUESTS, race  # noqa: E402
-from app.shell import ensure_shell  # noqa: E402
 
-RESULT, PENDING = "race_result", "race_pending"
-LEAKS = (("batching", ":material/directions_subway:"), ("paging", ":material/grid_view:"),
-         ("speculation", ":material/bolt:"))
+RESULT = "race_result"
 
 
 def draw_race() -> None:
@@ -30,15 +29,14 @@ def draw_race() -> None:
     st.subheader(t("home.race"))
     st.caption(t("home.race.what", n=RACE_REQUESTS, cap=RACE_MAX_TOKENS,
                  seats=session.settings.seats))
-    st.button(t("home.race.start"), key="race_start", type="primary", on_click=request,
-              args=(PENDING,))
-    if st.session_state.pop(PENDING, False):
-        bar = st.progress(0.0, text=t("home.race.running"))
-        result = race(session.settings.seats, session.settings.model, RACE_REQUESTS,
-                      RACE_MAX_TOKENS, progress=lambda f, m: bar.progress(min(1.0, f), text=m))
-        bar.empty()
-        st.session_state[RESULT] = result
-    result = st.session_state.get(RESULT)
+    st.caption(t("home.race.differs"))
+    box = st.container()
+    result = measured(RESULT, "race_start", t("home.race.start"),
+                      lambda progress: race(session.settings.seats, session.settings.model,
+                                            RACE_REQUESTS, RACE_MAX_TOKENS, progress=progress),
+                      type="primary")
+    with box:
+        prediction_box("home", [], {"race": result})
     if result is None:
         st.info(t("home.race.not_yet"))
         return
@@ -59,26 +57,20 @@ def draw_race() -> None:
 
 def draw_map() -> None:
     st.subheader(t("home.map"))
-    for col, (slug, icon) in zip(st.columns(3), LEAKS):
+    for col, slug in zip(st.columns(len(LEAK_PAGES)), LEAK_PAGES):
         with col.container(border=True):
-            st.markdown(f"### {icon} {t(f'home.leak.{slug}')}")
+            st.markdown(f"### {page_info(slug).icon} {t(f'home.leak.{slug}')}")
             st.markdown(t(f"home.leak.{slug}.what"))
             st.markdown(f"**{t('home.fix')}:** {t(f'home.leak.{slug}.fix')}")
             st.markdown(f"**{t('home.improves')}:** {t(f'home.leak.{slug}.gain')}")
             demo_link(t(f"page.{slug}"), DemoLink(slug))
 
 
-def main() -> None:
-    ensure_shell()
-    st.title(t("app.title"))
-    live, lesson = st.columns([5, 2], gap="large")
-    with live:
-        st.header(t("home.headline"))
-        st.markdown(t("home.intro"))
-        draw_map()
-        draw_race()
-    with lesson:
-        lesson_panel("home")
+def body() -> None:
+    st.header(t("home.headline"))
+    st.markdown(t("home.intro"))
+    draw_map()
+    draw_race()
 
 
-main()
+page_with_lesson("home", body, title=t("app.title"))

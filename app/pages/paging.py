@@ -13,10 +13,23 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import streamlit as st  # noqa: E402
 
-from app.components.kvmap import kv_grid_html, kv_stats, legend_html, page_table  # noqa: E402
+from app.components.kvmap import (  # noqa: E402
+    kv_grid_html,
+    kv_stats,
+    legend_html,
+    page_table,
+    waits_on_fragmentation,
+)
 from app.components.seats import reason_text  # noqa: E402
 from app.i18n import t  # noqa: E402
-from app.live import compare_row, live_page, runs_for, side_by_side, step_header  # noqa: E402
+from app.live import (  # noqa: E402
+    compare_row,
+    kept_select,
+    live_page,
+    runs_for,
+    side_by_side,
+    step_header,
+)
 from app.state import Run, Session  # noqa: E402
 
 LAYOUTS = ("contiguous", "paged")
@@ -29,11 +42,7 @@ def _pick_request(runs: list[Run]) -> str | None:
         if run.last:
             options += [r for r in run.last["kv"]["block_tables"] if r not in options]
     options.sort(key=lambda r: (len(r), r))
-    if not options:
-        return None
-    if st.session_state.get(SELECTED) not in options:
-        st.session_state[SELECTED] = options[0]
-    return st.selectbox(t("paging.select"), options, key=SELECTED, help=t("paging.select.help"))
+    return kept_select(SELECTED, options, label=t("paging.select"), help=t("paging.select.help"))
 
 
 def draw_run(run: Run, selected: str | None) -> None:
@@ -53,7 +62,10 @@ def draw_run(run: Run, selected: str | None) -> None:
              help=t("paging.largest_run.help"))
     f.metric(t("paging.shared"), s["shared_blocks"], help=t("paging.shared.help"))
     st.html(kv_grid_html(kv, selected))
-    if last.get("blocked_reason") and last["waiting"]:
+    if waits_on_fragmentation(last):
+        st.warning(t("paging.frag_wait", free=s["free"], run=s["largest_free_run"],
+                     reason=last["blocked_reason"]))
+    elif last.get("blocked_reason") and last["waiting"]:
         st.caption(f"{t('seats.blocked')}: {reason_text(last['blocked_reason'])}")
     if selected and selected in kv["block_tables"]:
         st.markdown(f"**{t('paging.page_table', rid=selected)}**")

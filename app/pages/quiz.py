@@ -48,6 +48,28 @@ def score(questions: tuple[Question, ...]) -> int:
     return sum(answers.get(q.id) == q.answer for q in questions)
 
 
+ATTEMPTS = "quiz_attempts"
+
+
+def _save_attempt(name: str, chapter: tuple[Question, ...], extra: tuple[Question, ...]) -> None:
+    st.session_state.setdefault(ATTEMPTS, {})[name] = score(chapter) + score(extra)
+
+
+def attempts(chapter: tuple[Question, ...], extra: tuple[Question, ...]) -> None:
+    """A pre-class and a post-class attempt, saved by the student and compared."""
+    saved = st.session_state.get(ATTEMPTS, {})
+    total = len(chapter) + len(extra)
+    a, b, c, d = st.columns([1, 1, 1, 1], vertical_alignment="bottom")
+    a.button(t("quiz.save_pre"), key="quiz_save_pre", on_click=_save_attempt,
+             args=("pre", chapter, extra))
+    b.button(t("quiz.save_post"), key="quiz_save_post", on_click=_save_attempt,
+             args=("post", chapter, extra))
+    pre, post = saved.get("pre"), saved.get("post")
+    c.metric(t("quiz.pre"), "—" if pre is None else f"{pre} / {total}")
+    delta = None if pre is None or post is None else post - pre
+    d.metric(t("quiz.post"), "—" if post is None else f"{post} / {total}", delta=delta)
+
+
 def draw_question(q: Question, number: int, lang: str) -> None:
     with st.container(border=True):
         st.markdown(f"**{number}. {q.question.get(lang)}**")
@@ -71,8 +93,13 @@ def draw_question(q: Question, number: int, lang: str) -> None:
             note = f" — *{t('quiz.your_answer')}*" if i == chosen else ""
             st.markdown(f"{mark} {choice.get(lang)}{note}")
         verdict = t("quiz.correct") if chosen == q.answer else t("quiz.incorrect")
-        box = st.success if chosen == q.answer else st.error
-        box(f"{verdict} {q.explanation.get(lang)}")
+        why = q.why(chosen)
+        if why is not None:  # the misconception behind this wrong choice, first
+            st.error(f"{verdict} {t('quiz.why_not')} {why.get(lang)}")
+            st.info(q.explanation.get(lang))
+        else:
+            box = st.success if chosen == q.answer else st.error
+            box(f"{verdict} {q.explanation.get(lang)}")
         label = f"{t('quiz.try_demo')} — {t(f'page.{q.demo.page}')}"
         if q.demo.switches:
             label += f": {describe_switches(q.demo.switches)}"
@@ -87,12 +114,14 @@ def main() -> None:
     st.session_state.setdefault(ANSWERS, {})
 
     st.title(t("page.quiz"))
+    st.caption(t("plan.scale"))
     st.caption(t("quiz.intro"))
     left, right, reset = st.columns([2, 2, 1], vertical_alignment="bottom")
     chapter, extra = quiz.chapter, quiz.extra
     left.metric(t("quiz.score_chapter"), f"{score(chapter)} / {len(chapter)}")
     right.metric(t("quiz.score_extra"), f"{score(extra)} / {len(extra)}")
     reset.button(t("quiz.reset_all"), key="quiz_reset_all", on_click=_reset_all)
+    attempts(chapter, extra)
 
     st.subheader(t("quiz.chapter_set"))
     for n, q in enumerate(chapter, start=1):

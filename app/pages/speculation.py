@@ -6,7 +6,8 @@ and min(1, p_target / p_draft); acceptance rate, mean accepted length, tokens pe
 pass and the measured speedup against the same engine without speculation, stepped
 together. When the sidebar's speculation is off the page speculates with n-gram anyway.
 
-Below, measured on demand: the cost of one forward pass over n tokens (or the spec
+Below, measured on demand: the greedy side-by-side (speculation off and on, fp32: the same
+text from fewer target passes), the cost of one forward pass over n tokens (or the spec
 benchmark's numbers from assets/bench/), speedup against concurrency, and the lossless
 check (sampled frequencies with and without speculation against the target's probabilities).
 """
@@ -29,12 +30,29 @@ from app.components.spec_strip import (  # noqa: E402
     records_for,
     spec_requests,
     spec_summary,
+    strip_token_ids,
     strips_html,
+    token_bytes,
     token_label,
 )
 from app.i18n import switch_label, t  # noqa: E402
-from app.live import get_session, live_page, request, runs_for, step_header  # noqa: E402
-from app.spec_lab import forward_cost, load_bench, lossless, speedup_rows  # noqa: E402
+from app.live import (  # noqa: E402
+    get_session,
+    kept_select,
+    live_page,
+    measured,
+    runs_for,
+    step_header,
+)
+from app.spec_lab import (  # noqa: E402
+    bench_command,
+    forward_cost,
+    greedy_side_by_side,
+    load_bench,
+    lossless,
+    recorded_date,
+    speedup_rows,
+)
 from app.state import Run, Session  # noqa: E402
 
 REQ_KEY, TOK_KEY = "spec_request", "spec_token"
@@ -46,21 +64,11 @@ def _fmt(x, pct: bool = False, digits: int = 2) -> str:
     return f"{100 * x:.0f}%" if pct else f"{x:.{digits}f}"
 
 
-def _select(key: str, options: list, default=None, **kw):
-    """A selectbox whose kept value falls back to `default` (else the last option) when the
-    options no longer hold it."""
-    if not options:
-        return None
-    if st.session_state.get(key) not in options:
-        st.session_state[key] = default if default in options else options[-1]
-    return st.selectbox(options=options, key=key, **kw)
-
-
 def draw_token_math(run: Run, rid: str) -> None:
     tokens = drafted_tokens(run.history, rid)
     labels = [token_label(tok) for tok in tokens]  # computed now: format_func must not call t()
-    index = _select(TOK_KEY + "_" + rid, list(range(len(tokens))), label=t("spec.pick_token"),
-                    format_func=labels.__getitem__)
+    index = kept_select(TOK_KEY + "_" + rid, list(range(len(tokens))), len(tokens) - 1,
+                        label=t("spec.pick_token"), format_func=labels.__getitem__)
     if index is None:
         return
     tok = tokens[index]
@@ -88,20 +96,27 @@ def draw(session: Session) -> list[Run]:
     sm, with_spec, without = spec_summary(run.history), summary(run.history), summary(base.history)
     speedup = (with_spec["tokens_per_s"] / without["tokens_per_s"]
                if without["tokens_per_s"] and with_spec["tokens_per_s"] else None)
-    cols = st.columns(4)
+    cols = st.columns(3)
     cols[0].metric(t("gauge.acceptance"), _fmt(sm["acceptance_rate"], pct=True),
                    help=t("gauge.acceptance.help"), border=True)
-    cols[1].metric(t("spec.mean_accepted"), _fmt(sm["mean_accepted"]),
+    cols[1].metric(t("spec.a"), _fmt(sm["a"], pct=True), help=t("spec.a.help"), border=True)
+    cols[2].metric(t("spec.mean_accepted"), _fmt(sm["mean_accepted"]),
                    help=t("spec.mean_accepted.help"), border=True)
-    cols[2].metric(t("spec.tokens_per_pass"), _fmt(sm["tokens_per_pass"]),
+    cols = st.columns(3)
+    cols[0].metric(t("spec.predicted_per_pass"), _fmt(sm["predicted_tokens_per_pass"]),
+                   help=t("spec.predicted_per_pass.help", k=on.k), border=True)
+    cols[1].metric(t("spec.tokens_per_pass"), _fmt(sm["tokens_per_pass"]),
                    help=t("spec.tokens_per_pass.help"), border=True)
-    cols[3].metric(t("spec.speedup_now"), "—" if speedup is None else f"×{speedup:.2f}",
+    cols[2].metric(t("spec.speedup_now"), "—" if speedup is None else f"×{speedup:.2f}",
                    help=t("spec.speedup_now.help", a=with_spec["tokens_per_s"],
                           b=without["tokens_per_s"]), border=True)
+    if sm["a"] is not None:
+        st.caption(t("spec.formula_vs_measured", a=sm["a"], n=sm["mean_drafted"],
+                     pred=sm["predicted_tokens_per_pass"], got=sm["tokens_per_pass"]))
     st.html(legend_html())
     rids = spec_requests(run.history)
     busiest = max(rids, key=lambda r: len(records_for(run.history, r)), default=None)
-    rid = _select(REQ_KEY, rids, busiest, label=t("spec.pick_request"))
+    rid = kept_select(REQ_KEY, rids, busiest, label=t("spec.pick_request"))
     if rid is None:
         st.info(t("spec.no_drafts_yet"))
         return runs
@@ -109,31 +124,35 @@ def draw(session: Session) -> list[Run]:
     st.caption(t("spec.prompt_of", rid=rid, name=run.names.get(rid, "")))
     st.html('<div style="font-size:15px;max-height:7em;overflow:auto;white-space:pre-wrap;'
             f'line-height:1.5;font-family:monospace">{html.escape(prompt[-400:])}</div>')
-    st.html(strips_html(run.history, rid))
+    by_id = token_bytes(run.engine.tokenizer, strip_token_ids(run.history, rid))
+    st.html(strips_html(run.history, rid, by_id=by_id))
     draw_token_math(run, rid)
     return runs
+
+
+def recorded(bench: dict) -> str:
+    """The caption of a chart drawn from a bench file: recorded, not live; command and date."""
+    return t("spec.recorded", file=bench["_file"], cmd=bench_command(bench),
+             date=recorded_date(bench) or t("spec.undated"))
 
 
 def draw_forward_cost(bench: dict | None) -> None:
     st.subheader(t("spec.fwd_header"))
     st.caption(t("spec.fwd_caption"))
     rows = (bench or {}).get("forward_cost")
-    source = t("spec.from_bench", file=bench["_file"]) if rows else None
-    st.button(t("spec.fwd_measure"), key="fwd_measure", on_click=request, args=("fwd_pending",))
-    if st.session_state.pop("fwd_pending", False):
-        bar = st.progress(0.0)
-        st.session_state["fwd_rows"] = forward_cost(
-            get_session().settings.model, progress=lambda f, m: bar.progress(f, text=m))
-        bar.empty()
-    if st.session_state.get("fwd_rows"):
-        rows, source = st.session_state["fwd_rows"], t("spec.measured_now")
+    source = recorded(bench) if rows else None
+    model = get_session().settings.model
+    now = measured("fwd_rows", "fwd_measure", t("spec.fwd_measure"),
+                   lambda progress: forward_cost(model, progress=progress))
+    if now:
+        rows, source = now, t("spec.measured_now")
     if rows:
         st.altair_chart(forward_cost_chart(rows), width="stretch")
         st.caption(source)
     speed = speedup_rows((bench or {}).get("results"))
     if speed:
         st.altair_chart(speedup_chart(speed), width="stretch")
-        st.caption(t("spec.from_bench", file=bench["_file"]))
+        st.caption(recorded(bench))
     else:
         st.caption(t("spec.no_bench"))
 
@@ -144,14 +163,9 @@ def draw_lossless() -> None:
     s = get_session().settings
     method = s.spec if s.spec != "off" else "ngram"
     n = st.select_slider(t("spec.lossless_n"), (100, 200, 400), value=200, key="lossless_n")
-    st.button(t("spec.lossless_run", method=switch_label("spec", method)), key="lossless_run",
-              on_click=request, args=("lossless_pending",))
-    if st.session_state.pop("lossless_pending", False):
-        bar = st.progress(0.0)
-        st.session_state["lossless"] = lossless(s.model, method, s.k, n,
-                                                progress=lambda f, m: bar.progress(f, text=m))
-        bar.empty()
-    res = st.session_state.get("lossless")
+    res = measured("lossless", "lossless_run", t("spec.lossless_run",
+                                                 method=switch_label("spec", method)),
+                   lambda progress: lossless(s.model, method, s.k, n, progress=progress))
     if not res:
         return
     series = {"p_target": t("spec.series.target"), "freq_off": t("spec.series.off"),
@@ -165,7 +179,32 @@ def draw_lossless() -> None:
                  acc=_fmt(res["acceptance_rate"], pct=True)))
 
 
+def draw_side_by_side() -> None:
+    """Greedy, speculation off and on: the same text from fewer target passes (fp32)."""
+    st.subheader(t("spec.sbs_header"))
+    st.caption(t("spec.sbs_caption"))
+    s = get_session().settings
+    method = s.spec if s.spec != "off" else "ngram"
+    res = measured("side_by_side", "sbs_run", t("spec.sbs_run", method=switch_label("spec", method)),
+                   lambda progress: greedy_side_by_side(s.model, method, s.k, progress=progress))
+    if not res:
+        return
+    same = sum(r["identical"] for r in res["rows"])
+    a, b, c = st.columns(3)
+    a.metric(t("spec.sbs_identical"), f"{same} / {len(res['rows'])}", border=True)
+    b.metric(t("spec.sbs_passes"), f"{res['passes_off']} → {res['passes_on']}", border=True)
+    c.metric(t("spec.tokens_per_pass"),
+             f"{res['tokens'] / res['passes_off']:.2f} → {res['tokens'] / res['passes_on']:.2f}",
+             border=True)
+    table = [{t("spec.sbs_request"): r["name"], t("spec.sbs_same"): "✅" if r["identical"] else "❌",
+              t("spec.sbs_passes"): f"{r['passes_off']} → {r['passes_on']}",
+              t("spec.sbs_text"): r["text_on"]} for r in res["rows"]]
+    st.dataframe(table, hide_index=True, width="stretch")
+
+
 def extra() -> None:
+    st.divider()
+    draw_side_by_side()
     st.divider()
     left, right = st.columns(2, gap="large")
     with left:

@@ -202,7 +202,7 @@ class EngineLoop:
             except Exception:  # the engine's state is suspect; the request is dropped
                 log.error("abort of %s failed:\n%s", rid, traceback.format_exc())
             self.tickets.pop(rid)
-            eng.requests.pop(rid, None)
+            eng.requests.pop(rid, None)  # dropped even if its abort failed
         self._aborting.clear()
 
     def _handle(self, cmd: tuple) -> None:
@@ -302,9 +302,10 @@ class EngineLoop:
         finishing: dict[str, Ticket] = {}
         for rid in report.finished:
             t = self.tickets.pop(rid, None)
-            req = eng.requests.pop(rid, None)  # keep the server's memory flat
+            req = eng.requests.get(rid)
             if t is None or req is None:
                 continue
+            eng.forget(rid)  # keep the server's memory flat
             finishing[rid] = t
             d = out.setdefault(rid, Delta())
             d.finish_reason = req.finish_reason
@@ -317,7 +318,7 @@ class EngineLoop:
                 self.metrics.on_finish(finish_reason(req.finish_reason) or "unknown")
         for rid in report.aborted:
             self.tickets.pop(rid, None)
-            eng.requests.pop(rid, None)
+            eng.forget(rid)
             if (entry := self._aborting.pop(rid, None)) is not None:
                 entry["freed_step"] = report.step
         # the gauges first: a client that has its answer reads /metrics of this step

@@ -17,7 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from app.components import charts, gauges, kvmap, palette, seats, spec_strip  # noqa: E402
-from app.spec_lab import load_bench, speedup_rows  # noqa: E402
+from app.spec_lab import bench_command, load_bench, recorded_date, speedup_rows  # noqa: E402
 from app.state import MAX_TOKENS, Settings, model_len_for, preset_jobs  # noqa: E402
 
 REPORTS = json.loads((ROOT / "tests/app/fixtures/reports.json").read_text(encoding="utf-8"))
@@ -146,6 +146,17 @@ def test_kv_stats_are_the_engine_totals():
     assert s["requests"] == len(kv["block_tables"])
 
 
+def test_a_wait_on_external_fragmentation_is_told_apart():
+    rep = run("static_contiguous")[0]
+    rep["waiting"] = ["r9"]
+    rep["blocked_reason"] = "external fragmentation: 12 blocks free, largest run 5, needs 8"
+    assert kvmap.waits_on_fragmentation(rep)
+    rep["blocked_reason"] = "seats"
+    assert not kvmap.waits_on_fragmentation(rep)
+    rep["waiting"], rep["blocked_reason"] = [], "external fragmentation: ..."
+    assert not kvmap.waits_on_fragmentation(rep), "nobody waits"
+
+
 def test_kv_grid_escapes_owner_names():
     rep = with_evil_request(run("static_contiguous")[2])
     out = kvmap.kv_grid_html(rep["kv"], selected=EVIL)
@@ -209,6 +220,43 @@ def test_spec_summary_counts_drafts_and_passes():
     assert spec_strip.spec_summary([])["acceptance_rate"] is None
 
 
+def test_two_acceptance_numbers_and_the_formula():
+    history = run("spec_ngram")
+    s = spec_strip.spec_summary(history)
+    records = [rec for rep in history for rec in rep["spec"]]
+    rejected = sum(rec["num_accepted"] < len(rec["drafted"]) for rec in records)
+    assert s["examined"] == s["accepted"] + rejected
+    assert s["a"] == pytest.approx(s["accepted"] / s["examined"])
+    assert s["acceptance_rate"] < s["a"], "discarded drafts count only in accepted / drafted"
+    assert s["predicted_tokens_per_pass"] == pytest.approx(
+        sum(spec_strip.expected_tokens_per_pass(s["a"], len(r["drafted"])) for r in records)
+        / len(records))
+    assert spec_strip.expected_tokens_per_pass(0.8, 4) == pytest.approx(
+        (1 - 0.8**5) / (1 - 0.8))
+    assert spec_strip.expected_tokens_per_pass(1.0, 4) == 5
+    assert spec_strip.expected_tokens_per_pass(0.0, 4) == 1
+    with pytest.raises(ValueError, match="a must be in"):
+        spec_strip.expected_tokens_per_pass(1.5, 4)
+
+
+def test_byte_tokens_show_their_bytes_joined_to_the_character():
+    encoder = {b: ch for ch, b in spec_strip._byte_decoder().items()}
+    assert len(encoder) == 256
+    raw = "猫".encode()  # e7 8c ab
+    pieces = ["".join(encoder[b] for b in raw[:2]), encoder[raw[2]]]
+    assert [spec_strip.piece_bytes(p) for p in pieces] == [raw[:2], raw[2:]]
+    assert spec_strip.piece_bytes("<0xE7>") == b"\xe7"
+    by_id = {11: raw[:2], 12: raw[2:], 13: b" cat"}
+    rec = {"drafted": [{"token_id": 11, "text": "\ufffd", "accepted": True, "accept_prob": 1.0},
+                       {"token_id": 12, "text": "\ufffd", "accepted": True, "accept_prob": 1.0}],
+           "num_accepted": 2, "next_token_id": 13, "next_text": " cat", "next_kind": "bonus"}
+    out = spec_strip.strip_html(1, rec, by_id)
+    assert "⟨e7·8c⟩" in out and "⟨ab⟩=猫" in out and "▯" not in out
+    assert "▯" in spec_strip.strip_html(1, rec), "without bytes: the replacement glyph"
+    rec["drafted"][0]["accepted"] = False  # a rejected part does not join the kept text
+    assert "=猫" not in spec_strip.strip_html(1, rec, by_id)
+
+
 def test_model_text_in_strips_is_escaped_with_visible_whitespace():
     history = run("spec_ngram")
     rec = history[[i for i, r in enumerate(history) if r["spec"]][0]]["spec"][0]
@@ -224,12 +272,15 @@ def test_model_text_in_strips_is_escaped_with_visible_whitespace():
 # ---------------------------------------------------------------- gauges and charts
 
 
-def test_gauges_have_six_values_and_acceptance_only_with_speculation():
+def test_gauges_have_every_value_and_acceptance_only_with_speculation():
     off = gauges.gauge_values(run("continuous_paged_prefix"))
     on = gauges.gauge_values(run("spec_ngram"))
     assert [g["key"] for g in off] == list(gauges.GAUGES)
-    assert {g["key"]: g["value"] for g in off}["acceptance"] == "—"
+    for key in ("acceptance", "tokens_per_pass"):
+        assert {g["key"]: g["value"] for g in off}[key] == "—"
     assert {g["key"]: g["value"] for g in on}["acceptance"].endswith("%")
+    per_pass = {g["key"]: g["raw"] for g in on}["tokens_per_pass"]
+    assert per_pass == pytest.approx(spec_strip.spec_summary(run("spec_ngram"))["tokens_per_pass"])
     assert gauges.gauge_values([])[0]["value"] == "—"
 
 
@@ -241,6 +292,27 @@ def test_latencies_use_the_engine_clock():
     first_token = next(i for i, r in enumerate(history) if r["emitted"])
     assert df["ttft"].iloc[-1] >= 1000 * history[first_token]["wall_s"] * 0.999
     assert (df["seats_busy"] <= 1).all() and (df["kv_used"] <= df["kv_allocated"]).all()
+
+
+def fake_history(tokens_per_step: list[int], wall_s: float = 1.0) -> list[dict]:
+    """One request emitting `tokens_per_step[i]` tokens at step i, each step `wall_s` long."""
+    kv = {"used_slots": 1, "allocated_slots": 1, "total_slots": 8}
+    seat = {"request_id": "r0", "state": "running"}
+    reps = []
+    for i, n in enumerate(tokens_per_step):
+        last = i == len(tokens_per_step) - 1
+        reps.append({"step": i + 1, "wall_s": wall_s, "waiting": [], "seats": [seat],
+                     "emitted": [{"request_id": "r0", "token_ids": list(range(n))}],
+                     "finished": ["r0"] if last else [], "spec": [], "metrics": {}, "kv": kv})
+    return reps
+
+
+def test_tpot_and_itl_part_ways_when_tokens_come_in_bursts():
+    steady = gauges.history_frame(fake_history([1] * 7)).iloc[-1]
+    assert steady["tpot"] == pytest.approx(1000) and steady["itl"] == pytest.approx(1000)
+    bursts = gauges.history_frame(fake_history([1, 3, 3])).iloc[-1]  # 7 tokens in 3 steps
+    assert bursts["tpot"] == pytest.approx(2000 / 6), "two steps for six tokens after the first"
+    assert bursts["itl"] == pytest.approx(1000), "each delivery still comes one step later"
 
 
 def test_summary_counts_every_emitted_token():
@@ -313,14 +385,23 @@ def test_a_session_keeps_only_the_most_recently_drawn_runs(monkeypatch):
 def test_bench_files_are_read_from_the_fixed_folder(tmp_path):
     assert load_bench(tmp_path / "missing") is None
     (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "engine.json").write_text(json.dumps({"results": [{"concurrency": 1}]}))
     (tmp_path / "spec.json").write_text(json.dumps({  # benchmarks/spec_bench.py's shape
+        "args": {"k": 4, "max_tokens": 32, "quick": False, "json": "x.json", "threads": 0},
+        "date": "2026-11-29",
         "results": [{"concurrency": 1, "spec": "ngram", "workload": "grounded",
                      "speedup_vs_off": 1.8},
                     {"concurrency": 1, "spec": None, "workload": "grounded",
                      "speedup_vs_off": 1.0}, {"x": 1}],
         "forward_cost": [{"tokens": 1, "ms": 5.0, "vs_one_token": 1.0}]}))
+    import os
+
+    os.utime(tmp_path / "engine.json")  # the newest file, but not the spec bench's
     bench = load_bench(tmp_path)
     assert bench["_file"] == "spec.json"
+    assert bench_command(bench) == "python -m benchmarks.spec_bench --k 4 --max-tokens 32 " \
+        "--json x.json"
+    assert recorded_date(bench) == "2026-11-29"
     assert speedup_rows(bench["results"]) == [{"concurrency": 1, "speedup": 1.8,
                                                "method": "ngram · grounded"}]
     assert speedup_rows([{"concurrency": 4, "speedup": 0.9, "method": "draft"}])[0][

@@ -16,8 +16,8 @@ from streamlit.testing.v1 import AppTest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from app.lessons import PAGES  # noqa: E402
 from app.live import SESSION_KEY  # noqa: E402
+from app.pagelist import LIVE_PAGES, PAGES  # noqa: E402
 from app.spec_lab import FORWARD_SIZES  # noqa: E402
 from app.state import MAX_PROMPT_CHARS  # noqa: E402
 
@@ -75,7 +75,6 @@ def app() -> AppTest:
     return start()
 
 
-LIVE = ("home", "batching", "paging", "speculation", "dashboard")
 
 
 @pytest.mark.parametrize("slug", PAGES)
@@ -83,7 +82,8 @@ def test_every_page_loads(app, slug):
     at = goto(app, slug)
     assert not at.exception, at.exception[0].value
     assert at.title or at.markdown, f"{slug} drew nothing"
-    if slug in LIVE:  # (AppTest runs the others without main.py; the browser test covers them)
+    assert any("7B model on a GPU" in c.value for c in at.caption), f"{slug}: no scale line"
+    if slug in LIVE_PAGES:  # (AppTest runs the others without main.py; the browser test covers them)
         assert at.button(key="ctl_step"), "the sidebar is missing"
 
 
@@ -273,3 +273,111 @@ def test_speculation_measurements_run_from_their_buttons():
     assert abs(sum(r["p_target"] for r in res["rows"]) - 1) < 1e-4
     assert res["tv_on"] < 0.25 and res["tv_off"] < 0.25, "sampling noise only"
     assert len(at.get("vega_lite_chart")) >= 2
+
+
+def test_the_request_count_control_sizes_the_workload():
+    at = goto(start(), "dashboard")
+    at.slider(key="sz_requests").set_value(5).run()
+    assert not at.exception, at.exception[0].value
+    assert len(session(at).primary.engine.requests) == 5
+    assert "5 requests wait at the door" in " ".join(i.value for i in at.info)
+
+
+def test_dashboard_shows_itl_tokens_per_pass_and_the_speedup_with_speculation():
+    at = goto(start(), "dashboard")
+    at = switches(at, "continuous", "paged", "ngram")
+    step(at, 8)
+    m = metrics(at)
+    assert m["ITL p50"].endswith("ms") and m["TPOT p50"].endswith("ms")
+    run = session(at).primary
+    if any(rep["spec"] for rep in run.history):
+        assert float(m["Tokens per target pass"]) >= 1
+    assert m["Measured speedup"].startswith("×")
+    assert len(session(at).runs) == 2, "the same workload without speculation runs alongside"
+
+
+def test_speculation_page_names_both_acceptance_numbers_and_the_formula():
+    if not spec_available():
+        pytest.skip("speculative decoding (engine/spec/decoder.py) has not landed yet")
+    at = goto(start(), "speculation")
+    step(at, 10)
+    m = metrics(at)
+    assert {"Acceptance rate", "Per-token acceptance a", "Formula: tokens per target pass",
+            "Tokens per target pass"} <= set(m)
+    assert any("the formula predicts" in c.value for c in at.caption)
+    assert any("Recorded, not measured live" in c.value and "benchmarks.spec_bench" in c.value
+               for c in at.caption)
+
+
+def test_greedy_side_by_side_gives_the_same_text_in_fewer_passes(monkeypatch):
+    if not spec_available():
+        pytest.skip("speculative decoding (engine/spec/decoder.py) has not landed yet")
+    monkeypatch.setattr("app.spec_lab.SIDE_BY_SIDE_REQUESTS", 2)
+    monkeypatch.setattr("app.spec_lab.SIDE_BY_SIDE_TOKENS", 12)
+    at = goto(start(), "speculation")
+    at.button(key="sbs_run").click().run()
+    assert not at.exception, at.exception[0].value
+    res = at.session_state["side_by_side"]
+    assert len(res["rows"]) == 2 and all(r["identical"] for r in res["rows"])
+    assert res["passes_on"] <= res["passes_off"] == res["tokens"]
+
+
+def test_byte_tokens_of_a_chinese_character_join_to_it():
+    from app.components.spec_strip import token_bytes
+
+    tok = session(start()).primary.engine.tokenizer
+    ids = tok.encode("猫是一种动物", add_special_tokens=False)
+    by_id = token_bytes(tok, ids)
+    assert b"".join(by_id[i] for i in ids).decode() == "猫是一种动物"
+
+
+def test_each_class_plan_button_sets_exactly_the_knobs_of_its_stop():
+    from app.classplan import STOPS
+    from app.sidebar import WIDGET_FOR
+
+    at = start()
+    for stop in STOPS:
+        at = goto(at, "plan")
+        assert not at.exception, at.exception[0].value
+        at.button(key=f"plan_{stop.id}").click().run()
+        assert not at.exception, at.exception[0].value
+        assert session(at).settings == stop.settings, stop.id
+        assert session(at).tick == 0, "the stop starts its workload afresh"
+        for name, value in stop.knobs.items():  # the sidebar shows them too
+            if name == "k" and stop.knobs["spec"] == "off":
+                continue  # the k slider is drawn only with speculation on
+            assert at.session_state[WIDGET_FOR[name]] == value, (stop.id, name)
+        assert at.session_state["class_stop"] == stop.id
+
+
+def test_a_prediction_is_locked_before_the_run_and_revealed_after_it():
+    at = goto(start(), "plan")
+    at.button(key="plan_draft").click().run()
+    at.slider(key="sz_requests").set_value(2).run()  # a shorter run of the same stop
+    at = goto(at, "speculation")
+    assert any("Predict first" in m.value for m in at.markdown)
+    at.radio(key="pred_draft_choice").set_value(1)
+    at.button(key="pred_draft_lock").click().run()
+    assert at.session_state["class_predictions"] == {"draft": 1}
+    assert any("Press Play to run every request" in c.value for c in at.caption)
+    for _ in range(200):  # both runs (speculation on and off) to the end
+        if all(r.done for r in session(at).runs.values()):
+            break
+        at.button(key="ctl_step").click().run()
+    step(at, 1)
+    assert all(r.done for r in session(at).runs.values())
+    shown = " ".join(b.value for b in [*at.success, *at.warning])
+    assert "Measured:" in shown
+    value, index = at.session_state["class_reveals"]["draft"]
+    assert value >= 1 and index in (0, 1, 2)
+    assert ("Your prediction was right" in shown) == (index == 1)
+    at = goto(at, "plan")
+    assert any("This class predicted" in c.value for c in at.caption)
+
+
+def test_a_class_plan_button_keeps_the_language():
+    at = goto(start("zh"), "plan")
+    at.button(key="plan_bus").click().run()
+    assert not at.exception, at.exception[0].value
+    assert at.session_state["lang"] == "zh"
+    assert any("先预测" in m.value for m in at.markdown), "the stop's page speaks Chinese"

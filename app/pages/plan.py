@@ -1,0 +1,80 @@
+"""The class plan (first in the navigation): chapter 6.4 as a 45-minute class of eight stops
+(app/classplan.py). Each stop: its time, its question, the knobs it sets, and one button that
+sets them all, restarts the engine and opens the stop's page, where the students predict
+before the engine answers. The teacher's notes (lessons/notes/) sit underneath.
+"""
+
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+
+import streamlit as st  # noqa: E402
+
+from app.classplan import STOPS, Stop  # noqa: E402
+from app.i18n import get_lang, switch_label, t  # noqa: E402
+from app.lessons import LESSONS_DIR  # noqa: E402
+from app.live import get_session  # noqa: E402
+from app.nav import ensure_shell  # noqa: E402
+from app.pagelist import page_info  # noqa: E402
+from app.predict import GOTO, PREDICTIONS, REVEALS, start_stop  # noqa: E402
+
+
+def knob_text(stop: Stop) -> str:
+    """The knobs a stop sets, in the sidebar's words."""
+    k = stop.knobs
+    parts = [f"{switch_label(n)}: {switch_label(n, k[n])}" for n in ("batching", "kv_layout",
+                                                                       "spec")]
+    if k["spec"] != "off":
+        parts.append(f"k = {k['k']}")
+    parts += [f"{t('side.seats')}: {k['seats']}", f"{t('side.blocks')}: {k['num_blocks']}",
+              f"{t('side.block_size')}: {k['block_size']}",
+              f"{t('side.workload')}: {t('workload.' + k['workload'])}",
+              f"{t('side.requests')}: {k['num_requests']}",
+              f"{t('side.temperature')}: {k['temperature']:g}"]
+    return " · ".join(parts)
+
+
+def result_line(stop: Stop, lang: str) -> None:
+    """The class's prediction against the measurement, once the stop has revealed it."""
+    chosen = st.session_state.get(PREDICTIONS, {}).get(stop.id)
+    reveal = st.session_state.get(REVEALS, {}).get(stop.id)
+    if stop.prediction is None or chosen is None or reveal is None:
+        return
+    value, index = reveal
+    st.caption(t("plan.result", pred=stop.prediction.choices[chosen].get(lang),
+                 value=stop.prediction.value_fmt.format(value),
+                 verdict=t("plan.right" if index == chosen else "plan.wrong")))
+
+
+def draw_stop(n: int, stop: Stop, lang: str) -> None:
+    with st.container(border=True):
+        info = page_info(stop.page)
+        st.markdown(f"**{t('plan.stop', n=n, minutes=stop.minutes, page=t(info.title_key))}**"
+                    f" — {stop.title.get(lang)}")
+        st.markdown(f"{info.icon} {stop.question.get(lang)}")
+        st.caption(f"{t('plan.knobs')}: {knob_text(stop)}")
+        st.button(t("plan.start"), key=f"plan_{stop.id}", on_click=start_stop,
+                  args=(stop, get_session()), type="primary")
+        result_line(stop, lang)
+
+
+def main() -> None:
+    ensure_shell()
+    goto = st.session_state.pop(GOTO, None)
+    if goto:  # a stop's button was pressed: its knobs are set, open its page
+        st.switch_page(page_info(goto).file)
+    lang = get_lang()
+    st.title(t("page.plan"))
+    st.caption(t("plan.scale"))
+    st.markdown(t("plan.intro", n=len(STOPS)))
+    st.caption(t("plan.total", m=sum(s.minutes for s in STOPS)))
+    left, right = st.columns(2, gap="medium")
+    for n, stop in enumerate(STOPS, start=1):
+        with left if n <= (len(STOPS) + 1) // 2 else right:
+            draw_stop(n, stop, lang)
+    with st.expander(t("plan.notes"), expanded=False):
+        st.markdown((LESSONS_DIR / "notes" / f"{lang}.md").read_text(encoding="utf-8"))
+
+
+main()

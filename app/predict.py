@@ -1,0 +1,79 @@
+"""Predict, then reveal: on a class-plan stop's page, the students commit to a prediction (a
+choice of ranges) before Step or Play shows the answer; when the runs are done the page sets
+the measurement against it (the Transformer Explainer / distill.pub habit: a guess before
+the picture).
+
+`start_stop(stop, session)` is the class plan's button: it sets every knob the stop names, resets the
+session and marks the stop current. `prediction_box(slug, runs)` draws the current stop's
+prediction on its page. Choices and reveals live in `st.session_state` (PREDICTIONS, REVEALS),
+so the plan page can list them all.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app.classplan import Stop, stop_by_id
+from app.i18n import get_lang, t
+from app.sidebar import set_knobs
+from app.state import Run, Session
+
+CURRENT, GOTO = "class_stop", "_class_goto"
+PREDICTIONS, REVEALS = "class_predictions", "class_reveals"
+
+
+def start_stop(stop: Stop, session: Session) -> None:
+    """Button callback: set every knob of `stop`, start its workload afresh, open its page."""
+    set_knobs(stop.knobs)
+    session.settings = stop.settings  # what the sidebar will show; the runs start over
+    session.reset()
+    st.session_state[CURRENT] = stop.id
+    st.session_state.setdefault(PREDICTIONS, {}).pop(stop.id, None)
+    st.session_state.setdefault(REVEALS, {}).pop(stop.id, None)
+    st.session_state.pop(f"pred_{stop.id}_choice", None)
+    st.session_state[GOTO] = stop.page
+
+
+def current_stop(slug: str) -> Stop | None:
+    stop_id = st.session_state.get(CURRENT)
+    if not stop_id:
+        return None
+    stop = stop_by_id(stop_id)
+    return stop if stop.page == slug and stop.prediction else None
+
+
+def _lock(stop: Stop) -> None:
+    choice = st.session_state.get(f"pred_{stop.id}_choice")
+    if choice is not None:
+        st.session_state.setdefault(PREDICTIONS, {})[stop.id] = choice
+
+
+def prediction_box(slug: str, runs: list[Run], extra: dict | None = None) -> None:
+    """The current stop's prediction on page `slug`: choose and lock, then the reveal."""
+    stop = current_stop(slug)
+    if stop is None:
+        return
+    lang, pred = get_lang(), stop.prediction
+    chosen = st.session_state.get(PREDICTIONS, {}).get(stop.id)
+    with st.container(border=True, key=f"pred_{stop.id}"):
+        st.markdown(f"**{t('predict.title')}** {pred.question.get(lang)}")
+        if chosen is None:
+            st.radio(t("predict.choose"), range(len(pred.choices)), index=None,
+                     format_func=lambda i: pred.choices[i].get(lang),
+                     key=f"pred_{stop.id}_choice", horizontal=True)
+            st.button(t("predict.lock"), key=f"pred_{stop.id}_lock", on_click=_lock,
+                      args=(stop,), type="primary")
+            st.caption(t("predict.before"))
+            return
+        st.markdown(f"{t('predict.yours')}: **{pred.choices[chosen].get(lang)}**")
+        views = [(r.settings, r.history, r.done) for r in runs]
+        reveal = pred.reveal(views, extra)
+        if reveal is None:
+            st.caption(t("predict.waiting"))
+            return
+        value, index = reveal
+        st.session_state.setdefault(REVEALS, {})[stop.id] = (value, index)
+        shown = pred.value_fmt.format(value)
+        message = t("predict.measured", value=shown, choice=pred.choices[index].get(lang))
+        (st.success if index == chosen else st.warning)(
+            f"{message} {t('predict.right' if index == chosen else 'predict.wrong')}")
