@@ -5,9 +5,10 @@ both ways the students' page could be built, and a student's first token with fr
    server's resident memory and CPU seconds before and after N phones (chromium contexts)
    open it and sit idle.
 2. A Streamlit page with the same inputs (nickname, question, Ask), run by `streamlit run`:
-   the same figures for the Streamlit server process. (The app's own pages would cost more:
-   each of their sessions also builds a private engine.)
-3. First token: `--seats` students ask at once on an idle class server (every one has a free
+   the same figures for the Streamlit server process.
+3. A text page of this app (`streamlit run app/main.py`, the glossary): what a session of
+   the app itself costs.
+4. First token: `--seats` students ask at once on an idle class server (every one has a free
    seat), through `POST /class/ask`; the time from sending to the first streamed text.
 
 Only the server processes are measured: chromium plays the phones. Results are printed and
@@ -55,8 +56,9 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def phones(url: str, n: int, idle_s: float, pid: int) -> dict:
-    """Open `url` in n phone-sized contexts, then sit idle; the server's memory and CPU."""
+def phones(url: str, n: int, idle_s: float, pid: int, ready: str) -> dict:
+    """Open `url` in n phone-sized contexts (each until `ready`, a CSS selector, shows: the
+    page has drawn), then sit idle; the server's memory and CPU."""
     from playwright.sync_api import sync_playwright
 
     before_mb, before_cpu = rss_mb(pid), cpu_s(pid)
@@ -68,7 +70,9 @@ def phones(url: str, n: int, idle_s: float, pid: int) -> dict:
         for _ in range(n):
             ctx = b.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
             p = ctx.new_page()
-            p.goto(url, wait_until="networkidle")
+            p.set_default_timeout(180_000)
+            p.goto(url)
+            p.wait_for_selector(ready)
             pages.append(p)
         opened_s = time.perf_counter() - t0
         opened_cpu = cpu_s(pid)
@@ -98,7 +102,7 @@ async def first_tokens(url: str, join_code: str, n: int) -> list[float]:
 
 
 @contextlib.contextmanager
-def streamlit_page(script: Path):
+def streamlit_page(script: Path | str):
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
@@ -137,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         time.sleep(2)
         out["server_page"] = phones(f"{srv.url}/class#code={srv.join_code}", args.students,
-                                    args.idle, srv.proc.pid)
+                                    args.idle, srv.proc.pid, "#ask")
         ttft = asyncio.run(first_tokens(srv.url, srv.join_code, args.seats))
         out["first_token_free_seats"] = {"students": args.seats,
                                          "median_s": statistics.median(ttft), "max_s": max(ttft)}
@@ -148,8 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         script.write_text(STREAMLIT_STUDENT_PAGE)
         with streamlit_page(script) as (url, pid):
             time.sleep(2)
-            out["streamlit_page"] = phones(url, args.students, args.idle, pid)
-    for name in ("server_page", "streamlit_page"):
+            out["streamlit_page"] = phones(url, args.students, args.idle, pid, "textarea")
+    with streamlit_page("app/main.py") as (url, pid):
+        time.sleep(2)
+        out["app_page"] = phones(f"{url}/glossary", args.students, args.idle, pid,
+                                 "h1")
+    for name in ("server_page", "streamlit_page", "app_page"):
         r = out[name]
         print(f"{name:15s} RSS {r['rss_before_mb']:.0f} -> {r['rss_after_mb']:.0f} MB "
               f"(+{r['rss_delta_mb']:.0f}), CPU {r['cpu_s_opening']:.2f} s opening "

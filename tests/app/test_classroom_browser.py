@@ -38,7 +38,7 @@ def no_payload_ran(page) -> None:
     assert page.evaluate("() => document.querySelectorAll('img[src=\"x\"]').length") == 0
 
 
-def test_a_class_in_the_browser(browser, server):  # noqa: F811
+def test_a_class_in_the_browser_with_screenshots(browser, server):  # noqa: F811
     SHOTS.mkdir(parents=True, exist_ok=True)
     with Tab(browser, server, 1920, 1080) as teacher:
         page = teacher.page
