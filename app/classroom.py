@@ -13,6 +13,8 @@ and the simulated users share, while the projector draws its step stream.
   `.streamlit/secrets.toml`), never from a text box.
 - `StepStream`: a thread that reads `GET /v1/servelab/steps` (server-sent events) and keeps
   the newest report and a short, slimmed history for the gauges.
+- `ClassRoom`: the app process's one class (server, stream, load run, results table) and
+  its restart with new switches.
 - `LoadRun`: `python -m engine.load` as a child process, its progress read off its progress
   bar, its JSON summary read at the end.
 
@@ -120,7 +122,12 @@ def configured_server() -> dict | None:
 
 
 def _end(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds (at once when grace is 0)."""
     if proc.poll() is not None:
+        return
+    if grace <= 0:
+        proc.kill()
+        proc.wait(10)
         return
     proc.send_signal(signal.SIGTERM)
     try:
@@ -239,10 +246,11 @@ class ClassServer:
             time.sleep(0.5)
         return False
 
-    def stop(self) -> None:
-        """End the process this page started (never an adopted one)."""
+    def stop(self, abort: bool = False) -> None:
+        """End the process this page started (never an adopted one): gracefully (uvicorn
+        lets the answers in flight finish, up to a grace period), or with `abort` at once."""
         if self.proc is not None:
-            _end(self.proc)
+            _end(self.proc, grace=0.0 if abort else 10.0)
             _LIVE.discard(self.proc)
         if self.log_path is not None:
             with contextlib.suppress(OSError):
@@ -373,6 +381,66 @@ class LoadRun:
     def stop(self) -> None:
         _end(self.proc, grace=5.0)
         _LIVE.discard(self.proc)
+
+
+class ClassRoom:
+    """The app process's one class: its server, step stream, load runs and results table."""
+
+    def __init__(self):
+        self.server: ClassServer | None = None
+        self.stream: StepStream | None = None
+        self.load: LoadRun | None = None
+        self.table: dict[str, dict] = {}  # configuration -> measured row
+        self.status = ""  # what a background restart is doing
+        self.error = ""
+        self.on_network = False
+        self.redraw_ms: deque[float] = deque(maxlen=200)
+
+    def attach(self, server: ClassServer) -> None:
+        self.server = server
+        self.stream = StepStream(server.url, server.headers)
+
+    def start(self, switches: dict, on_network: bool) -> None:
+        self.on_network = on_network
+        self.attach(ClassServer.start(switches, on_network=on_network))
+
+    def stop(self, abort: bool = False) -> None:
+        if self.load is not None:
+            self.load.stop()
+            self.load = None
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
+        if self.server is not None:
+            self.server.stop(abort=abort)
+            self.server = None
+
+    def restart(self, switches: dict, abort: bool) -> None:
+        """In a thread: wait for the requests in flight (bounded) and stop the server, or with
+        `abort` end it at once (its clients' connections close: the students' page says the
+        engine went away and to ask again); then start the engine again with the new switches
+        on a new port, with a new join code."""
+
+        def work():
+            try:
+                old = self.server
+                if old is not None and not abort:
+                    self.status = "finishing the requests in flight, then restarting"
+                    old.drain()
+                self.status = "restarting the class engine"
+                self.stop(abort=abort)
+                self.start(switches, self.on_network)
+                self.status = ""
+            except Exception as exc:  # shown on the page; the teacher can start again
+                self.status, self.error = "", f"restart failed: {exc}"
+
+        self.status = "restarting"
+        threading.Thread(target=work, daemon=True).start()
+
+    def record_load(self) -> None:
+        run = self.load
+        if run is not None and (summary := run.result()) is not None:
+            self.table[config_key(run.switches)] = comparison_row(run.switches, summary)
 
 
 def config_key(switches: dict) -> str:

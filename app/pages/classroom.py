@@ -20,9 +20,7 @@ turns on "Show questions on screen".
 import html
 import pathlib
 import sys
-import threading
 import time
-from collections import deque
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
@@ -32,11 +30,9 @@ from app.classroom import (  # noqa: E402
     ARRIVALS,
     DEFAULT_SWITCHES,
     SWITCHES,
+    ClassRoom,
     ClassServer,
     LoadRun,
-    StepStream,
-    comparison_row,
-    config_key,
     configured_server,
     join_url,
     lan_address,
@@ -58,67 +54,6 @@ from app.components.seats import seats_html  # noqa: E402
 from app.components.spec_strip import CSS as SPEC_CSS  # noqa: E402
 from app.components.spec_strip import strip_html  # noqa: E402
 from app.i18n import switch_label, t  # noqa: E402
-
-
-class ClassRoom:
-    """The app process's one class: its server, step stream, load runs and results table."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.server: ClassServer | None = None
-        self.stream: StepStream | None = None
-        self.load: LoadRun | None = None
-        self.table: dict[str, dict] = {}  # configuration -> measured row
-        self.status = ""  # what a background restart is doing
-        self.error = ""
-        self.on_network = False
-        self.redraw_ms: deque[float] = deque(maxlen=200)
-
-    def attach(self, server: ClassServer) -> None:
-        self.server = server
-        self.stream = StepStream(server.url, server.headers)
-
-    def start(self, switches: dict, on_network: bool) -> None:
-        self.on_network = on_network
-        self.attach(ClassServer.start(switches, on_network=on_network))
-
-    def stop(self) -> None:
-        if self.load is not None:
-            self.load.stop()
-            self.load = None
-        if self.stream is not None:
-            self.stream.close()
-            self.stream = None
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-
-    def restart(self, switches: dict, abort: bool) -> None:
-        """In a thread: wait for the requests in flight (bounded) unless `abort`, then start
-        the engine again with the new switches on a new port; the join code changes too."""
-
-        def work():
-            try:
-                old = self.server
-                if old is not None and not abort:
-                    self.status = "finishing the requests in flight, then restarting"
-                    old.drain()
-                self.status = "restarting the class engine"
-                if self.load is not None:
-                    self.load.stop()
-                self.stop()
-                self.start(switches, self.on_network)
-                self.status = ""
-            except Exception as exc:  # shown on the page; the teacher can start again
-                self.status, self.error = "", f"restart failed: {exc}"
-
-        self.status = "restarting"
-        threading.Thread(target=work, daemon=True).start()
-
-    def record_load(self) -> None:
-        run = self.load
-        if run is not None and (summary := run.result()) is not None:
-            self.table[config_key(run.switches)] = comparison_row(run.switches, summary)
 
 
 @st.cache_resource(show_spinner=False)
