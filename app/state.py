@@ -156,11 +156,11 @@ class Session:
         return preset_jobs(settings.workload, settings.num_requests) + list(self.custom)
 
     def max_model_len(self, settings: Settings) -> int:
-        from engine.engine import resolve_device, resolve_dtype
+        from engine.model.hardware import resolve_dtype
         from engine.model.loader import load_model
 
-        dtype = resolve_dtype("auto", resolve_device("auto"))
-        tok = load_model(settings.model, dtype).tokenizer
+        # the weights the engine will use (same dtype, same cache entry), for their tokenizer
+        tok = load_model(settings.model, resolve_dtype("auto")).tokenizer
         return model_len_for(preset_jobs(settings.workload, settings.num_requests),
                              lambda p: tok.encode(p, add_special_tokens=False))
 

@@ -24,15 +24,15 @@ from benchmarks.common import best_interleaved, spin_openmp_threads
 
 
 def bench_matmuls(model) -> None:
-    from engine.model import cpu_ops
-    from engine.model.llama import PACK_ROWS_HINT, amx_linear, packed_linear, vnni_pack
+    from engine.model.cpu import library as cpu_library
+    from engine.model.cpu.packing import PACK_ROWS_HINT, amx_linear, packed_linear, vnni_pack
 
     plain = [w for i in range(model.cfg.num_layers)
              for w in model.plain_linear_weights(i).values()]
     ways = {"plain F.linear": (plain, F.linear),
             "oneDNN packed": ([torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS_HINT)
                                for w in plain], packed_linear)}
-    if cpu_ops.amx_linear_available():
+    if cpu_library.amx_available():
         ways["AMX kernel"] = ([vnni_pack(w) for w in plain], amx_linear)
     mb = sum(w.numel() * w.element_size() for w in plain) / 1e6
     print(f"matmuls: {len(plain)} linear layers, {mb:.0f} MB of bf16 weights, ms per pass")
@@ -52,7 +52,8 @@ def bench_matmuls(model) -> None:
 
 
 def bench_attention() -> None:
-    from engine.model.attention import CpuAttention, TorchAttention, build_metadata
+    from engine.model.attention import TorchAttention, build_metadata
+    from engine.model.cpu.attention import CpuAttention
 
     torch.manual_seed(0)
     B, hq, hkv, d, bs = 16, 9, 3, 64, 8
@@ -81,15 +82,14 @@ def bench_layer_loop(engine) -> None:
     from engine.engine import LLMEngine
     from engine.model.llama import LlamaModel
 
-    if engine.model.fused_weights is None:
+    if engine.model.cpp_layer_weights is None:
         print("layer loop: this model or CPU runs the Python loop only (no AMX weights)")
         return
     other = LLMEngine(engine.config)
+    # the same weights and kernels, called from LlamaModel.forward
     python_loop = LlamaModel(engine.model.loaded, engine.device, engine.dtype,
-                             engine.config.max_model_len + 1)
-    python_loop.pack_for_cpu(amx=True)
-    python_loop.use_cpu_ops()
-    python_loop.fused_weights = None  # the same kernels, called from LlamaModel.forward
+                             engine.config.max_model_len + 1, cpu_kernels=True, layout="amx",
+                             cpp_layer_loop=False)
     other.model = other.runner.model = python_loop
     print("layer loop: decode steps, ms per step")
     params = SamplingParams(max_tokens=200, ignore_eos=True)

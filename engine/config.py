@@ -66,11 +66,13 @@ class EngineConfig:
     max_num_batched_tokens: int = 512  # token budget of one step (prefill chunks + decodes)
     enable_prefix_caching: bool = False  # share full prompt blocks between requests (paged only)
     device: str = "auto"  # "auto", "cpu" or "cuda"
-    dtype: str = "auto"  # "auto" picks by measurement: float32 on CPU, bfloat16 on CUDA
+    # "auto": bfloat16 on CUDA and on CPUs with bf16 matrix units (AMX or AVX512-BF16), else
+    # float32 (engine/model/hardware.py resolve_dtype)
+    dtype: str = "auto"
     attention_backend: str = "auto"  # "auto" (triton on CUDA, cpu on CPU), "torch", "cpu", "triton"
     pack_weights: bool = True  # CPU + bf16: reorder linear weights once, for AMX or oneDNN
     cpu_kernels: bool = True  # CPU: norms, rotary, SwiGLU, KV writes as C++ kernels if they build
-    gpu_memory_utilization: float = 0.5  # CUDA: fraction of free memory the KV pool may take
+    gpu_memory_utilization: float = 0.5  # CUDA: the most of the free memory the KV pool may take
     seed: int = 0  # default seed for requests that give none
     extra: dict = field(default_factory=dict)  # free-form notes (e.g. workload name) for reports
 

@@ -8,11 +8,9 @@ finish or roll back rejected draft slots; a StepReport describes all of it.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -20,8 +18,9 @@ from engine.config import EngineConfig, SamplingParams
 from engine.detokenizer import Detokenizer
 from engine.kv import ContiguousAllocator, KVPool, PagedAllocator
 from engine.metrics import RunMetrics, tpot, ttft
-from engine.model import cpu_ops
 from engine.model.attention import get_backend
+from engine.model.cpu import library as cpu_library
+from engine.model.hardware import resolve_backend, resolve_device, resolve_dtype
 from engine.model.llama import shared_model
 from engine.model.loader import Progress, load_model
 from engine.report import Emitted, KVSummary, StepReport, build_report, kv_summary
@@ -45,49 +44,6 @@ class RequestOutput:
     num_cached_tokens: int
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' but no CUDA device is available")
-    return torch.device(name)
-
-
-@functools.lru_cache(maxsize=1)
-def cpu_prefers_bf16() -> bool:
-    """Does this CPU have bf16 matrix units (AMX or AVX512-BF16)?
-
-    Measured on the 2-core Sapphire Rapids dev machine (README, performance): bf16 decodes
-    several times faster than fp32 there at 16+ rows. CPUs without these units emulate
-    bf16 and are slower than fp32. A timing probe at start-up was tried first; on a shared
-    machine it flipped between runs, so the choice now rests on the CPU's flags."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        if device.type == "cuda":
-            return torch.bfloat16
-        return torch.bfloat16 if cpu_prefers_bf16() else torch.float32
-    return getattr(torch, name)
-
-
-def resolve_backend(name: str, device: torch.device, cpu_kernels: bool) -> str:
-    """'auto': Triton on CUDA; on a CPU the C++ kernels' backend if they loaded, else torch."""
-    if name == "auto":
-        if device.type == "cuda":
-            return "triton"
-        return "cpu" if cpu_kernels else "torch"
-    if name == "cpu" and not cpu_kernels:
-        raise ValueError("attention_backend='cpu' needs the C++ CPU kernels (cpu_kernels=True "
-                         "on a CPU with g++); use 'torch'")
-    return name
-
-
 class LLMEngine:
     def __init__(self, config: EngineConfig | None = None, progress: Progress | None = None):
         self.config = cfg = config or EngineConfig()
@@ -101,11 +57,12 @@ class LLMEngine:
             self.eos_ids.add(self.tokenizer.eos_token_id)
         k = cfg.spec.num_speculative_tokens if cfg.spec else 0
         # C++ kernels for the small per-layer ops: built on first use, else the PyTorch ops
-        self.cpu_ops = cfg.cpu_kernels and cpu_ops.supports(self.device, self.dtype)
-        self.backend_name = resolve_backend(cfg.attention_backend, self.device, self.cpu_ops)
+        self.uses_cpu_kernels = cfg.cpu_kernels and cpu_library.available(self.device, self.dtype)
+        self.backend_name = resolve_backend(cfg.attention_backend, self.device,
+                                            self.uses_cpu_kernels)
         # shared by every engine in this process with the same weights, dtype, packing, kernels
         self.model = shared_model(loaded, self.device, self.dtype, cfg.max_model_len + k + 1,
-                                  cfg.pack_weights, self.cpu_ops)
+                                  cfg.pack_weights, self.uses_cpu_kernels)
         self.backend = get_backend(self.backend_name)
         if self.backend_name == "triton":  # ValueError on CUDA under TRITON_INTERPRET
             self.backend.check_device(self.device)
@@ -135,15 +92,23 @@ class LLMEngine:
         self.step_count = 0
         self._ids = itertools.count()
 
+    # on CUDA the default pool holds this many times what the seats need at full length:
+    # room for the prefix cache, never the whole card (every block costs the step nothing,
+    # but memory another process may want)
+    CUDA_KV_HEADROOM = 2
+
     def _num_blocks(self, cfg: EngineConfig) -> int:
+        """The pool: num_kv_blocks when given; else what max_num_seqs requests of
+        max_model_len need (on CUDA times CUDA_KV_HEADROOM, capped by gpu_memory_utilization
+        of the free memory)."""
         if cfg.num_kv_blocks is not None or self.device.type != "cuda":
             return cfg.resolved_num_kv_blocks
-        # CUDA: size the pool from free memory
         free, _ = torch.cuda.mem_get_info(self.device)
         m = self.model_config
         per_block = KVPool.bytes_per_block(m.num_layers, cfg.block_size, m.num_kv_heads,
                                            m.head_dim, self.dtype)
-        return max(cfg.resolved_num_kv_blocks, int(free * cfg.gpu_memory_utilization) // per_block)
+        cap = int(free * cfg.gpu_memory_utilization) // per_block
+        return min(cfg.resolved_num_kv_blocks * self.CUDA_KV_HEADROOM, cap)
 
     # --- requests ---------------------------------------------------------------------------
     def tokenize(self, prompt: str | list[int]) -> list[int]:
@@ -304,4 +269,4 @@ class LLMEngine:
     def describe(self) -> str:
         return (f"{self.config.model} on {self.device.type} ({str(self.dtype).removeprefix('torch.')}"
                 f", attention: {self.backend_name}"
-                f"{', C++ layer ops' if self.cpu_ops else ''})")
+                f"{', C++ layer ops' if self.uses_cpu_kernels else ''})")

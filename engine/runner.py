@@ -4,6 +4,10 @@ For every scheduled request it lays out the tokens it computes this step back to
 `input_ids` and `positions` ([num_tokens]), `slot_mapping` (where each token's K/V goes),
 and per request its context length and block table. A request that will sample after this
 step needs logits at its last position; one verifying a draft of k tokens needs k + 1.
+
+The engine's target model and the draft model (engine/spec/draft.py) each have a runner over
+their own model, KV pool and allocator: `run` takes the scheduler's batch, `forward` the
+`Chunk`s both build.
 """
 
 from __future__ import annotations
@@ -23,49 +27,69 @@ class ForwardResult:
     rows: dict[str, tuple[int, int]]  # request id -> (first logit row, number of rows)
 
 
+@dataclass
+class Chunk:
+    """One sequence's part of a flat batch: `token_ids` at positions start, start + 1, ...,
+    attending to everything before them in the sequence's blocks."""
+
+    seq: object  # a Request or the draft's DraftSeq: its block_table locates the K/V
+    start: int  # position of token_ids[0]
+    token_ids: list[int]
+    num_logits: int = 0  # logits wanted at the last this many tokens
+    store: bool = True  # False: an idle static rider recomputes a position and writes nothing
+
+
 class ModelRunner:
     def __init__(self, model, pool, allocator: BlockAllocator, backend, device):
         self.model, self.pool, self.allocator = model, pool, allocator
         self.backend, self.device = backend, device
 
     def run(self, batch: list[ScheduledRequest]) -> ForwardResult:
-        input_ids, positions, slots = [], [], []
-        query_lens, seq_lens, tables = [], [], []
-        logit_index: list[int] = []
+        """The scheduler's batch: each request's next num_tokens tokens (drafts included)."""
+        chunks: list[Chunk] = []
         rows: dict[str, tuple[int, int]] = {}
+        num_rows = 0
         for s in batch:
             req = s.req
             if s.idle:
                 # a finished static rider: recompute its last computed position, write nothing
                 pos = req.num_computed_tokens - 1
-                input_ids.append(req.all_token_ids[pos])
-                positions.append(pos)
-                slots.append(-1)
-                query_lens.append(1)
-                seq_lens.append(req.num_computed_tokens)
-                tables.append(req.block_table)
+                chunks.append(Chunk(req, pos, [req.all_token_ids[pos]], store=False))
                 continue
             tokens = req.all_token_ids + req.spec_token_ids
             start, end = req.num_computed_tokens, req.num_computed_tokens + s.num_tokens
+            # caught up: logits for the last real token and each drafted one
+            n_rows = end - (req.num_tokens - 1) if end >= req.num_tokens else 0
+            if n_rows:
+                rows[req.request_id] = (num_rows, n_rows)
+                num_rows += n_rows
+            chunks.append(Chunk(req, start, tokens[start:end], n_rows))
+        return ForwardResult(self.forward(chunks), rows)
+
+    def forward(self, chunks: list[Chunk]) -> torch.Tensor:
+        """One forward over the chunks -> fp32 logits [sum of num_logits, vocab] on the host,
+        in chunk order (empty [0, 0] if none are wanted)."""
+        input_ids, positions, slots, logit_index = [], [], [], []
+        query_lens, seq_lens, tables = [], [], []
+        for c in chunks:
+            n, end = len(c.token_ids), c.start + len(c.token_ids)
             first_row = len(input_ids)
-            input_ids.extend(tokens[start:end])
-            positions.extend(range(start, end))
-            slots.extend(self.allocator.slot(req, p) for p in range(start, end))
-            query_lens.append(s.num_tokens)
+            input_ids.extend(c.token_ids)
+            positions.extend(range(c.start, end))
+            if c.store:
+                slots.extend(self.allocator.slot(c.seq, p) for p in range(c.start, end))
+            else:
+                slots.extend([-1] * n)
+            query_lens.append(n)
             seq_lens.append(end)
-            tables.append(req.block_table)
-            if end >= req.num_tokens:  # caught up: logits for the last real token and the draft
-                n_rows = end - (req.num_tokens - 1)
-                rows[req.request_id] = (len(logit_index), n_rows)
-                logit_index.extend(range(first_row + s.num_tokens - n_rows,
-                                         first_row + s.num_tokens))
+            tables.append(c.seq.block_table)
+            logit_index.extend(range(first_row + n - c.num_logits, first_row + n))
         meta = build_metadata(query_lens, seq_lens, tables, slots, self.allocator.block_size,
                               self.device)
-        ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
-        pos = torch.tensor(positions, dtype=torch.long, device=self.device)
+        ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)  # [num_tokens]
+        pos = torch.tensor(positions, dtype=torch.long, device=self.device)  # [num_tokens]
         hidden = self.model.forward(ids, pos, meta, self.pool.layers, self.backend)
         if not logit_index:
-            return ForwardResult(torch.empty(0, 0), rows)
+            return torch.empty(0, 0)
         idx = torch.tensor(logit_index, dtype=torch.long, device=self.device)
-        logits = self.model.logits(hidden[idx]).cpu()
-        return ForwardResult(logits, rows)
+        return self.model.logits(hidden[idx]).cpu()

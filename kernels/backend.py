@@ -1,6 +1,6 @@
 """TritonAttention: the engine's attention backend built from the paged Triton kernels.
 
-Same two methods as `engine.model.attention.TorchAttention` (the contract):
+The two methods of `engine.model.attention.AttentionBackend` (the contract):
   * `store_kv`  writes this step's K/V into the pool at `slot_mapping` (PagedAttention's cache
                 write, Kwon et al., vLLM 2023)            -> kernels/store_kv.py
   * `forward`   decode-only steps use split-K decode attention with a combine step
@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import torch
 
+from engine.model.attention.base import AttentionBackend
 from kernels._common import check_cuda_not_interpreted
 from kernels.decode_attention import paged_decode_attention
 from kernels.extend_attention import paged_extend_attention
 from kernels.store_kv import store_kv
 
 
-class TritonAttention:
+class TritonAttention(AttentionBackend):
     """Paged attention through Triton kernels; CUDA tensors, or CPU under TRITON_INTERPRET=1."""
 
     name = "triton"
@@ -34,12 +35,9 @@ class TritonAttention:
         its tensors the same way."""
         check_cuda_not_interpreted(device)
 
-    def whole_step_in_kernel(self, meta, num_heads, num_kv_heads, head_dim) -> bool:
-        return False  # the model's layer loop stays in Python (the C++ one is CPU-only)
-
-    def store_kv(self, k_cache, v_cache, k, v, slot_mapping) -> None:
+    def store_kv(self, k_cache, v_cache, k, v, meta) -> None:
         # k, v: [num_tokens, num_kv_heads, head_dim]; caches: [num_blocks, block_size, kvh, d]
-        store_kv(k_cache, v_cache, k, v, slot_mapping)
+        store_kv(k_cache, v_cache, k, v, meta.slot_mapping)
 
     def forward(self, q, k_cache, v_cache, meta, scale: float) -> torch.Tensor:
         # q: [num_tokens, num_heads, head_dim] -> out: same shape

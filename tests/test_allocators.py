@@ -86,3 +86,53 @@ def test_contiguous_external_fragmentation_makes_a_request_wait():
     assert not x.block_table
     alloc.free(p)
     assert alloc.admit(w) and w.block_table == [4, 5, 6, 7]
+
+
+def test_cuda_pool_serves_the_configuration_not_the_whole_card(monkeypatch):
+    """On CUDA with no num_kv_blocks, the pool is what the seats need at full length (times
+    the headroom), capped by gpu_memory_utilization of the free memory; never half the card."""
+    import types
+
+    import torch
+
+    from engine import EngineConfig, LLMEngine
+    from engine.kv import KVPool
+    from engine.model.loader import ModelConfig
+
+    mc = ModelConfig.from_hf({"architectures": ["LlamaForCausalLM"], "vocab_size": 100,
+                              "hidden_size": 576, "intermediate_size": 1536,
+                              "num_hidden_layers": 30, "num_attention_heads": 9,
+                              "num_key_value_heads": 3, "rms_norm_eps": 1e-5})
+    fake = types.SimpleNamespace(device=torch.device("cuda"), model_config=mc,
+                                 dtype=torch.bfloat16, CUDA_KV_HEADROOM=2)
+    per_block = KVPool.bytes_per_block(30, 16, 3, 64, torch.bfloat16)
+    cfg = EngineConfig(max_num_seqs=8, max_model_len=512, block_size=16)
+    big_card = 140 * 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (big_card, big_card))
+    assert LLMEngine._num_blocks(fake, cfg) == 8 * 32 * 2  # not ~ free / 2 / per_block
+    small = 100 * per_block
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (small, small))
+    assert LLMEngine._num_blocks(fake, cfg) == 50  # capped by gpu_memory_utilization=0.5
+    given = EngineConfig(max_num_seqs=8, max_model_len=512, block_size=16, num_kv_blocks=77)
+    assert LLMEngine._num_blocks(fake, given) == 77
+
+
+def test_kv_summary_lists_the_blocks_in_use_whatever_the_pool():
+    """A pool of 100,000 blocks with four requests: the KV map and its free-run figure come
+    from the blocks in use (nothing in the summary walks the pool)."""
+    from engine.report import kv_summary
+
+    for alloc in (PagedAllocator(100_000, 16), ContiguousAllocator(100_000, 16, 256)):
+        reqs = [Request(f"r{i}", list(range(40 + i)), SamplingParams(max_tokens=30))
+                for i in range(4)]
+        for r in reqs:
+            assert alloc.admit(r) and alloc.ensure_slots(r, r.num_tokens)
+            r.num_computed_tokens = r.num_tokens
+        kv = kv_summary(alloc, reqs)
+        held = {b for r in reqs for b in r.block_table}
+        assert [b["block"] for b in kv.blocks] == sorted(held)
+        assert kv.free_blocks == 100_000 - len(held)
+        assert kv.largest_free_run == 100_000 - len(held)  # the used blocks come first
+        for r in reqs:
+            alloc.free(r)
+        assert alloc.num_free_blocks == 100_000

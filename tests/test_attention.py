@@ -1,6 +1,6 @@
 """The torch and cpu attention backends against a naive per-token softmax, through shuffled
 blocks. The cpu backend runs requests of up to 64 queries in the C++ kernel
-(engine/model/cpu_ops.cpp) when the head dim is 64 or 128 (the whole step in one call when
+(engine/model/cpu/ops.cpp) when the head dim is 64 or 128 (the whole step in one call when
 every request fits), and the rest with SDPA, so these cases cover both paths."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.model import cpu_ops
-from engine.model.attention import CpuAttention, TorchAttention, build_metadata
+from engine.model.attention import TorchAttention, build_metadata, get_backend
+from engine.model.cpu import library as cpu_library
+from engine.model.cpu.attention import CpuAttention
 
 BACKENDS = {"torch": TorchAttention, "cpu": CpuAttention}
 
@@ -28,7 +29,7 @@ BACKENDS = {"torch": TorchAttention, "cpu": CpuAttention}
 @pytest.mark.parametrize("d", [16, 64, 128, 20])  # cpu: 64, 128 in the kernel; 16, 20 via SDPA
 def test_matches_naive_attention(query_lens, seq_lens, backend, d):
     if backend == "cpu":
-        assert cpu_ops.load()
+        assert cpu_library.load()
     torch.manual_seed(0)
     nb, bs, kvh, heads = 60, 4, 3, 9
     kc, vc = torch.randn(nb, bs, kvh, d), torch.randn(nb, bs, kvh, d)
@@ -64,7 +65,9 @@ def test_rows_of_equal_query_length_share_a_segment():
 def test_store_skips_minus_one():
     kc, vc = torch.zeros(2, 2, 1, 2), torch.zeros(2, 2, 1, 2)
     k = torch.ones(3, 1, 2)
-    TorchAttention().store_kv(kc, vc, k, 2 * k, torch.tensor([3, -1, 0]))
+    meta = build_metadata([3], [3], [[0]], [3, -1, 0], 2)
+    assert meta.stored_rows.tolist() == [0, 2]  # known when the step is built, not per layer
+    TorchAttention().store_kv(kc, vc, k, 2 * k, meta)
     assert kc.view(-1, 2)[:, 0].tolist() == [1, 0, 0, 1]
     assert vc.view(-1, 2)[:, 0].tolist() == [2, 0, 0, 2]
 
@@ -74,7 +77,7 @@ def test_cpu_kernel_in_half_precision_matches_fp32_softmax(dtype):
     """In bf16/fp16 the kernel keeps scores, softmax and the V sum in float and rounds once,
     so it lands within one rounding of the exact fp32 answer (SDPA, which rounds the
     probabilities first, is allowed two)."""
-    assert cpu_ops.load()
+    assert cpu_library.load()
     torch.manual_seed(1)
     nb, bs, kvh, d, heads = 30, 8, 3, 64, 9
     kc, vc = torch.randn(nb, bs, kvh, d), torch.randn(nb, bs, kvh, d)
@@ -90,7 +93,7 @@ def test_cpu_kernel_in_half_precision_matches_fp32_softmax(dtype):
 
 
 def test_cpu_kernel_rejects_a_table_too_short():
-    assert cpu_ops.load()
+    assert cpu_library.load()
     kc = torch.zeros(4, 4, 1, 64)
     starts = torch.tensor([0, 1], dtype=torch.int32)
     with pytest.raises(RuntimeError, match="does not fit its block table"):
@@ -105,3 +108,19 @@ def test_cpu_kernel_rejects_a_table_too_short():
                                            kc[..., :8].contiguous(),
                                            torch.zeros(1, 1, dtype=torch.int32),
                                            torch.tensor([1]), starts, 1.0)
+
+
+def test_metadata_from_ragged_tables():
+    meta = build_metadata([2, 1, 3], [5, 1, 9], [[4, 7], [2], [0, 3, 5]], [0] * 6, 4)
+    assert meta.query_start_loc.tolist() == [0, 2, 3, 6]
+    assert meta.seq_lens.tolist() == [5, 1, 9]
+    assert meta.block_tables.tolist() == [[4, 7, 0], [2, 0, 0], [0, 3, 5]]
+    assert meta.stored_rows is None  # every row stores: no filtering
+    assert build_metadata([], [], [], [], 4).block_tables.shape == (0, 1)
+
+
+def test_backends_by_name():
+    assert isinstance(get_backend("torch"), TorchAttention)
+    assert cpu_library.load() and isinstance(get_backend("cpu"), CpuAttention)
+    with pytest.raises(ValueError, match="attention_backend must be one of"):
+        get_backend("flash")

@@ -1,4 +1,4 @@
-"""The C++ CPU kernels (engine/model/cpu_ops.cpp) compute exactly what the PyTorch code does.
+"""The C++ CPU kernels (engine/model/cpu/ops.cpp) compute exactly what the PyTorch code does.
 
 Each kernel replaces 3 to 8 PyTorch operators. They must give the same bits, not merely
 close numbers: a greedy engine is compared token for token with transformers, and one
@@ -16,17 +16,11 @@ import pytest
 import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.model import cpu_ops
-from engine.model.attention import CpuAttention, TorchAttention, build_metadata
-from engine.model.llama import (
-    LlamaModel,
-    add_rms_norm,
-    amx_linear,
-    apply_rope,
-    rms_norm,
-    silu_mul,
-    vnni_pack,
-)
+from engine.model.attention import TorchAttention, build_metadata
+from engine.model.cpu import library as cpu_library
+from engine.model.cpu.attention import CpuAttention
+from engine.model.cpu.packing import amx_linear, vnni_pack
+from engine.model.llama import LlamaModel, add_rms_norm, apply_rope, rms_norm, silu_mul
 from tests.conftest import PROMPTS
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -35,7 +29,7 @@ ROWS = [1, 5, 16, 40]  # decode batches and a prefill chunk (40 x 1536 takes ATe
 
 @pytest.fixture(scope="module")
 def ops():
-    assert cpu_ops.load(), "the C++ CPU kernels did not build (see the message above)"
+    assert cpu_library.load(), "the C++ CPU kernels did not build (see the message above)"
     return torch.ops.servelab
 
 
@@ -100,8 +94,9 @@ def test_store_kv_writes_the_same_slots_and_skips_idle_rows(ops, dtype):
     v = qkv[:, (9 + kvh) * d:].view(n, kvh, d)
     slots = torch.tensor([5, -1, 17, 0, -1, 63])  # -1: an idle static rider, not stored
     caches = [torch.full((8, 8, kvh, d), 7.0, dtype=dtype) for _ in range(4)]
-    TorchAttention().store_kv(caches[0], caches[1], k, v, slots)
-    CpuAttention().store_kv(caches[2], caches[3], k, v, slots)
+    meta = build_metadata([n], [n], [[0]], slots.tolist(), 8)
+    TorchAttention().store_kv(caches[0], caches[1], k, v, meta)
+    CpuAttention().store_kv(caches[2], caches[3], k, v, meta)
     assert torch.equal(caches[0], caches[2]) and torch.equal(caches[1], caches[3])
     assert (caches[2].view(-1, kvh, d)[1] == 7).all(), "an unlisted slot was written"
 
@@ -118,7 +113,7 @@ def test_bad_inputs_name_what_is_wrong(ops):
                      torch.tensor([0, 4]))
 
 
-needs_amx = pytest.mark.skipif(not cpu_ops.amx_linear_available(),
+needs_amx = pytest.mark.skipif(not cpu_library.amx_available(),
                                reason="this CPU (or kernel) has no AMX bf16 tiles")
 
 
@@ -162,9 +157,11 @@ def test_amx_linear_names_bad_inputs(ops):
 
 @needs_amx
 def test_engine_packs_for_amx_only_with_the_kernels():
-    assert LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=1)).model.pack_layout == "amx"
+    assert LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=1)).model.layout == "amx"
     plain = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=1, cpu_kernels=False))
-    assert plain.model.pack_layout == "onednn"
+    assert plain.model.layout == "onednn"
+    with pytest.raises(ValueError, match="layout='amx' needs cpu_kernels=True"):
+        LlamaModel(plain.model.loaded, plain.device, plain.dtype, 64, layout="amx")
 
 
 @pytest.mark.slow
@@ -181,25 +178,24 @@ def test_engines_with_and_without_the_kernels_give_the_same_tokens(dtype):
     for kernels in (True, False):
         eng = LLMEngine(EngineConfig(dtype=dtype, cpu_kernels=kernels, max_num_seqs=8,
                                      attention_backend="torch"))
-        assert eng.cpu_ops is kernels
-        if eng.model.pack_layout == "amx":
-            model = LlamaModel(eng.model.loaded, eng.device, eng.dtype, 1024)
-            model.pack_for_cpu(amx=False)
-            model.use_cpu_ops()
-            eng.model = eng.runner.model = model
+        assert eng.uses_cpu_kernels is kernels
+        assert eng.model.ops.name == ("cpu" if kernels else "torch")
+        if eng.model.layout == "amx":
+            eng.model = eng.runner.model = LlamaModel(eng.model.loaded, eng.device, eng.dtype,
+                                                      1024, cpu_kernels=True, layout="onednn")
         runs[kernels] = [o.token_ids for o in eng.generate(PROMPTS, params)]
     assert runs[True] == runs[False]
 
 
 def test_off_switch_falls_back_to_pytorch(monkeypatch):
     monkeypatch.setenv("SERVELAB_CPU_OPS", "0")
-    cpu_ops.load.cache_clear()
+    cpu_library.load.cache_clear()
     try:
-        assert not cpu_ops.supports(torch.device("cpu"), torch.float32)
+        assert not cpu_library.available(torch.device("cpu"), torch.float32)
     finally:
         monkeypatch.delenv("SERVELAB_CPU_OPS")
-        cpu_ops.load.cache_clear()
-    assert cpu_ops.supports(torch.device("cpu"), torch.float32)
+        cpu_library.load.cache_clear()
+    assert cpu_library.available(torch.device("cpu"), torch.float32)
 
 
 @needs_amx
@@ -214,7 +210,10 @@ def test_cpp_layer_loop_is_the_python_loop(tokenizer, query_lens):
     give exactly the bits of the Python loop over the same kernels, and write the same K/V."""
     eng = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=4))
     model, bs = eng.model, eng.config.block_size
-    assert model.fused_weights is not None and eng.backend_name == "cpu"
+    assert model.cpp_layer_weights is not None and eng.backend_name == "cpu"
+    # the same weights and kernels, with the layer loop in Python
+    python_loop = LlamaModel(model.loaded, eng.device, eng.dtype, 1024, cpu_kernels=True,
+                             layout="amx", cpp_layer_loop=False)
     # three requests with cached contexts of different lengths, each in its own blocks
     contexts = [tokenizer.encode(p, add_special_tokens=False) for p in PROMPTS[:3]]
     tables, next_block = [], 0
@@ -235,18 +234,16 @@ def test_cpp_layer_loop_is_the_python_loop(tokenizer, query_lens):
             slots.append(table[p // bs] * bs + p % bs)
     meta_args = (query_lens, [len(ids) + m for ids, m in zip(contexts, query_lens)], tables,
                  slots, bs, eng.device)
-    assert eng.backend.whole_step_in_kernel(build_metadata(*meta_args), 9, 3, 64)
+    assert model.runs_cpp_layer_loop(build_metadata(*meta_args), eng.backend)
+    assert not python_loop.runs_cpp_layer_loop(build_metadata(*meta_args), eng.backend)
     outs, pools = [], []
-    for fused in (model.fused_weights, None):
-        saved, model.fused_weights = model.fused_weights, fused
-        try:
-            outs.append(model.forward(torch.tensor(new_ids), torch.tensor(positions),
-                                      build_metadata(*meta_args), eng.pool.layers, eng.backend))
-        finally:
-            model.fused_weights = saved
+    for m in (model, python_loop):
+        outs.append(m.forward(torch.tensor(new_ids), torch.tensor(positions),
+                              build_metadata(*meta_args), eng.pool.layers, eng.backend))
         pools.append([t.clone() for kv in eng.pool.layers for t in kv])
     assert torch.equal(outs[0], outs[1])
     assert all(torch.equal(a, b) for a, b in zip(*pools))
     long_chunk = build_metadata([1, 70], [5, 80], [[0], list(range(1, 11))], [4] + [-1] * 70,
                                 bs, eng.device)
-    assert not eng.backend.whole_step_in_kernel(long_chunk, 9, 3, 64)
+    assert not model.runs_cpp_layer_loop(long_chunk, eng.backend)
+    assert not model.runs_cpp_layer_loop(build_metadata(*meta_args), TorchAttention())

@@ -82,3 +82,39 @@ def test_cache_is_a_plain_hf_folder():
     folder = hf_folder("smollm2-135m")
     assert (folder / "model.safetensors").is_file() and (folder / "config.json").is_file()
     assert "quantization_config" not in json.loads((folder / "config.json").read_text())
+
+
+def test_one_cache_holds_the_weights_and_the_built_model():
+    """Engines, the app and the draft all load through engine/model/cache.py: the second
+    engine reuses the first one's weights and model."""
+    from engine.model.loader import is_loaded, load_model
+
+    a = LLMEngine(EngineConfig(dtype="float32", max_num_seqs=1))
+    b = LLMEngine(EngineConfig(dtype="float32", max_num_seqs=2, kv_layout="contiguous"))
+    assert a.model is b.model and a.pool is not b.pool
+    assert is_loaded("smollm2-135m", torch.float32)
+    assert load_model("smollm2-135m", torch.float32) is a.model.loaded
+
+
+def test_cache_builds_once_across_threads_and_keeps_one_draft():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from engine.model import cache
+
+    calls = []
+
+    def build():
+        calls.append(1)
+        return object()
+
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(lambda _: cache.get("test", (1,), build), range(8)))
+        assert len(calls) == 1 and all(g is got[0] for g in got)
+        first = cache.get("draft", ("test-a",), object)
+        assert cache.get("draft", ("test-a",), object) is first
+        cache.get("draft", ("test-b",), object)  # a second draft replaces the first
+        assert not cache.contains("draft", ("test-a",)) and cache.contains("draft", ("test-b",))
+    finally:
+        cache.clear("test")
+        cache.clear("draft")

@@ -1,12 +1,12 @@
 """Packed bf16 weights compute the same model as plain ones.
 
-`LlamaModel.pack_for_cpu` reorders the linear weights once so the matmul kernels read them
-directly: for our AMX matmul where the CPU has AMX and the C++ kernels load (then the C++
-layer loop runs decode steps too), else into oneDNN's blocked layout (measured gain in its
-docstring and README). The matmuls then accumulate in a
-different order, so the bf16 logits may differ in the last bits, never in substance: the
-next-token choice agrees, the logits agree to bf16 precision, and the built-in draft, which quantizes
-the plain weights, is the same whether the target is packed or not.
+`LlamaModel(layout=...)` (engine/model/cpu/packing.py) reorders the linear weights once so the
+matmul kernels read them directly: for our AMX matmul where the CPU has AMX and the C++
+kernels load (then the C++ layer loop runs decode steps too), else into oneDNN's blocked
+layout (measured gain in README). The matmuls then accumulate in a different order, so the
+bf16 logits may differ in the last bits, never in substance: the next-token choice agrees,
+the logits agree to bf16 precision, and the built-in draft, which quantizes the plain
+weights, is the same whether the target is packed or not.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams, SpecConfig
+from engine.model import cache
 from engine.model.attention import build_metadata
-from engine.model.llama import cpu_packing_available
-from engine.spec import draft as draft_mod
+from engine.model.cpu.packing import cpu_packing_available
+from engine.model.llama import LlamaModel
 from engine.spec.draft import BUILTIN_RECIPE, QuantizedLlama
 from tests.conftest import PROMPTS
 
@@ -58,8 +59,9 @@ def test_packed_logits_match_plain(tokenizer):
 
 def test_fp32_is_never_packed():
     eng = LLMEngine(EngineConfig(dtype="float32", max_num_seqs=1))
-    assert not eng.model.packed
-    assert eng.model.pack_for_cpu() is False
+    assert not eng.model.packed and eng.model.layout == "plain"
+    with pytest.raises(ValueError, match="needs a CPU and bfloat16"):
+        LlamaModel(eng.model.loaded, eng.device, eng.dtype, 64, layout="onednn")
 
 
 def test_draft_from_a_packed_target_is_the_plain_targets_draft():
@@ -72,7 +74,7 @@ def test_draft_from_a_packed_target_is_the_plain_targets_draft():
         if name in eng.model.LINEAR_WEIGHTS:
             assert torch.equal(eng.model.plain_linear_weights(0)[name], w)
     a = QuantizedLlama(eng.model, BUILTIN_RECIPE).layers[0]["qkv"]
-    draft_mod._quantized_cache.clear()  # quantize again, from the plain target this time
+    cache.clear("draft")  # quantize again, from the plain target this time
     b = QuantizedLlama(plain.model, BUILTIN_RECIPE).layers[0]["qkv"]
     assert a is not b
     assert torch.equal(a.packed, b.packed) and torch.equal(a.scales, b.scales)

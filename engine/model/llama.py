@@ -7,38 +7,33 @@ back to back, and the attention backend finds each request's context in the KV p
 `AttentionMetadata` (slot_mapping for writes, block_tables for reads).
 
 q/k/v and gate/up projections are fused into one matmul each: fewer, larger matmuls are
-what a CPU (and a GPU) runs best. On a CPU in bf16, `pack_for_cpu()` also reorders every
-linear weight once, for our AMX kernel (engine/model/cpu_linear.cpp) where the CPU has AMX
-and the C++ kernels are on, else into oneDNN's blocked layout (measured in its docstring).
+what a CPU (and a GPU) runs best. Everything that differs between a GPU, a plain CPU and a
+CPU with our C++ kernels is chosen once, when the model is built: the small per-layer ops
+(`LayerOps`: PyTorch's or the C++ kernels), the weight layout and its matmul
+(engine/model/cpu/packing.py), and whether the C++ copy of the layer loop may run; `forward`
+shows every path a step can take.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-from engine.model.attention import AttentionMetadata
+from engine.model import cache
+from engine.model.attention import AttentionBackend, AttentionMetadata
+from engine.model.cpu.attention import CpuAttention
+from engine.model.cpu.packing import (
+    LAYOUTS,
+    PACKERS,
+    amx_fits,
+    choose_layout,
+    cpu_packing_available,
+)
 from engine.model.loader import LoadedModel, ModelConfig
-
-# oneDNN's prepacked linear (what torch.compile's CPU "freezing" pass uses): the weight is
-# reordered once, for a typical row count, into the blocked layout the AMX/AVX-512 bf16
-# kernels read directly, instead of on every call.
-PACK_ROWS_HINT = 16
-
-
-def cpu_packing_available(device: torch.device, dtype: torch.dtype) -> bool:
-    return (device.type == "cpu" and dtype == torch.bfloat16
-            and torch.backends.mkldnn.is_available()
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-            and torch.ops.mkldnn._is_mkldnn_bf16_supported())
-
-
-def packed_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
-                  ) -> torch.Tensor:
-    """F.linear for a weight packed by `torch.ops.mkldnn._reorder_linear_weight`."""
-    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), w, bias, "none", [], "")
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -92,32 +87,47 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> 
     return x * cos + swapped * sin_signed
 
 
-def vnni_pack(w: torch.Tensor) -> torch.Tensor:
-    """[N, K] -> [N/16, K/2, 32]: per block of 16 output columns, K/2 rows of 16 (even, odd)
-    pairs, the AMX tile layout `torch.ops.servelab.amx_linear` reads (cpu_linear.cpp)."""
-    n, k = w.shape
-    return w.reshape(n // 16, 16, k // 2, 2).permute(0, 2, 1, 3).reshape(n // 16, k // 2, 32
-                                                                          ).contiguous()
+class LayerOps(NamedTuple):
+    """The small per-layer ops of one model, chosen at construction: PyTorch's (above) or the
+    C++ kernels (cpu/ops.cpp), which do the same arithmetic with the same roundings in one call
+    instead of 3 to 8 operators (tests/test_cpu_ops.py holds them to the same bits)."""
+
+    name: str  # "torch" or "cpu"
+    rms_norm: Callable
+    add_rms_norm: Callable
+    rope: Callable
+    silu_mul: Callable
 
 
-def amx_fits(w: torch.Tensor) -> bool:
-    return w.dtype == torch.bfloat16 and w.shape[0] % 16 == 0 and w.shape[1] % 32 == 0
+TORCH_OPS = LayerOps("torch", rms_norm, add_rms_norm, apply_rope, silu_mul)
 
 
-def amx_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
-               ) -> torch.Tensor:
-    """F.linear for a weight packed by `vnni_pack`."""
-    return torch.ops.servelab.amx_linear(x, w, bias)
+def cpu_kernel_ops() -> LayerOps:
+    """The C++ kernels' ops (engine/model/cpu/library.py must have loaded them)."""
+    ops = torch.ops.servelab
+    return LayerOps("cpu", ops.rms_norm, ops.add_rms_norm, ops.rope, ops.silu_mul)
 
 
 class LlamaModel:
-    """Weights on one device in one dtype; `forward` runs the flat batch through every layer."""
+    """Weights on one device in one dtype; `forward` runs the flat batch through every layer.
+
+    cpu_kernels: run the small per-layer ops as C++ kernels (a CPU, the kernels loaded).
+    layout: the linear weights' layout ("plain", "onednn", "amx"; cpu/packing.py, which also
+        chooses it for the engine). Reordering happens here, once.
+    cpp_layer_loop: with AMX weights and plain Llama layers (no q/k/v bias, no q/k norm), let
+        steps whose attention the C++ kernel takes whole run the layer loop in C++ (off: the
+        same kernels, called from Python; tests and the kernel bench compare the two).
+    """
+
+    LINEAR_WEIGHTS = ("qkv", "o", "gate_up", "down")
 
     def __init__(self, loaded: LoadedModel, device: torch.device, dtype: torch.dtype,
-                 max_positions: int):
+                 max_positions: int, cpu_kernels: bool = False, layout: str = "plain",
+                 cpp_layer_loop: bool = True):
         cfg = self.cfg = loaded.config
         self.device, self.dtype = device, dtype
         self.loaded = loaded  # the loader's per-process copy: plain weights stay reachable
+        self._check_choices(cpu_kernels, layout)
         w = loaded.weights
 
         def get(name: str) -> torch.Tensor:
@@ -145,20 +155,54 @@ class LlamaModel:
         self.scale = cfg.head_dim ** -0.5
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
-        # y = x W^T (+ b); a draft model swaps in int8 weights and int8_linear (engine/spec/draft.py)
-        self.linear = F.linear
-        self.packed = False
-        self.pack_layout = "plain"  # pack_for_cpu: "amx" or "onednn"
-        # the small per-layer ops; use_cpu_ops() swaps in C++ kernels with the same arithmetic
-        self.rms_norm, self.add_rms_norm = rms_norm, add_rms_norm
-        self.rope, self.silu_mul = apply_rope, silu_mul
-        self.cpu_ops = False
-        # use_cpu_ops(): every layer's weights in the order torch.ops.servelab.decode_layers
-        # takes them, when it can run this model; None: the Python loop always
-        self.fused_weights: list[torch.Tensor] | None = None
         n = sum(t.numel() * t.element_size() for layer in self.layers for t in layer.values()
                 if t is not None)
         self._weight_bytes = n + self.lm_head.numel() * self.lm_head.element_size()
+
+        self.ops = cpu_kernel_ops() if cpu_kernels else TORCH_OPS
+        # y = x W^T (+ b), for weights in this layout (the built-in draft: its int4/int8 ones)
+        self.layout = layout
+        pack, self.linear = PACKERS[layout]
+        if pack is not None:
+            for layer in self.layers:
+                for name in self.LINEAR_WEIGHTS:
+                    layer[name] = pack(layer[name])
+            # the lm_head may be the embedding, which lookups still read plain: a packed copy
+            self.lm_head = pack(self.lm_head)
+        # every layer's weights in the order torch.ops.servelab.decode_layers takes them, when
+        # the C++ layer loop can run this model; None: the Python loop always
+        self.cpp_layer_weights: list[torch.Tensor] | None = None
+        if cpp_layer_loop and layout == "amx" and not cfg.qkv_bias and not cfg.qk_norm:
+            self.cpp_layer_weights = [layer[name] for layer in self.layers for name in (
+                "in_norm", "qkv", "o", "post_norm", "gate_up", "down")]
+
+    def _check_choices(self, cpu_kernels: bool, layout: str) -> None:
+        from engine.model.cpu import library
+
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {list(LAYOUTS)}, got {layout!r}")
+        if cpu_kernels and not library.available(self.device, self.dtype):
+            raise ValueError("cpu_kernels=True needs the C++ CPU kernels on a CPU (they did "
+                             "not load here)")
+        if layout != "plain" and not cpu_packing_available(self.device, self.dtype):
+            raise ValueError(f"layout={layout!r} needs a CPU and bfloat16 with oneDNN's packed "
+                             f"linear; got {self.device.type}, {self.dtype}")
+        if layout == "amx" and not (cpu_kernels and library.amx_available()
+                                    and all(amx_fits(*s) for s in self.linear_shapes(self.cfg))):
+            raise ValueError("layout='amx' needs cpu_kernels=True, a CPU with AMX tiles and "
+                             "weight shapes in multiples of 16 x 32")
+
+    @staticmethod
+    def linear_shapes(cfg: ModelConfig) -> list[tuple[int, int]]:
+        """The [out, in] shapes of the fused linear weights and the lm_head."""
+        h, d, inter = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+        return [((cfg.num_heads + 2 * cfg.num_kv_heads) * d, h), (h, cfg.num_heads * d),
+                (2 * inter, h), (h, inter), (cfg.vocab_size, h)]
+
+    @property
+    def packed(self) -> bool:
+        """Are the linear weights reordered for a CPU matmul (not plain [out, in])?"""
+        return self.layout in ("onednn", "amx")
 
     @property
     def weight_bytes(self) -> int:
@@ -167,7 +211,7 @@ class LlamaModel:
 
     def plain_linear_weights(self, i: int) -> dict[str, torch.Tensor]:
         """Layer i's linear weights, [out, in], q/k/v and gate/up fused, built from the loaded
-        weights (so still available after `pack_for_cpu`; the built-in draft quantizes them)."""
+        weights (so available whatever the layout; the built-in draft quantizes them)."""
         w, p = self.loaded.weights, f"layers.{i}."
 
         def get(name: str) -> torch.Tensor:
@@ -202,59 +246,23 @@ class LlamaModel:
         sin[:, : cfg.head_dim // 2] *= -1  # rotate_half's minus sign, folded in (apply_rope)
         self.sin_signed = sin.to(device=self.device, dtype=self.dtype)
 
-    LINEAR_WEIGHTS = ("qkv", "o", "gate_up", "down")
-
-    def pack_for_cpu(self, amx: bool = False) -> bool:
-        """Reorder every linear weight (and the lm_head) once, in place, for the CPU's bf16
-        matmul; True if done. Only on a CPU in bf16 (`plain_linear_weights` still gives the
-        plain ones).
-
-        amx=True (the engine asks when its C++ kernels load and the CPU has AMX): VNNI pairs
-        for `amx_linear`, which read the weights 1.3-1.7x faster than oneDNN's prepacked
-        linear at 1 to 64 rows (`python -m benchmarks.kernel_bench`; README, Performance). Otherwise
-        oneDNN's blocked layout: 1.04x to 1.72x the decode rate of plain weights at 1 to 32
-        running in earlier runs of `python -m benchmarks.bench` (2-core Sapphire Rapids)."""
-        if self.packed or not cpu_packing_available(self.device, self.dtype):
-            return False
-        mats = [self.lm_head] + [layer[n] for layer in self.layers for n in self.LINEAR_WEIGHTS]
-        if amx and all(amx_fits(w) for w in mats):
-            pack, self.linear, self.pack_layout = vnni_pack, amx_linear, "amx"
-        else:
-            reorder = torch.ops.mkldnn._reorder_linear_weight
-            pack, self.linear, self.pack_layout = (lambda w: reorder(w, PACK_ROWS_HINT),
-                                                   packed_linear, "onednn")
-        for layer in self.layers:
-            for name in self.LINEAR_WEIGHTS:
-                layer[name] = pack(layer[name])
-        # the lm_head is tied to the embedding, which lookups still read plain: a packed copy
-        self.lm_head = pack(self.lm_head)
-        self.packed = True
-        return True
-
-    def use_cpu_ops(self) -> bool:
-        """Run norms, rotary embedding and SwiGLU as one C++ call each (engine/model/
-        cpu_ops.cpp) instead of 3 to 8 PyTorch operators; True if the kernels loaded. Same
-        arithmetic and roundings (tests/test_cpu_ops.py); measured by `python -m
-        benchmarks.bench` (README, Performance)."""
-        from engine.model import cpu_ops
-
-        if not self.cpu_ops and cpu_ops.supports(self.device, self.dtype):
-            ops = torch.ops.servelab
-            self.rms_norm, self.add_rms_norm = ops.rms_norm, ops.add_rms_norm
-            self.rope, self.silu_mul = ops.rope, ops.silu_mul
-            self.cpu_ops = True
-            # with AMX weights and a plain Llama layer (no q/k/v bias, no q/k norm), a step
-            # whose attention one kernel call serves runs the whole layer loop in C++ (forward)
-            if self.pack_layout == "amx" and all(
-                    layer["qkv_bias"] is None and layer["q_norm"] is None for layer in self.layers):
-                self.fused_weights = [layer[name] for layer in self.layers for name in (
-                    "in_norm", "qkv", "o", "post_norm", "gate_up", "down")]
-        return self.cpu_ops
+    def runs_cpp_layer_loop(self, meta: AttentionMetadata, backend: AttentionBackend) -> bool:
+        """Does this step run the whole layer loop in C++? Only with the C++ loop's weights
+        (AMX layout, plain Llama layers) and the C++ attention backend, when its kernel takes
+        every request of the step in one call (CpuAttention.takes_whole_step)."""
+        cfg = self.cfg
+        return (self.cpp_layer_weights is not None and isinstance(backend, CpuAttention)
+                and backend.takes_whole_step(meta, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim))
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
-                kv_caches: list[tuple[torch.Tensor, torch.Tensor]], backend) -> torch.Tensor:
-        """input_ids, positions: [num_tokens] -> final hidden states [num_tokens, hidden]."""
+                kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+                backend: AttentionBackend) -> torch.Tensor:
+        """input_ids, positions: [num_tokens] -> final hidden states [num_tokens, hidden].
+
+        A step takes one of two paths: the C++ layer loop (`runs_cpp_layer_loop`: the same
+        kernels, in the same order, without Python between them), or the loop below, with this
+        model's ops and matmul. The attention inside either is the backend's."""
         cfg = self.cfg
         n = input_ids.shape[0]
         h = self.embed[input_ids]  # [num_tokens, hidden]
@@ -263,33 +271,33 @@ class LlamaModel:
         hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         qk_size = self.q_size + self.kv_size
         eps = cfg.rms_norm_eps
-        if self.fused_weights and backend.whole_step_in_kernel(meta, hq, hkv, d):
-            # one attention kernel call per layer serves the step: the loop below, in C++
+        if self.runs_cpp_layer_loop(meta, backend):  # the loop below, in C++ (cpu/ops.cpp)
             return torch.ops.servelab.decode_layers(
-                h, cos, sin, self.fused_weights, self.final_norm, [kv[0] for kv in kv_caches],
-                [kv[1] for kv in kv_caches], meta.slot_mapping, meta.block_tables, meta.seq_lens,
-                meta.query_start_loc, hq, hkv, self.scale, eps)
-        x = self.rms_norm(h, self.layers[0]["in_norm"], eps)
+                h, cos, sin, self.cpp_layer_weights, self.final_norm,
+                [kv[0] for kv in kv_caches], [kv[1] for kv in kv_caches], meta.slot_mapping,
+                meta.block_tables, meta.seq_lens, meta.query_start_loc, hq, hkv, self.scale, eps)
+        ops, linear = self.ops, self.linear
+        x = ops.rms_norm(h, self.layers[0]["in_norm"], eps)
         for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, kv_caches)):
-            qkv = self.linear(x, layer["qkv"], layer["qkv_bias"])
+            qkv = linear(x, layer["qkv"], layer["qkv_bias"])
             v = qkv[:, qk_size:].view(n, hkv, d)  # [num_tokens, Hkv, d]
             if layer["q_norm"] is None:  # rotate q and k heads together: [num_tokens, Hq + Hkv, d]
-                qk = self.rope(qkv[:, :qk_size].view(n, hq + hkv, d), cos, sin)
+                qk = ops.rope(qkv[:, :qk_size].view(n, hq + hkv, d), cos, sin)
                 q, k = qk[:, :hq], qk[:, hq:]
             else:  # Qwen3: per-head RMSNorm on q and k before the rotation
-                q = self.rope(self.rms_norm(qkv[:, :self.q_size].view(n, hq, d), layer["q_norm"],
-                                            eps), cos, sin)
-                k = self.rope(self.rms_norm(qkv[:, self.q_size:qk_size].view(n, hkv, d),
-                                            layer["k_norm"], eps), cos, sin)
-            backend.store_kv(k_cache, v_cache, k, v, meta.slot_mapping)
+                q = ops.rope(ops.rms_norm(qkv[:, :self.q_size].view(n, hq, d), layer["q_norm"],
+                                          eps), cos, sin)
+                k = ops.rope(ops.rms_norm(qkv[:, self.q_size:qk_size].view(n, hkv, d),
+                                          layer["k_norm"], eps), cos, sin)
+            backend.store_kv(k_cache, v_cache, k, v, meta)
             attn = backend.forward(q, k_cache, v_cache, meta, self.scale)  # [num_tokens, Hq, d]
             # h += attention, then the norm before the MLP
-            h, x = self.add_rms_norm(h, self.linear(attn.reshape(n, self.q_size), layer["o"]),
-                                     layer["post_norm"], eps)
-            mlp = self.linear(self.silu_mul(self.linear(x, layer["gate_up"])), layer["down"])
+            h, x = ops.add_rms_norm(h, linear(attn.reshape(n, self.q_size), layer["o"]),
+                                    layer["post_norm"], eps)
+            mlp = linear(ops.silu_mul(linear(x, layer["gate_up"])), layer["down"])
             # h += MLP, then the next layer's input norm (after the last layer: the final norm)
             norm = self.layers[i + 1]["in_norm"] if i + 1 < len(self.layers) else self.final_norm
-            h, x = self.add_rms_norm(h, mlp, norm, eps)
+            h, x = ops.add_rms_norm(h, mlp, norm, eps)
         return x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -297,24 +305,16 @@ class LlamaModel:
         return self.linear(hidden, self.lm_head).float()
 
 
-_shared: dict[tuple, LlamaModel] = {}
-
-
 def shared_model(loaded: LoadedModel, device: torch.device, dtype: torch.dtype,
-                 max_positions: int, pack: bool, cpu_ops: bool = False) -> LlamaModel:
-    """One LlamaModel per (weights, device, dtype, packing) per process. Its weights are
-    read-only, so engines (the app keeps one per switch setting) share it and own only their
-    KV pools; the rotary tables grow to the longest max_positions asked for."""
-    key = (str(loaded.folder), str(device), dtype, pack, cpu_ops)
-    model = _shared.get(key)
-    if model is None or model.loaded is not loaded:
-        model = LlamaModel(loaded, device, dtype, max_positions)
-        if pack:
-            from engine.model import cpu_ops as cpu_kernels
-
-            model.pack_for_cpu(amx=cpu_ops and cpu_kernels.amx_linear_available())
-        if cpu_ops:
-            model.use_cpu_ops()
-        _shared[key] = model
+                 max_positions: int, pack: bool = False, cpu_kernels: bool = False,
+                 ) -> LlamaModel:
+    """The LlamaModel for these weights, device, dtype, ops and packing, built once per
+    process (engine/model/cache.py). Its weights are read-only, so engines share it and own
+    only their KV pools; the rotary tables grow to the longest max_positions asked for."""
+    layout = choose_layout(LlamaModel.linear_shapes(loaded.config), device, dtype, pack,
+                           cpu_kernels)
+    key = (str(loaded.folder), str(device), dtype, cpu_kernels, layout)
+    model = cache.get("model", key, lambda: LlamaModel(loaded, device, dtype, max_positions,
+                                                      cpu_kernels, layout))
     model.ensure_positions(max_positions)
     return model

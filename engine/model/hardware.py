@@ -1,0 +1,58 @@
+"""Where and how the model runs: the device, the dtype and the attention backend behind "auto".
+
+Every "auto" of `EngineConfig` (device, dtype, attention_backend) is resolved here and only
+here; the engine, the app and the benchmarks all call these functions.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """'auto': CUDA when there is a GPU, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' but no CUDA device is available")
+    return torch.device(name)
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_prefers_bf16() -> bool:
+    """Does this CPU have bf16 matrix units (AMX or AVX512-BF16)?
+
+    With them, bf16 decodes several times faster than fp32 (README, Performance); without
+    them bf16 is emulated and slower than fp32. The choice rests on the CPU's flags rather than
+    a timing at start-up, which a shared machine makes unstable."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def resolve_dtype(name: str = "auto", device: torch.device | None = None) -> torch.dtype:
+    """'auto': bfloat16 on CUDA and on CPUs with bf16 matrix units, else float32.
+    device None: the one resolve_device('auto') picks."""
+    if name == "auto":
+        device = device if device is not None else resolve_device("auto")
+        if device.type == "cuda":
+            return torch.bfloat16
+        return torch.bfloat16 if cpu_prefers_bf16() else torch.float32
+    return getattr(torch, name)
+
+
+def resolve_backend(name: str, device: torch.device, cpu_kernels: bool) -> str:
+    """'auto': Triton on CUDA; on a CPU the C++ kernels' backend if they loaded, else torch."""
+    if name == "auto":
+        if device.type == "cuda":
+            return "triton"
+        return "cpu" if cpu_kernels else "torch"
+    if name == "cpu" and not cpu_kernels:
+        raise ValueError("attention_backend='cpu' needs the C++ CPU kernels (cpu_kernels=True "
+                         "on a CPU with g++); use 'torch'")
+    return name
