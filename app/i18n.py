@@ -31,6 +31,7 @@ STRINGS: dict[str, dict[str, str]] = {
     "page.beyond": {"zh": "三招之外", "en": "Beyond the three"},
     "page.quiz": {"zh": "自测", "en": "Self-test"},
     "page.glossary": {"zh": "术语表", "en": "Glossary"},
+    "page.classroom": {"zh": "课堂：全班共用一台引擎", "en": "Classroom: one engine for all"},
     # switches and their values
     "switch.batching": {"zh": "批处理", "en": "Batching"},
     "switch.batching.static": {"zh": "静态（旅游大巴）", "en": "static (tour bus)"},
@@ -95,6 +96,7 @@ STRINGS: dict[str, dict[str, str]] = {
     "nav.leaks": {"zh": "三处漏洞", "en": "The three leaks"},
     "nav.measure": {"zh": "测量", "en": "Measure"},
     "nav.check": {"zh": "自测", "en": "Check yourself"},
+    "nav.class": {"zh": "课堂", "en": "Class"},
     "side.switches": {"zh": "三个开关", "en": "The three switches"},
     "side.k": {"zh": "每步草稿 token 数 k", "en": "Drafted tokens per step (k)"},
     "side.k.help": {"zh": "每一步先猜 k 个 token，再由目标模型一次验证。",

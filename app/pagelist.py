@@ -50,6 +50,7 @@ PAGE_TABLE: tuple[PageInfo, ...] = (
     PageInfo("summary", "nav.check", False, ":material/summarize:"),
     PageInfo("quiz", "nav.check", False, ":material/quiz:"),
     PageInfo("glossary", "nav.check", False, ":material/menu_book:"),
+    PageInfo("classroom", "nav.class", False, ":material/groups:", live=True),
 )
 
 PAGES: tuple[str, ...] = tuple(p.slug for p in PAGE_TABLE)

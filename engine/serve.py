@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import os
 import secrets
 import sys
 
@@ -62,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--host", default="127.0.0.1", help="address to bind (non-loopback needs an API key)")
     a("--port", type=int, default=8000)
     a("--api-key", default=None, help="clients send 'Authorization: Bearer <key>'")
+    a("--admin-key", default=os.environ.get("SERVELAB_ADMIN_KEY"),
+      help="the teacher's key for the step stream and /metrics (default: $SERVELAB_ADMIN_KEY)")
     a("--model", default="smollm2-135m", help="bundled model name or local HF folder")
     a("--served-model-name", default=None, help="the name clients put in `model`")
     a("--batching", default="continuous", choices=["continuous", "static"])
@@ -120,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = ServerSettings(
         model_name=args.served_model_name or args.model, api_key=api_key,
         max_queue=args.max_queue, max_requests_per_user=args.max_requests_per_user,
-        max_tokens_cap=args.max_tokens_cap, max_body_bytes=args.max_body_bytes)
+        max_tokens_cap=args.max_tokens_cap, max_body_bytes=args.max_body_bytes,
+        admin_key=args.admin_key)
     app = create_app(engine, settings)
     print(f"[{engine.describe()}] {config.batching} batching, {config.kv_layout} KV, "
           f"{config.max_num_seqs} seats; serving {settings.model_name!r} on "

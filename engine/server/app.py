@@ -53,6 +53,7 @@ from engine.server.protocol import (
 _ids = itertools.count()  # request ids, unique in the process (tests reuse one engine)
 _TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
 DISCONNECT_POLL_S = 0.5  # a non-streaming handler checks this often whether its client left
+OPEN_PATHS = ("/health", "/class")  # no key: the health check and the students' empty page
 
 
 @dataclass
@@ -65,6 +66,10 @@ class ServerSettings:
     max_requests_per_user: int = 8  # per client name or address; then 429
     max_tokens_cap: int | None = None  # largest max_tokens a request may ask (None: model len)
     max_body_bytes: int = 1 << 20  # 1 MiB; then 413
+    # the teacher's key: when set, the step stream, /metrics and the other /v1/servelab/ views
+    # need it instead of `api_key` (the join code every student has), so no student can read
+    # the others' answers off the step stream
+    admin_key: str | None = None
 
 
 class _Limits:
@@ -77,14 +82,19 @@ class _Limits:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         s = self.settings
-        if s.api_key is not None and scope["path"] != "/health":
+        path = scope["path"]
+        key = s.api_key
+        if s.admin_key is not None and (path == "/metrics" or path.startswith("/v1/servelab/")):
+            key = s.admin_key
+        if key is not None and path not in OPEN_PATHS:
             headers = dict(scope["headers"])
             auth = headers.get(b"authorization", b"").decode("latin-1")
             given = auth[7:] if auth[:7].lower() == "bearer " else ""
-            if not hmac.compare_digest(given.encode("utf-8", "replace"), s.api_key.encode()):
+            if not hmac.compare_digest(given.encode("utf-8", "replace"), key.encode()):
+                whose = "the teacher's admin key" if key is s.admin_key else "the class's join code"
                 return await self._refuse(send, APIError(
-                    401, "missing or wrong API key: send 'Authorization: Bearer <key>' (the "
-                         "class's join code)", "authentication_error", code="invalid_api_key"))
+                    401, f"missing or wrong API key: send 'Authorization: Bearer <key>' ({whose})",
+                    "authentication_error", code="invalid_api_key"))
         length = dict(scope["headers"]).get(b"content-length")
         too_big = APIError(413, f"request body over this server's limit of "
                                 f"{s.max_body_bytes} bytes", code="request_too_large")
@@ -327,6 +337,11 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
                                               accepted.prompt_token_ids if return_ids else None))
         finally:
             cleanup()
+
+    # the students' page and its ask route (engine/server/student.py)
+    from engine.server.student import student_router
+
+    app.include_router(student_router(loop, admit, release))
 
     # --- routes -----------------------------------------------------------------------------
     @app.get("/health")

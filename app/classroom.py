@@ -1,0 +1,460 @@
+"""The teacher's side of a class: the class server's process, its step stream, the simulated
+users, and the measured table of configurations. No streamlit here; the page
+(`app/pages/classroom.py`) draws what these objects hold.
+
+Chapter 6.4's "one server serving a thousand people" with the class as the people: one
+`python -m engine.serve` process (one engine, one stepping loop) that every student's phone
+and the simulated users share, while the projector draws its step stream.
+
+- `ClassServer`: starts `python -m engine.serve` as a child process with the class switches
+  (its own process id; `stop()` and interpreter exit end it), or adopts one already running
+  whose URL and keys come from server-side configuration only (`SERVELAB_CLASS_URL`,
+  `SERVELAB_CLASS_JOIN_CODE`, `SERVELAB_CLASS_ADMIN_KEY`, or the same names in
+  `.streamlit/secrets.toml`), never from a text box.
+- `StepStream`: a thread that reads `GET /v1/servelab/steps` (server-sent events) and keeps
+  the newest report and a short, slimmed history for the gauges.
+- `ClassRoom`: the app process's one class (server, stream, load run, results table) and
+  its restart with new switches.
+- `LoadRun`: `python -m engine.load` as a child process, its progress read off its progress
+  bar, its JSON summary read at the end.
+
+The join code is the server's API key (students type it, or the QR code carries it in the
+URL fragment); the admin key, known only to this process, guards the step stream, so a
+student with the join code cannot read the others' answers.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+SWITCHES = {"batching": ("continuous", "static"), "kv_layout": ("paged", "contiguous"),
+            "spec": ("off", "ngram", "draft")}
+DEFAULT_SWITCHES = {"batching": "continuous", "kv_layout": "paged", "spec": "off"}
+HISTORY = 240  # steps the gauges' history keeps
+ARRIVALS = ("poisson", "rate", "all-at-once")
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # processes to end at interpreter exit
+
+
+def lan_address() -> str | None:
+    """This machine's address on the network its default route uses (no packet is sent: a
+    UDP socket's connect only picks the outgoing interface), or None when it has none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # TEST-NET-1: never routed anywhere real
+            ip = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if ip.startswith("127.") else ip
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def join_url(base_url: str, join_code: str | None) -> str:
+    """What the QR code opens: the students' page, the join code in the URL fragment (a
+    fragment stays in the browser: it is never sent to the server nor logged)."""
+    url = base_url.rstrip("/") + "/class"
+    return f"{url}#code={join_code}" if join_code else url
+
+
+def qr_svg(text: str, scale: int = 6) -> str:
+    """The QR code of `text` as inline SVG (segno)."""
+    import io
+
+    import segno
+
+    buf = io.BytesIO()
+    segno.make(text, error="m").save(buf, kind="svg", scale=scale, xmldecl=False,
+                                     dark="#000", light="#fff")
+    return buf.getvalue().decode()
+
+
+def serve_args(switches: dict, host: str, port: int, join_code: str | None,
+               seats: int = 16, max_tokens_cap: int = 128) -> list[str]:
+    """The `python -m engine.serve` command line for the class switches."""
+    args = [sys.executable, "-m", "engine.serve", "--host", host, "--port", str(port),
+            "--batching", switches["batching"], "--kv-layout", switches["kv_layout"],
+            "--max-num-seqs", str(seats), "--max-tokens-cap", str(max_tokens_cap),
+            # students and a thousand simulated users: a deep queue, one answer at a time
+            # per student is the student page's own limit
+            "--max-queue", "2048", "--max-requests-per-user", "4"]
+    if switches["spec"] != "off":
+        args += ["--speculative-config",
+                 json.dumps({"method": switches["spec"], "num_speculative_tokens": 4})]
+    if join_code:
+        args += ["--api-key", join_code]
+    return args
+
+
+def configured_server() -> dict | None:
+    """An already running class server named in server-side configuration, or None."""
+    conf = {k: os.environ.get(f"SERVELAB_CLASS_{k.upper()}")
+            for k in ("url", "join_code", "admin_key")}
+    if not conf["url"]:
+        with contextlib.suppress(Exception):  # no secrets file: nothing configured
+            import streamlit as st
+
+            sec = st.secrets.get("classroom", {})
+            conf = {k: sec.get(k) for k in conf}
+    return conf if conf["url"] else None
+
+
+def _end(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds (at once when grace is 0)."""
+    if proc.poll() is not None:
+        return
+    if grace <= 0:
+        proc.kill()
+        proc.wait(10)
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+@atexit.register
+def _end_all() -> None:
+    for proc in list(_LIVE):
+        _end(proc, grace=3.0)
+
+
+@dataclass
+class ClassServer:
+    """One class server: started here (`start`) or adopted from configuration (`adopt`)."""
+
+    url: str = ""
+    join_code: str | None = None
+    admin_key: str | None = None
+    host: str = "127.0.0.1"
+    switches: dict = field(default_factory=lambda: dict(DEFAULT_SWITCHES))
+    proc: subprocess.Popen | None = None
+    log_path: Path | None = None
+    adopted: bool = False
+
+    @classmethod
+    def start(cls, switches: dict, on_network: bool = False, port: int | None = None,
+              seats: int = 16, ready_timeout: float = 180.0) -> ClassServer:
+        """Start `python -m engine.serve` on 127.0.0.1 (only this computer can join), or on
+        this machine's network address when the teacher asks for it (phones on the same
+        network can; the join code is then required)."""
+        host = (lan_address() or "127.0.0.1") if on_network else "127.0.0.1"
+        port = port or free_port(host)
+        join_code = secrets.token_urlsafe(6)  # short enough to read off a projector
+        admin_key = secrets.token_urlsafe(24)
+        log = tempfile.NamedTemporaryFile("w", prefix="servelab-class-", suffix=".log",
+                                          delete=False)
+        env = dict(os.environ, SERVELAB_ADMIN_KEY=admin_key, PYTHONPATH=str(ROOT))
+        proc = subprocess.Popen(serve_args(switches, host, port, join_code, seats),
+                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        log.close()
+        _LIVE.add(proc)
+        srv = cls(url=f"http://{host}:{port}", join_code=join_code, admin_key=admin_key,
+                  host=host, switches=dict(switches), proc=proc, log_path=Path(log.name))
+        srv.wait_ready(ready_timeout)
+        return srv
+
+    @classmethod
+    def adopt(cls, conf: dict) -> ClassServer:
+        srv = cls(url=conf["url"].rstrip("/"), join_code=conf.get("join_code"),
+                  admin_key=conf.get("admin_key"), adopted=True)
+        with contextlib.suppress(Exception):
+            cfg = srv.get("/v1/servelab/config").json()
+            spec = (cfg.get("spec") or {}).get("method", "off")
+            srv.switches = {"batching": cfg["batching"], "kv_layout": cfg["kv_layout"],
+                            "spec": spec}
+        return srv
+
+    @property
+    def headers(self) -> dict:
+        key = self.admin_key or self.join_code
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def get(self, path: str, timeout: float = 10.0) -> httpx.Response:
+        return httpx.get(self.url + path, headers=self.headers, timeout=timeout)
+
+    def alive(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            return False
+        try:
+            return httpx.get(self.url + "/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def log_tail(self, n: int = 2000) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(errors="replace")[-n:]
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError("the class server exited while starting:\n"
+                                   + self.log_tail())
+            if self.alive():
+                return
+            time.sleep(0.3)
+        self.stop()
+        raise RuntimeError(f"the class server did not answer within {timeout:.0f} s")
+
+    def busy(self) -> int:
+        """Requests in the server (running + waiting), from /metrics; 0 if it cannot say."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        try:
+            text = self.get("/metrics").text
+        except httpx.HTTPError:
+            return 0
+        n = 0.0
+        for fam in text_string_to_metric_families(text):
+            if fam.name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
+                n += sum(s.value for s in fam.samples)
+        return int(n)
+
+    def drain(self, timeout: float = 120.0) -> bool:
+        """Wait (bounded) until no request is in the server; True if it emptied."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.busy() == 0:
+                return True
+            time.sleep(0.5)
+        return False
+
+    def stop(self, abort: bool = False) -> None:
+        """End the process this page started (never an adopted one): gracefully (uvicorn
+        lets the answers in flight finish, up to a grace period), or with `abort` at once."""
+        if self.proc is not None:
+            _end(self.proc, grace=0.0 if abort else 10.0)
+            _LIVE.discard(self.proc)
+        if self.log_path is not None:
+            with contextlib.suppress(OSError):
+                self.log_path.unlink()
+
+
+def slim(report: dict) -> dict:
+    """What the gauges' history needs of a report (the KV map and owners dropped)."""
+    kv = report["kv"]
+    return {"step": report["step"], "wall_s": report["wall_s"], "seats": report["seats"],
+            "waiting": report["waiting"], "emitted": [
+                {"request_id": e["request_id"], "token_ids": e["token_ids"]}
+                for e in report["emitted"]],
+            "finished": report["finished"], "spec": report.get("spec", []),
+            "metrics": report.get("metrics", {}),
+            "kv": {"used_slots": kv["used_slots"], "allocated_slots": kv["allocated_slots"],
+                   "total_slots": kv["total_slots"],
+                   # blocks held per request (only seated requests hold any: a few entries)
+                   "blocks_held": {rid: len(t) for rid, t in kv["block_tables"].items()}}}
+
+
+class StepStream:
+    """Reads the class server's step stream in a thread: the newest report, a slim history,
+    and every owner seen recently (request id -> {"user", "kind"})."""
+
+    def __init__(self, url: str, headers: dict):
+        self.url, self.headers = url, headers
+        self.latest: dict | None = None
+        self.history: deque[dict] = deque(maxlen=HISTORY)
+        self.owners: dict[str, dict] = {}
+        self.events = 0
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="class-steps", daemon=True)
+        self._thread.start()
+
+    def snapshot(self) -> tuple[dict | None, list[dict], dict]:
+        with self._lock:
+            return self.latest, list(self.history), dict(self.owners)
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                # read timeout above the server's 15 s keep-alive comment
+                with httpx.stream("GET", self.url + "/v1/servelab/steps", headers=self.headers,
+                                  timeout=httpx.Timeout(30.0, connect=5.0)) as r:
+                    if r.status_code != 200:
+                        self.error = f"step stream: HTTP {r.status_code}"
+                        self._stop.wait(2.0)
+                        continue
+                    self.error = None
+                    for line in r.iter_lines():
+                        if self._stop.is_set():
+                            return
+                        if line.startswith("data: "):
+                            self._take(json.loads(line[6:]))
+            except (httpx.HTTPError, OSError, ValueError) as exc:
+                self.error = f"step stream: {type(exc).__name__}"
+                self._stop.wait(1.0)
+
+    def _take(self, report: dict) -> None:
+        with self._lock:
+            self.latest = report
+            self.history.append(slim(report))
+            self.owners.update(report.get("owners", {}))
+            if len(self.owners) > 4096:  # keep the recent half
+                for rid in list(self.owners)[:2048]:
+                    del self.owners[rid]
+            self.events += 1
+
+
+_PROGRESS = re.compile(r"(\d+)/(\d+)")
+
+
+class LoadRun:
+    """`python -m engine.load` against the class server, as a child process."""
+
+    def __init__(self, server: ClassServer, users: int, arrival: str, rate: float,
+                 max_tokens_scale: float = 0.25, timeout_s: float = 900.0):
+        if not 1 <= users <= 1000:
+            raise ValueError(f"users must be 1 to 1000, got {users}")
+        if arrival not in ARRIVALS:
+            raise ValueError(f"arrival must be one of {ARRIVALS}, got {arrival!r}")
+        self.users, self.switches = users, dict(server.switches)
+        self.done, self.total = 0, users
+        self.summary: dict | None = None
+        self.json_path = Path(tempfile.mkstemp(prefix="servelab-load-", suffix=".json")[1])
+        args = [sys.executable, "-m", "engine.load", "--base-url", server.url + "/v1",
+                "--users", str(users), "--arrival", arrival, "--workload", "longtail",
+                "--max-tokens-scale", str(max_tokens_scale), "--timeout", str(timeout_s),
+                "--json", str(self.json_path)]
+        if arrival != "all-at-once":
+            args += ["--rate", str(rate)]
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        if server.join_code:
+            args += ["--api-key", server.join_code]
+        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, start_new_session=True)
+        _LIVE.add(self.proc)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        """tqdm redraws its bar with carriage returns: the last 'done/total' is the progress."""
+        buf = ""
+        for chunk in iter(lambda: self.proc.stderr.read1(256), b""):
+            buf = (buf + chunk.decode(errors="replace"))[-512:]
+            if m := list(_PROGRESS.finditer(buf)):
+                self.done, self.total = int(m[-1].group(1)), int(m[-1].group(2))
+
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def result(self) -> dict | None:
+        """The summary once the run is over (None while it runs)."""
+        if self.summary is None and not self.running:
+            with contextlib.suppress(OSError, ValueError):
+                self.summary = json.loads(self.json_path.read_text())["http"]
+            with contextlib.suppress(OSError):
+                self.json_path.unlink()
+        return self.summary
+
+    def stop(self) -> None:
+        _end(self.proc, grace=5.0)
+        _LIVE.discard(self.proc)
+
+
+class ClassRoom:
+    """The app process's one class: its server, step stream, load runs and results table."""
+
+    def __init__(self):
+        self.server: ClassServer | None = None
+        self.stream: StepStream | None = None
+        self.load: LoadRun | None = None
+        self.table: dict[str, dict] = {}  # configuration -> measured row
+        self.status = ""  # what a background restart is doing
+        self.error = ""
+        self.on_network = False
+        self.redraw_ms: deque[float] = deque(maxlen=200)
+
+    def attach(self, server: ClassServer) -> None:
+        self.server = server
+        self.stream = StepStream(server.url, server.headers)
+
+    def start(self, switches: dict, on_network: bool) -> None:
+        self.on_network = on_network
+        self.attach(ClassServer.start(switches, on_network=on_network))
+
+    def stop(self, abort: bool = False) -> None:
+        if self.load is not None:
+            self.load.stop()
+            self.load = None
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
+        if self.server is not None:
+            self.server.stop(abort=abort)
+            self.server = None
+
+    def restart(self, switches: dict, abort: bool) -> None:
+        """In a thread: wait for the requests in flight (bounded) and stop the server, or with
+        `abort` end it at once (its clients' connections close: the students' page says the
+        engine went away and to ask again); then start the engine again with the new switches
+        on a new port, with a new join code."""
+
+        def work():
+            try:
+                old = self.server
+                if old is not None and not abort:
+                    self.status = "finishing the requests in flight, then restarting"
+                    old.drain()
+                self.status = "restarting the class engine"
+                self.stop(abort=abort)
+                self.start(switches, self.on_network)
+                self.status = ""
+            except Exception as exc:  # shown on the page; the teacher can start again
+                self.status, self.error = "", f"restart failed: {exc}"
+
+        self.status = "restarting"
+        threading.Thread(target=work, daemon=True).start()
+
+    def record_load(self) -> None:
+        run = self.load
+        if run is not None and (summary := run.result()) is not None:
+            self.table[config_key(run.switches)] = comparison_row(run.switches, summary)
+
+
+def config_key(switches: dict) -> str:
+    return f"{switches['batching']} · {switches['kv_layout']} · spec {switches['spec']}"
+
+
+def comparison_row(switches: dict, summary: dict) -> dict:
+    """One row of the table the class compares at the end (from engine.load's summary)."""
+
+    def ms(x):
+        return None if x is None else round(1000 * x, 1)
+
+    return {"configuration": config_key(switches), "users": summary["users"],
+            "ok": summary["ok"], "TTFT p50 (ms)": ms(summary["ttft_p50_s"]),
+            "TTFT p99 (ms)": ms(summary["ttft_p99_s"]),
+            "TPOT p50 (ms)": ms(summary["tpot_p50_s"]),
+            "output tok/s": round(summary["output_tok_per_s"], 1)}

@@ -1,0 +1,148 @@
+"""The classroom's pure parts, without a model or a browser: labels (nicknames for students, one
+grey "sim" for simulated users), every nickname and question escaped in the HTML the projector
+shows, the join URL and its QR code, the class server's command line, the load run's checks,
+and the results table."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+
+import pytest
+
+from app.classroom import (
+    DEFAULT_SWITCHES,
+    LoadRun,
+    comparison_row,
+    join_url,
+    qr_svg,
+    serve_args,
+    slim,
+)
+from app.components.classroom import (
+    SIM,
+    display_labels,
+    door_html,
+    questions_html,
+    relabel,
+    riders,
+    student_rows,
+    students_html,
+)
+from app.components.kvmap import kv_grid_html
+from app.components.seats import seats_html
+
+FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "reports.json"
+XSS = ("<script>alert(1)</script>", '<img src=x onerror="alert(2)">')
+
+
+def class_report() -> tuple[dict, dict]:
+    """A real recorded report, its requests given to two hostile students and simulated users."""
+    history = json.loads(FIXTURE.read_text())["continuous_paged_prefix"]
+    report = copy.deepcopy(next(r for r in history if r["kv"]["block_tables"]
+                                and sum(1 for s in r["seats"] if s["request_id"]) >= 3))
+    rids = [s["request_id"] for s in report["seats"] if s["request_id"]]
+    owners = {rid: {"user": f"sim-{i}", "kind": "simulated"} for i, rid in enumerate(rids)}
+    owners[rids[0]] = {"user": XSS[0], "kind": "person"}
+    owners[rids[1]] = {"user": XSS[1], "kind": "person"}
+    for i, rid in enumerate(report["waiting"]):
+        owners[rid] = {"user": XSS[i % 2] if i < 2 else f"sim-w{i}",
+                       "kind": "person" if i < 2 else "simulated"}
+    return report, owners
+
+
+def test_labels_are_nicknames_and_sim():
+    report, owners = class_report()
+    labels = display_labels(report, owners)
+    seated = [s["request_id"] for s in report["seats"] if s["request_id"]]
+    assert labels[seated[0]] == XSS[0] and labels[seated[1]] == XSS[1]
+    assert all(labels[r] == SIM for r in seated[2:])
+    shown = relabel(report, labels)
+    assert [s["request_id"] for s in shown["seats"] if s["request_id"]][:2] == list(XSS)
+    # every block's owner is relabelled, and the original report is untouched
+    assert all(o in (*XSS, SIM) for b in shown["kv"]["blocks"] for o in b["owners"]), shown
+    assert report["seats"][0]["request_id"] in owners
+    assert riders(report, owners) == {"person": 2, "simulated": len(seated) - 2}
+
+
+def test_same_nickname_twice_gets_two_labels():
+    report, owners = class_report()
+    seated = [s["request_id"] for s in report["seats"] if s["request_id"]]
+    owners[seated[1]] = dict(owners[seated[0]])
+    labels = display_labels(report, owners)
+    assert labels[seated[0]] != labels[seated[1]]
+    assert labels[seated[1]].startswith(XSS[0])
+
+
+def test_every_view_escapes_nicknames_and_questions():
+    report, owners = class_report()
+    labels = display_labels(report, owners)
+    shown = relabel(report, labels)
+    pages = [seats_html(shown), kv_grid_html(shown["kv"]), door_html(report, owners, labels),
+             questions_html([(XSS[0], XSS[1]), (XSS[1], XSS[0])])]
+    for page in pages:
+        assert "<script>alert" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in pages[0]
+    assert "&lt;img src=x onerror=" in pages[3]
+
+
+def test_door_counts_simulated_users_apart():
+    report, owners = class_report()
+    report["waiting"] = ["p1", "s1", "s2", "s3"]
+    owners.update({"p1": {"user": "ann", "kind": "person"},
+                   **{f"s{i}": {"user": f"sim-{i}", "kind": "simulated"} for i in (1, 2, 3)}})
+    html = door_html(report, owners, display_labels(report, owners))
+    assert "ann" in html and "3 simulated" in html and "At the door: 4" in html
+
+
+def test_join_url_and_qr():
+    url = join_url("http://192.168.1.5:8123", "abc_12")
+    assert url == "http://192.168.1.5:8123/class#code=abc_12"
+    svg = qr_svg(url)
+    assert svg.startswith("<svg") and "path" in svg
+
+
+def test_serve_args_carry_the_switches():
+    args = serve_args({**DEFAULT_SWITCHES, "spec": "ngram", "batching": "static"}, "127.0.0.1",
+                      8123, "code")
+    assert args[1:3] == ["-m", "engine.serve"]
+    assert args[args.index("--batching") + 1] == "static"
+    spec = json.loads(args[args.index("--speculative-config") + 1])
+    assert spec["method"] == "ngram"
+    assert args[args.index("--api-key") + 1] == "code"
+    assert "--speculative-config" not in serve_args(DEFAULT_SWITCHES, "127.0.0.1", 1, None)
+
+
+def test_load_run_refuses_bad_numbers():
+    with pytest.raises(ValueError, match="users must be 1 to 1000"):
+        LoadRun(None, 1001, "poisson", 8.0)
+    with pytest.raises(ValueError, match="arrival must be one of"):
+        LoadRun(None, 10, "sometimes", 8.0)
+
+
+def test_slim_keeps_what_the_gauges_read():
+    from app.components.gauges import gauge_values
+
+    history = json.loads(FIXTURE.read_text())["spec_ngram"]
+    assert gauge_values([slim(r) for r in history]) == gauge_values(history)
+
+
+def test_comparison_row():
+    row = comparison_row(DEFAULT_SWITCHES, {
+        "users": 10, "ok": 10, "ttft_p50_s": 0.1234, "ttft_p99_s": 0.5, "tpot_p50_s": 0.02,
+        "output_tok_per_s": 123.45})
+    assert row["TTFT p50 (ms)"] == 123.4 and row["output tok/s"] == 123.5
+    assert row["configuration"] == "continuous · paged · spec off"
+
+
+def test_students_list_keeps_short_answers_on_screen():
+    history = [slim(r) for r in json.loads(FIXTURE.read_text())["continuous_paged_prefix"]]
+    first = next(s["request_id"] for s in history[2]["seats"] if s["request_id"])
+    owners = {first: {"user": XSS[1], "kind": "person"}}
+    rows = student_rows(history, owners)
+    assert len(rows) == 1 and rows[0]["nickname"] == XSS[1]
+    assert rows[0]["seat"] is not None and rows[0]["blocks"] >= 1 and rows[0]["tokens"] >= 1
+    assert rows[0]["state"] == "answered"
+    html = students_html(rows)
+    assert "<img src=x" not in html and "&lt;img src=x" in html

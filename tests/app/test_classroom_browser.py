@@ -1,0 +1,126 @@
+"""The classroom in a real browser: the teacher's Streamlit page and several students' phones in
+separate chromium contexts at once (Debian's chromium via playwright).
+
+The teacher starts the class server from the page; three students open the join URL from the
+QR code (join code in the fragment): two ask at once with nicknames and questions holding
+`<script>` and `<img onerror=...>`, the third types a wrong join code and is refused. Each
+answer streams to its own student (and the students' pages never open the step stream); the
+teacher's page shows the nicknames in seats, as text, and with "Show questions on screen" the
+questions too; no payload runs on either page. Screenshots of the teacher's page mid-class and
+of a phone-sized student page go to build/screenshots/ (`SERVELAB_SCREENSHOTS` to change).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import time
+
+import pytest
+
+from tests.app.test_browser import CHROMIUM, ROOT, Tab, browser, server  # noqa: F401
+
+SHOTS = pathlib.Path(os.environ.get("SERVELAB_SCREENSHOTS", ROOT / "build" / "screenshots"))
+# nicknames fit the page's 32 characters
+XSS_NICK = ("<script>self.__x=1</script>", "<img src=x onerror=self.__x=2>")
+# long answers (up to the class's 96 tokens), so the riders stay seated across redraws
+QUESTIONS = ('<img src=x onerror="self.__x=3"> What is the capital of France? Then tell '
+             "me a long story about it.",
+             "<script>self.__x=4</script> Write a long poem about the sea.")
+PHONE = {"width": 390, "height": 844}
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def no_payload_ran(page) -> None:
+    assert page.evaluate("() => self.__x === undefined"), "a payload ran"
+    assert page.evaluate("() => document.querySelectorAll('img[src=\"x\"]').length") == 0
+
+
+def test_a_class_in_the_browser_with_screenshots(browser, server):  # noqa: F811
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with Tab(browser, server, 1920, 1080) as teacher:
+        page = teacher.page
+        teacher.open("/classroom")
+        page.get_by_role("button", name="Start the class server").click()
+        code_el = page.locator("h3", has_text="Join code").locator("code")
+        code_el.wait_for(timeout=240_000)
+        code = code_el.inner_text().strip()
+        url = page.locator("h3", has_text="Join at").locator("code").inner_text().strip()
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/class", url), url
+        assert page.get_by_text("scan to join").count() == 1  # the QR code's caption
+
+        students, opened = [], []
+        try:
+            for i in range(3):
+                ctx = browser.new_context(viewport=PHONE, is_mobile=True, locale="en-US")
+                p = ctx.new_page()
+                p.set_default_timeout(120_000)
+                requests: list[str] = []
+                p.on("request", lambda r, log=requests: log.append(r.url))
+                p.goto(f"{url}#code={code}" if i < 2 else f"{url}#code=wrong")
+                opened.append(ctx)
+                students.append((p, requests))
+            # the third student has a wrong code: a clear refusal, no answer
+            p3 = students[2][0]
+            p3.fill("#nick", "eve")
+            p3.fill("#q", "hello?")
+            p3.click("#ask")
+            p3.wait_for_function("() => document.getElementById('msg').textContent !== ''")
+            assert "Wrong join code" in p3.inner_text("#msg")
+            assert p3.inner_text("#answer") == ""
+            # two students ask at once
+            for (p, _), nick, q in zip(students, XSS_NICK, QUESTIONS):
+                assert p.input_value("#code") == code
+                p.fill("#nick", nick)
+                p.fill("#q", q)
+            for p, _ in students[:2]:
+                p.click("#ask")
+            # the projector: their nicknames in seats, as text
+            seen, shot = set(), False
+            deadline = time.monotonic() + 120
+            while len(seen) < 2 and time.monotonic() < deadline:
+                for nick in XSS_NICK:
+                    # in a seat now, or in the latest students' list with the seat it took
+                    if page.locator(".sl-seat", has_text=nick).count() or page.locator(
+                            ".sl-students li", has_text=nick).filter(
+                            has_text=re.compile(r"seat \d+, [1-9]\d* blocks")).count():
+                        seen.add(nick)
+                if page.locator(".sl-seat .sl-rid").count() and not shot:
+                    shot = True  # mid-class: riders in their seats, on a projector-tall page
+                    page.set_viewport_size({"width": 1920, "height": 1500})
+                    page.screenshot(path=str(SHOTS / "classroom-teacher.png"))
+                    page.set_viewport_size({"width": 1920, "height": 1080})
+                time.sleep(0.2)
+            assert seen == set(XSS_NICK), seen
+            assert shot
+            # each answer streams to its own student
+            answers = []
+            for p, requests in students[:2]:
+                p.wait_for_function(
+                    "() => document.getElementById('rate').textContent.match(/[0-9]/)")
+                answers.append(p.inner_text("#answer"))
+                assert re.search(r"seat \d+, \d+ blocks", p.inner_text("#seat"))
+                assert re.search(r"first token: [0-9.]+ s", p.inner_text("#ttft"))
+                assert not any("/v1/servelab/" in r for r in requests), requests
+            assert all(answers) and answers[0] != answers[1], answers
+            assert "Paris" in answers[0]  # the answer to this student's own question
+            for (p, _), nick, q in zip(students, XSS_NICK, QUESTIONS):
+                assert p.inner_text("#asked") == f"{nick}: {q}"  # the payloads as text
+                no_payload_ran(p)
+            students[0][0].screenshot(path=str(SHOTS / "classroom-student.png"), full_page=True)
+            # the questions on the projector, only when the teacher asks for them
+            assert page.locator(".sl-qs").count() == 0
+            page.get_by_text("Show questions on screen").click()
+            page.locator(".sl-qs li", has_text=QUESTIONS[1]).wait_for(timeout=60_000)
+            assert page.locator(".sl-qs li", has_text=QUESTIONS[0]).count() == 1
+            no_payload_ran(page)
+            assert teacher.exceptions() == 0
+        finally:
+            for ctx in opened:
+                ctx.close()
+            stop = page.get_by_role("button", name="Stop the class server")
+            if stop.count():
+                stop.click()
+                page.get_by_role("button", name="Start the class server").wait_for()

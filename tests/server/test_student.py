@@ -1,0 +1,107 @@
+"""The students' page (engine/server/student.py) over a real server: the page needs no key and
+writes nothing with innerHTML; a wrong join code is refused; bad nicknames and questions get a
+clear 400; a second question too soon gets 429; each student's stream carries that student's
+request only; the step stream and /metrics need the teacher's key, not the join code."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+
+import httpx
+import pytest
+
+from engine.server import ServerSettings
+from engine.server.student import PAGE
+from tests.server.conftest import running_server
+
+JOIN, ADMIN = "join-code", "teacher-key"
+
+
+def test_page_writes_text_only():
+    # every string from a person or the model goes in with textContent
+    assert not re.search(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write", PAGE)
+    assert "textContent" in PAGE
+
+
+def ask(client: httpx.Client, nickname: str, question: str, code: str = JOIN) -> tuple:
+    """POST /class/ask and read its events (bounded by the client's timeout)."""
+    with client.stream("POST", "/class/ask", json={"nickname": nickname, "question": question},
+                       headers={"Authorization": f"Bearer {code}"}) as r:
+        if r.status_code != 200:
+            r.read()
+            return r.status_code, r.json()
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+        return 200, events
+
+
+@pytest.mark.slow
+def test_students_over_a_real_server(engine):
+    settings = ServerSettings(api_key=JOIN, admin_key=ADMIN)
+    with running_server(engine, settings) as (url, app), httpx.Client(base_url=url,
+                                                                       timeout=120) as c:
+        page = c.get("/class")
+        assert page.status_code == 200 and "Join code" in page.text
+        assert "default-src 'none'" in page.headers["content-security-policy"]
+
+        status, body = ask(c, "ann", "hi", code="wrong")
+        assert status == 401 and "join code" in body["error"]["message"]
+
+        for nick, question, field, words in (
+                ("", "hi", "nickname", "empty"),
+                ("x" * 33, "hi", "nickname", "at most 32"),
+                ("ann", "q" * 401, "question", "at most 400"),
+                ("a\x07b", "hi", "nickname", "control character"),
+                ("sim-7", "hi", "nickname", "simulated")):
+            status, body = ask(c, nick, question)
+            assert status == 400, (nick, body)
+            assert body["error"]["param"] == field and words in body["error"]["message"]
+
+        # two students at once: each stream holds its own request and nothing else
+        results = {}
+        questions = {"<script>alert(1)</script>": "What is 2+2?",
+                     '<img src=x onerror="alert(2)">': "Name a colour."}
+
+        def one(nick, q):
+            results[nick] = ask(c, nick, q)
+
+        threads = [threading.Thread(target=one, args=kv) for kv in questions.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        rids = {}
+        for nick, (status, events) in results.items():
+            assert status == 200, events
+            kinds = [e["type"] for e in events]
+            assert kinds[0] == "accepted" and kinds[-1] == "done", kinds
+            assert set(kinds) <= {"accepted", "seat", "delta", "done"}
+            assert "seat" in kinds
+            seat = next(e for e in events if e["type"] == "seat")
+            assert 0 <= seat["seat"] < engine.config.max_num_seqs and seat["blocks"] >= 1
+            done = events[-1]
+            assert done["tokens"] >= 1 and done["server_ttft_s"] > 0
+            rids[nick] = events[0]["request_id"]
+        assert rids[next(iter(questions))] != rids[list(questions)[1]]
+
+        # the teacher's view of the questions, and only with the teacher's key
+        assert c.get("/v1/servelab/class/questions",
+                     headers={"Authorization": f"Bearer {JOIN}"}).status_code == 401
+        got = c.get("/v1/servelab/class/questions",
+                    headers={"Authorization": f"Bearer {ADMIN}"}).json()["questions"]
+        for nick, q in questions.items():
+            assert got[rids[nick]] == {"nickname": nick, "question": q}
+
+        # a second question straight away is refused with a clear message
+        status, body = ask(c, "<script>alert(1)</script>", "again?")
+        assert status == 429 and "one question per" in body["error"]["message"]
+
+        # the step stream and /metrics: the join code is not enough
+        for path in ("/v1/servelab/steps?limit=1", "/metrics", "/v1/servelab/config"):
+            r = c.get(path, headers={"Authorization": f"Bearer {JOIN}"})
+            assert r.status_code == 401 and "admin key" in r.json()["error"]["message"]
+        assert c.get("/metrics", headers={"Authorization": f"Bearer {ADMIN}"}).status_code == 200
+        # every student left: no seat and no block held
+        assert app.state.loop.call(lambda eng: eng.allocator.num_free_blocks
+                                   == eng.allocator.num_blocks).result(30)
