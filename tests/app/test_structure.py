@@ -1,4 +1,5 @@
-"""The app's structure: one page table that everything reads, and no import cycle in app/.
+"""The app's structure: one page table that everything reads, and no import cycle in app/
+(nor in engine/).
 
 Fast (no model, no browser): the table against the files on disk, and the import graph of app/
 read from the source with `ast` (imports inside functions count too: a lazy import only hides
@@ -27,23 +28,30 @@ def module_name(path: pathlib.Path) -> str:
     return ".".join(path.relative_to(ROOT).with_suffix("").parts)
 
 
-def app_imports(path: pathlib.Path) -> set[str]:
-    """The app.* modules `path` imports, anywhere in the file."""
+def package_imports(path: pathlib.Path, package: str) -> set[str]:
+    """The `package`.* modules `path` imports, anywhere in the file."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("app"):
+        if isinstance(node, ast.ImportFrom) and node.module and (
+                node.module == package or node.module.startswith(package + ".")):
             found.add(node.module)
+            folder = ROOT.joinpath(*node.module.split("."))
             for alias in node.names:  # `from app import pagelist` imports a module
-                if (APP / f"{alias.name}.py").exists() and node.module == "app":
-                    found.add(f"app.{alias.name}")
+                if (folder / f"{alias.name}.py").exists() or (folder / alias.name).is_dir():
+                    found.add(f"{node.module}.{alias.name}")
         elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("app.")}
+            found |= {a.name for a in node.names if a.name.startswith(package + ".")}
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    modules = {module_name(p): p for p in APP.rglob("*.py")}
-    return {m: {d for d in app_imports(p) if d in modules and d != m}
+def import_graph(package: str = "app") -> dict[str, set[str]]:
+    """Module -> the modules of the package it imports. A package's `__init__` counts as the
+    package itself; edges into a package's own `__init__` from inside it are left out (Python
+    has that package half-imported already: re-exports, not a cycle)."""
+    modules = {module_name(p).removesuffix(".__init__"): p
+               for p in ROOT.joinpath(package).rglob("*.py")}
+    return {m: {d for d in package_imports(p, package)
+                if d in modules and d != m and not m.startswith(d + ".")}
             for m, p in modules.items()}
 
 
@@ -73,6 +81,12 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_app_has_no_import_cycle():
     graph = import_graph()
     assert "app.nav" in graph["app.live"], "the graph is read (live imports nav)"
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def test_engine_has_no_import_cycle():
+    graph = import_graph("engine")
+    assert "engine.scheduler" in graph["engine.engine"], "the graph is read"
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
 
