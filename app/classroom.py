@@ -104,7 +104,7 @@ def serve_args(switches: dict, host: str, port: int, join_code: str | None,
         args += ["--speculative-config",
                  json.dumps({"method": switches["spec"], "num_speculative_tokens": 4})]
     if join_code:
-        args += ["--api-key", join_code]
+        args.append(f"--api-key={join_code}")  # one argument: a code may start with "-"
     return args
 
 
@@ -350,7 +350,7 @@ class LoadRun:
             args += ["--rate", str(rate)]
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         if server.join_code:
-            args += ["--api-key", server.join_code]
+            args.append(f"--api-key={server.join_code}")  # a code may start with "-"
         self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, start_new_session=True)
         _LIVE.add(self.proc)

@@ -110,8 +110,16 @@ def test_serve_args_carry_the_switches():
     assert args[args.index("--batching") + 1] == "static"
     spec = json.loads(args[args.index("--speculative-config") + 1])
     assert spec["method"] == "ngram"
-    assert args[args.index("--api-key") + 1] == "code"
+    assert "--api-key=code" in args
     assert "--speculative-config" not in serve_args(DEFAULT_SWITCHES, "127.0.0.1", 1, None)
+
+
+def test_a_join_code_starting_with_a_dash_reaches_the_server():
+    """token_urlsafe codes may start with "-": passed as --api-key=CODE, argparse keeps it."""
+    from engine.serve import build_parser
+
+    args = serve_args(DEFAULT_SWITCHES, "127.0.0.1", 8123, "-xY3_z")
+    assert build_parser().parse_args(args[3:]).api_key == "-xY3_z"
 
 
 def test_load_run_refuses_bad_numbers():

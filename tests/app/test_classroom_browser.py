@@ -49,7 +49,9 @@ def test_a_class_in_the_browser_with_screenshots(browser, server):  # noqa: F811
         code = code_el.inner_text().strip()
         url = page.locator("h3", has_text="Join at").locator("code").inner_text().strip()
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+/class", url), url
-        assert page.get_by_text("scan to join").count() == 1  # the QR code's caption
+        caption = page.get_by_text("scan to join")  # the QR code's caption
+        caption.wait_for(timeout=60_000)  # drawn in the same rerun, maybe a moment after the code
+        assert caption.count() == 1
 
         students, opened = [], []
         try:
