@@ -240,7 +240,10 @@ class LLMEngine:
         for rid, (first, n) in fwd.rows.items():
             req = self.requests[rid]
             if req.spec_token_ids:
-                sampled[rid], record = self.spec_decoder.verify(req, fwd.logits[first:first + n])
+                # the verifier reads probabilities with the request's (host) generator: its rows
+                # come to the host (k + 1 rows, not the batch's)
+                rows = fwd.logits[first:first + n].cpu()
+                sampled[rid], record = self.spec_decoder.verify(req, rows)
                 records.append(record)
             else:
                 plain.append((req, first + n - 1))  # sampled from its last row

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from engine.kv.allocator import BlockAllocator
@@ -23,7 +24,7 @@ from engine.scheduler import ScheduledRequest
 
 @dataclass
 class ForwardResult:
-    logits: torch.Tensor  # [num_logit_rows, vocab] fp32
+    logits: torch.Tensor  # [num_logit_rows, vocab] fp32, on the model's device
     rows: dict[str, tuple[int, int]]  # request id -> (first logit row, number of rows)
 
 
@@ -67,8 +68,8 @@ class ModelRunner:
         return ForwardResult(self.forward(chunks), rows)
 
     def forward(self, chunks: list[Chunk]) -> torch.Tensor:
-        """One forward over the chunks -> fp32 logits [sum of num_logits, vocab] on the host,
-        in chunk order (empty [0, 0] if none are wanted)."""
+        """One forward over the chunks -> fp32 logits [sum of num_logits, vocab] on the model's
+        device, in chunk order (empty [0, 0] if none are wanted)."""
         input_ids, positions, slots, logit_index = [], [], [], []
         query_lens, seq_lens, tables = [], [], []
         for c in chunks:
@@ -86,10 +87,14 @@ class ModelRunner:
             logit_index.extend(range(first_row + n - c.num_logits, first_row + n))
         meta = build_metadata(query_lens, seq_lens, tables, slots, self.allocator.block_size,
                               self.device)
-        ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)  # [num_tokens]
-        pos = torch.tensor(positions, dtype=torch.long, device=self.device)  # [num_tokens]
+        # token ids, positions and the logit rows cross to the device in one copy
+        n = len(input_ids)
+        host = np.empty(2 * n + len(logit_index), np.int64)
+        host[:n], host[n:2 * n], host[2 * n:] = input_ids, positions, logit_index
+        ints = torch.from_numpy(host).to(self.device)
+        ids, pos, idx = ints[:n], ints[n:2 * n], ints[2 * n:]
         hidden = self.model.forward(ids, pos, meta, self.pool.layers, self.backend)
         if not logit_index:
-            return torch.empty(0, 0)
-        idx = torch.tensor(logit_index, dtype=torch.long, device=self.device)
-        return self.model.logits(hidden[idx]).cpu()
+            return torch.empty(0, 0, device=self.device)
+        # the logits stay on the device: greedy rows come back as token ids only (sampler.py)
+        return self.model.logits(hidden[idx])

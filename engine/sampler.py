@@ -53,9 +53,10 @@ def sample(logits: torch.Tensor, params: SamplingParams,
 
 def sample_rows(logits: torch.Tensor, params: list[SamplingParams],
                 generators: list[torch.Generator | None]) -> list[int]:
-    """One token per row of logits [rows, vocab]: the greedy rows by one argmax call for all
-    of them (the first maximum, as `argmax` per row; numpy's on the CPU, for its speed), the
-    others one by one."""
+    """One token per row of logits [rows, vocab], on the model's device: the greedy rows by one
+    argmax call for all of them (the first maximum, as `argmax` per row; numpy's on the CPU,
+    for its speed; on a GPU the argmax runs there and only the token ids cross to the host),
+    the others one by one on the host, where their generators live."""
     tokens: list[int | None] = [None] * len(params)
     greedy = [i for i, p in enumerate(params) if p.greedy]
     if greedy:
@@ -66,7 +67,9 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams],
             best = picked.argmax(dim=-1).tolist()
         for i, tok in zip(greedy, best):
             tokens[i] = tok
-    for i, p in enumerate(params):
-        if not p.greedy:
-            tokens[i] = sample(logits[i], p, generators[i])
+    others = [i for i, p in enumerate(params) if not p.greedy]
+    if others:
+        host = logits[others].cpu()  # one copy for every sampling row
+        for row, i in enumerate(others):
+            tokens[i] = sample(host[row], params[i], generators[i])
     return tokens

@@ -279,7 +279,8 @@ class DraftProposer:
         """One batched draft forward -> fp32 logits [num_seqs, target vocab] at each chunk's
         last token."""
         t0 = time.perf_counter()
-        logits = self.runner.forward(chunks)  # [num_seqs, draft vocab]
+        # on the host: rows are picked one by one, sampled ones with the request's generator
+        logits = self.runner.forward(chunks).cpu()  # [num_seqs, draft vocab]
         self.forward_s += time.perf_counter() - t0
         v = logits.shape[1]
         if v > self.vocab:
