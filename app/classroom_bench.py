@@ -23,14 +23,12 @@ import contextlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-from app.classroom import DEFAULT_SWITCHES, ROOT, ClassServer, free_port
+from app.classroom import DEFAULT_SWITCHES, ROOT, ClassServer
 
 CHROMIUM = "/usr/bin/chromium"
 STREAMLIT_STUDENT_PAGE = '''
@@ -103,25 +101,10 @@ async def first_tokens(url: str, join_code: str, n: int) -> list[float]:
 
 @contextlib.contextmanager
 def streamlit_page(script: Path | str):
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
-         "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 60
-        while True:
-            with contextlib.suppress(OSError):
-                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).status == 200:
-                    break
-            if time.time() > deadline:
-                raise RuntimeError("streamlit did not start")
-            time.sleep(0.5)
+    from app.streamlit_run import streamlit_server
+
+    with streamlit_server(script, start_timeout_s=60) as (url, proc):
         yield url, proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(20)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,11 +12,8 @@ from __future__ import annotations
 import os
 import pathlib
 import re
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 
@@ -41,44 +38,16 @@ BUSY_JS = """() => !!document.querySelector('[data-testid="stSpinner"]')
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium fonts-noto-cjk")
     pytest.importorskip("playwright.sync_api", reason="pip install playwright")
-    port = free_port()
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    log = open(tmp_path_factory.mktemp("streamlit") / "server.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.port", str(port),
-         "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).status == 200:
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"streamlit did not start; see {log.name}")
-            time.sleep(0.5)
+    from app.streamlit_run import streamlit_server
+
+    log = tmp_path_factory.mktemp("streamlit") / "server.log"
+    with streamlit_server("app/main.py", log_path=log) as (url, _proc):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 @pytest.fixture(scope="module")

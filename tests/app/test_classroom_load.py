@@ -20,15 +20,12 @@ import json
 import os
 import re
 import statistics
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 
 import pytest
 
-from app.classroom import DEFAULT_SWITCHES, ClassServer, free_port
+from app.classroom import DEFAULT_SWITCHES, ClassServer
 from tests.app.test_browser import CHROMIUM, ROOT, Tab
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -38,30 +35,10 @@ OUT = ROOT / "build" / "classroom-load.json"
 
 @contextlib.contextmanager
 def streamlit_with(env: dict, log_path):
-    port = free_port()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.port",
-             str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **env}, stdout=log,
-            stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.time() + 120
-            while True:
-                with contextlib.suppress(OSError):
-                    if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).status == 200:
-                        break
-                if proc.poll() is not None or time.time() > deadline:
-                    pytest.fail(f"streamlit did not start; see {log_path}")
-                time.sleep(0.5)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    from app.streamlit_run import streamlit_server
+
+    with streamlit_server("app/main.py", env=env, log_path=log_path) as (url, _proc):
+        yield url
 
 
 async def student(client, i: int, join_code: str, out: list) -> None:
