@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import sys
 import time
@@ -137,8 +138,10 @@ async def one_user(client, base: str, model: str, i: int, item: WorkItem, t0: fl
 
 async def run_load(base_url: str, items: list[WorkItem], model: str | None = None,
                    api_key: str | None = None, timeout_s: float = 1800.0,
-                   max_retries: int = 100, progress: bool = True) -> dict:
-    """Play `items` as users against base_url (".../v1"); the summary as a dict."""
+                   max_retries: int = 100, progress: bool = True,
+                   admin_key: str | None = None) -> dict:
+    """Play `items` as users against base_url (".../v1"); the summary as a dict. The server's
+    gauges (/metrics) are read with admin_key when the server has one (else with api_key)."""
     import httpx
 
     base = base_url.rstrip("/")
@@ -150,7 +153,11 @@ async def run_load(base_url: str, items: list[WorkItem], model: str | None = Non
             r = await client.get(f"{base}/models", headers=headers)
             r.raise_for_status()
             model = r.json()["data"][0]["id"]
-        before = await server_gauges(client, base, headers)
+        gauge_headers = ({"Authorization": f"Bearer {admin_key}"} if admin_key else headers)
+        before = await server_gauges(client, base, gauge_headers)
+        if not before and progress:
+            print("note: no gauges from the server's /metrics (a server started with an admin "
+                  "key needs --admin-key or SERVELAB_ADMIN_KEY here)")
         cpu0 = time.process_time()
         t0 = time.perf_counter()
         deadline = t0 + timeout_s
@@ -183,7 +190,7 @@ async def run_load(base_url: str, items: list[WorkItem], model: str | None = Non
         wall = time.perf_counter() - t0
         client_cpu = time.process_time() - cpu0  # what this generator took from the machine
         await asyncio.sleep(0.2)  # the server's last step publishes its gauges
-        after = await server_gauges(client, base, headers)
+        after = await server_gauges(client, base, gauge_headers)
     out = {**summarize(results, wall, before, after), "client_cpu_s": client_cpu}
     if "cpu_seconds_total" in before and "cpu_seconds_total" in after:
         # on a shared machine the wall clock also measures the other jobs; CPU time does not
@@ -310,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.add_argument
     a("--base-url", default="http://127.0.0.1:8000/v1")
     a("--api-key", default=None)
+    a("--admin-key", default=os.environ.get("SERVELAB_ADMIN_KEY"),
+      help="read the server's /metrics with this key (default: $SERVELAB_ADMIN_KEY)")
     a("--model", default=None, help="default: the first of GET /v1/models")
     a("--users", type=int, default=100)
     a("--workload", default="longtail")
@@ -340,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         print("offline: the same requests through the server's engine config, no HTTP ...")
         before = offline_run(args.base_url, items, args.api_key)
     summary = asyncio.run(run_load(args.base_url, items, args.model, args.api_key,
-                                   args.timeout, args.max_retries))
+                                   args.timeout, args.max_retries,
+                                   admin_key=args.admin_key))
     if args.compare_offline:
         print("offline again, after the HTTP run ...")
         after = offline_run(args.base_url, items, args.api_key)

@@ -105,3 +105,21 @@ def test_students_over_a_real_server(engine):
         # every student left: no seat and no block held
         assert app.state.loop.call(lambda eng: eng.allocator.num_free_blocks
                                    == eng.allocator.num_blocks).result(30)
+
+
+@pytest.mark.slow
+def test_load_generator_reads_gauges_with_the_admin_key(engine):
+    """`engine.load` against a class server: the join code serves the requests, the teacher's
+    key reads /metrics (without it the generator gets no gauges and says why)."""
+    import asyncio
+
+    from benchmarks.load import run_load
+    from benchmarks.workloads import WorkItem
+
+    items = [WorkItem("Say hi.", 3, True, 0.0, "t")] * 2
+    with running_server(engine, ServerSettings(api_key=JOIN, admin_key=ADMIN)) as (url, _):
+        kw = dict(api_key=JOIN, timeout_s=120, max_retries=5, progress=False)
+        without = asyncio.run(run_load(f"{url}/v1", items, **kw))
+        with_key = asyncio.run(run_load(f"{url}/v1", items, admin_key=ADMIN, **kw))
+    assert without["outcomes"] == with_key["outcomes"] == {"ok": 2}
+    assert not without.get("server_after") and "rss_bytes" in with_key["server_after"]
