@@ -152,6 +152,9 @@ STRINGS: dict[str, dict[str, str]] = {
                            "en": "Loading the model (first start of the server only):"},
     "live.preparing": {"zh": "正在准备引擎并重放到当前步……",
                        "en": "Preparing the engine and replaying to this step…"},
+    "shell.own_engine": {"zh": "这一页驱动的是全班共用的那台服务器；单人实验的开关和「单步 / 播放」在其他页面。",
+                         "en": "This page drives the class's shared server; the single-user "
+                               "switches and Step / Play are on the other pages."},
     "live.build_error": {"zh": "引擎无法按这些设置建立：{msg}",
                          "en": "The engine cannot be built with these settings: {msg}"},
     "live.step": {"zh": "第 {n} 步", "en": "Step {n}"},

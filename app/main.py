@@ -22,7 +22,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import streamlit as st  # noqa: E402
 
 from app.nav import pages, shell_drawn  # noqa: E402
-from app.shell import shell  # noqa: E402
+from app.pagelist import OWN_ENGINE_PAGES  # noqa: E402
+from app.shell import own_engine_shell, shell  # noqa: E402
 
 # A local icon: a material-icon favicon would be fetched from fonts.gstatic.com, and a
 # classroom may be offline.
@@ -33,7 +34,10 @@ st.set_page_config(page_title="ServeLab", page_icon=str(ICON), layout="wide")
 def main() -> None:
     nav = st.navigation(pages())
     with shell_drawn():
-        shell()
+        if nav.url_path in OWN_ENGINE_PAGES:
+            own_engine_shell()
+        else:
+            shell()
         nav.run()
 
 

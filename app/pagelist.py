@@ -25,6 +25,10 @@ class PageInfo:
     # Runs the session's engine: the page draws the shell (sidebar, model) first. The other
     # pages are text and run without a model, also on their own (tests/test_quiz_page.py).
     live: bool = False
+    # Runs an engine of its own (the classroom's class server, a child process): the sidebar
+    # shows the language only, not the single-user switches and Step / Play, which would drive
+    # the session's engine, not the one on the projector.
+    own_engine: bool = False
 
     @property
     def title_key(self) -> str:
@@ -50,12 +54,13 @@ PAGE_TABLE: tuple[PageInfo, ...] = (
     PageInfo("summary", "nav.check", False, ":material/summarize:"),
     PageInfo("quiz", "nav.check", False, ":material/quiz:"),
     PageInfo("glossary", "nav.check", False, ":material/menu_book:"),
-    PageInfo("classroom", "nav.class", False, ":material/groups:", live=True),
+    PageInfo("classroom", "nav.class", False, ":material/groups:", live=True, own_engine=True),
 )
 
 PAGES: tuple[str, ...] = tuple(p.slug for p in PAGE_TABLE)
 LESSON_PAGES: tuple[str, ...] = tuple(p.slug for p in PAGE_TABLE if p.lesson)
 LIVE_PAGES: tuple[str, ...] = tuple(p.slug for p in PAGE_TABLE if p.live)
+OWN_ENGINE_PAGES: tuple[str, ...] = tuple(p.slug for p in PAGE_TABLE if p.own_engine)
 LEAK_PAGES: tuple[str, ...] = tuple(p.slug for p in PAGE_TABLE if p.section == "nav.leaks")
 
 

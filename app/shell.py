@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.i18n import t
+from app.i18n import language_selector, t
 from app.live import ensure_model, get_session
 from app.sidebar import device_line, draw_sidebar
 
@@ -20,3 +20,10 @@ def shell() -> None:
         device_line(session.primary.engine.describe())
     except ValueError as exc:  # a KV budget too small for one request, for example
         st.sidebar.error(t("live.build_error", msg=str(exc)))
+
+
+def own_engine_shell() -> None:
+    """The sidebar of a page that runs its own engine (the classroom): the language, and a
+    line saying where the single-user controls went. No model loads for the session."""
+    language_selector()
+    st.sidebar.caption(t("shell.own_engine"))

@@ -17,7 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from app.live import SESSION_KEY  # noqa: E402
-from app.pagelist import LIVE_PAGES, PAGES  # noqa: E402
+from app.pagelist import LIVE_PAGES, OWN_ENGINE_PAGES, PAGES  # noqa: E402
 from app.spec_lab import FORWARD_SIZES  # noqa: E402
 from app.state import MAX_PROMPT_CHARS  # noqa: E402
 
@@ -83,7 +83,11 @@ def test_every_page_loads(app, slug):
     assert not at.exception, at.exception[0].value
     assert at.title or at.markdown, f"{slug} drew nothing"
     assert any("7B model on a GPU" in c.value for c in at.caption), f"{slug}: no scale line"
-    if slug in LIVE_PAGES:  # (AppTest runs the others without main.py; the browser test covers them)
+    if slug in OWN_ENGINE_PAGES:  # the classroom drives the class server: no single-user controls
+        assert not any(b.key == "ctl_step" for b in at.button)
+        assert not any(r.key == "sw_batching" for r in at.radio)
+        assert any("shared server" in c.value for c in at.sidebar.caption)
+    elif slug in LIVE_PAGES:  # (AppTest runs the others without main.py; the browser test covers them)
         assert at.button(key="ctl_step"), "the sidebar is missing"
 
 
