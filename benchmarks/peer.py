@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -79,6 +80,24 @@ def cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+# the instruction sets that decide either server's kernels, as /proc/cpuinfo names them
+CPU_FLAGS = ("amx_tile", "amx_int8", "amx_bf16", "avx512f", "avx512_bf16", "avx512_vnni",
+             "avx_vnni", "avx2", "fma", "f16c")
+
+
+def cpu_description() -> dict:
+    """The CPU's model name and which of CPU_FLAGS it has (Linux /proc/cpuinfo)."""
+    model, flags = None, set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model is None:
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    return {"model": model, "flags": [f for f in CPU_FLAGS if f in flags]}
 
 
 def process_cpu_seconds(pid: int) -> float | None:
@@ -470,13 +489,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(wl)} {wl.name} requests, {args.seats} running at most; batch-1 answers of "
           f"{args.decode_tokens} tokens; ratio = engine / {args.peer}")
     print(format_table(rows))
-    print(f"load average (1 min) before / after: {load_before[0]:.2f} / {load_after[0]:.2f}")
+    cpu = cpu_description()
+    print(f"CPU: {cpu['model']} ({', '.join(cpu['flags'])}); load average (1 min) before / "
+          f"after: {load_before[0]:.2f} / {load_after[0]:.2f}")
 
     from benchmarks.common import write_json
 
     write_json(args.out, "cpu", args, peer={"name": args.peer, "binary": binary,
                                             "version": version, "gguf": str(gguf)},
-               engine_config=config, threads=threads, workload=wl.name,
+               cpu=cpu, engine_config=config, threads=threads, workload=wl.name,
                load_average={"before": load_before, "after": load_after},
                elapsed_s=time.perf_counter() - t0,
                results={"engine_http": engine_http, "peer_http": peer,
