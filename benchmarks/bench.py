@@ -6,7 +6,9 @@
 3. One workload through the naive server (transformers' generate() on static padded batches)
    and through the engine in all four batching x kv_layout combinations under the same KV
    budget, plus prefix caching on `shared-prefix`.
-`--spec` runs the speculative decoding benchmark instead (`benchmarks/spec_bench.py`).
+`--spec` runs the speculative decoding benchmark instead (`benchmarks/spec_bench.py`), and
+`--peer llama-server` the engine beside llama.cpp's server (`benchmarks/peer.py`; skipped with
+a message when no `llama-server` is on PATH).
 Ratios matter, not absolute numbers: this machine is shared and noisy, so every system runs
 in the same process, one after the other, on the same prompts.
 """
@@ -18,46 +20,16 @@ import sys
 
 import torch
 
-from benchmarks import spec_bench
-from benchmarks.common import (
-    best_of,
+from benchmarks import peer, spec_bench
+from benchmarks.common import (  # decode_rate and run_engine: used here and by other benches
+    decode_rate,
     roofline,
-    serve,
+    run_engine,
     spin_openmp_threads,
     write_json,
 )
 from benchmarks.workloads import Workload, get_workload, load_jsonl, with_arrivals
-from engine.config import EngineConfig, SamplingParams
-
-
-def decode_rate(engine, batch: int, steps: int = 16, windows: int = 3) -> float:
-    """Tokens/s of steady decode with `batch` requests running (prefill excluded): the fastest
-    of `windows` runs of `steps` steps, so a burst of load from another job on this shared
-    machine does not decide the figure (as timeit takes the minimum)."""
-    params = SamplingParams(max_tokens=windows * steps + 4, ignore_eos=True)
-    rids = [engine.add_request(f"Count slowly from {i} upwards:", params) for i in range(batch)]
-    while any(engine.requests[r].num_output_tokens < 2 for r in rids):
-        engine.step()  # prefill and the first decode
-    step_s = best_of(engine.step, rounds=windows, reps=steps, device=engine.device)
-    while engine.has_unfinished():
-        engine.step()
-    return batch / step_s
-
-
-def run_engine(config: EngineConfig, workload: Workload, progress=None) -> dict:
-    """Serve a workload on a fresh engine; requests join when their arrival time comes."""
-    from engine.engine import LLMEngine
-
-    engine = LLMEngine(config)
-    res = serve(engine, [(it.arrival_s, it.prompt,
-                          SamplingParams(max_tokens=it.max_tokens, ignore_eos=it.ignore_eos))
-                         for it in workload.items], progress)
-    return {
-        "system": "engine", "batching": config.batching, "kv_layout": config.kv_layout,
-        "spec": None if config.spec is None else config.spec.method,
-        "prefix_caching": config.enable_prefix_caching, "workload": workload.name,
-        "requests": len(workload.items), **res,
-    }
+from engine.config import EngineConfig
 
 
 def run_naive(workload: Workload, batch_size: int, dtype: torch.dtype, progress=None) -> dict:
@@ -110,11 +82,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-naive", action="store_true")
     ap.add_argument("--quick", action="store_true", help="a small run (about a minute)")
     ap.add_argument("--spec", action="store_true", help="run the speculative decoding bench")
+    ap.add_argument("--peer", choices=peer.PEERS,
+                    help="the engine beside this server instead (benchmarks/peer.py; its own "
+                         "flags: python -m benchmarks.peer --help)")
     ap.add_argument("--json", help="write the results here")
     args, rest = ap.parse_known_args(argv)
     if args.spec:
         return spec_bench.main(rest + (["--quick"] if args.quick else [])
                                + (["--json", args.json] if args.json else []))
+    if args.peer:
+        if args.arrivals != "all-at-once":
+            ap.error("--peer sends every request at once (no --arrivals)")
+        # the same workload and sizes as this bench (the engine's KV pool: seats x length)
+        return peer.main(rest + ["--peer", args.peer, "--workload", args.workload,
+                                 "--requests", str(args.requests), "--seats", str(args.seats),
+                                 "--max-model-len", str(args.max_model_len),
+                                 "--block-size", str(args.block_size), "--dtype", args.dtype]
+                         + (["--device", args.device] if args.device != "auto" else [])
+                         + (["--quick"] if args.quick else [])
+                         + (["--workload-file", args.workload_file] if args.workload_file else [])
+                         + (["--out", args.json] if args.json else []))
     if rest:
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
     from tqdm.auto import tqdm

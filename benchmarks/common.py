@@ -173,6 +173,37 @@ def serve(engine, requests: list[tuple[float, str, SamplingParams]], progress=No
     }
 
 
+def decode_rate(engine, batch: int, steps: int = 16, windows: int = 3) -> float:
+    """Tokens/s of steady decode with `batch` requests running (prefill excluded): the fastest
+    of `windows` runs of `steps` steps, so a burst of load from another job on this shared
+    machine does not decide the figure (as timeit takes the minimum)."""
+    params = SamplingParams(max_tokens=windows * steps + 4, ignore_eos=True)
+    rids = [engine.add_request(f"Count slowly from {i} upwards:", params) for i in range(batch)]
+    while any(engine.requests[r].num_output_tokens < 2 for r in rids):
+        engine.step()  # prefill and the first decode
+    step_s = best_of(engine.step, rounds=windows, reps=steps, device=engine.device)
+    while engine.has_unfinished():
+        engine.step()
+    return batch / step_s
+
+
+def run_engine(config, workload, progress=None) -> dict:
+    """Serve a workload (`benchmarks.workloads.Workload`) on a fresh engine built from `config`
+    (an `EngineConfig`); requests join when their arrival time comes."""
+    from engine.engine import LLMEngine
+
+    engine = LLMEngine(config)
+    res = serve(engine, [(it.arrival_s, it.prompt,
+                          SamplingParams(max_tokens=it.max_tokens, ignore_eos=it.ignore_eos))
+                         for it in workload.items], progress)
+    return {
+        "system": "engine", "batching": config.batching, "kv_layout": config.kv_layout,
+        "spec": None if config.spec is None else config.spec.method,
+        "prefix_caching": config.enable_prefix_caching, "workload": workload.name,
+        "requests": len(workload.items), **res,
+    }
+
+
 def sequence_batch(token_ids: list[int], start: int, block_size: int, device: torch.device):
     """The model's inputs to run token_ids[start:] as one sequence whose first `start` tokens
     are already in the pool, in blocks 0, 1, 2, ... (a probe's private pool, no allocator):

@@ -19,7 +19,7 @@ flat?), the KV usage at the end (any leaked blocks?) and the server's CPU second
 tokens per CPU second (server plus this client) is a figure the other jobs of a shared
 machine do not move, unlike tokens per wall second.
 
-`--compare-offline` also runs the same requests through `benchmarks.bench.run_engine` in this
+`--compare-offline` also runs the same requests through `benchmarks.common.run_engine` in this
 process, before and after the HTTP run, on the server's own engine configuration
 (`GET /v1/servelab/config`), while the server idles: the same workload in the same run,
 offline against over HTTP, per wall second and per CPU second.
@@ -57,6 +57,7 @@ class UserResult:
     outcome: str = "ok"  # "ok", "http <status>", "stream error", "timeout", "connection error"
     asked_tokens: int = 0
     tokens: int = 0  # streamed token ids (or chunks, if the server sends no ids)
+    streamed_ids: bool = False  # the chunks carried `token_ids` (ServeLab's and vLLM's do)
     usage_tokens: int | None = None  # `usage.completion_tokens` of the last chunk
     retries_429: int = 0
     sent: float | None = None  # last (successful) send
@@ -64,6 +65,13 @@ class UserResult:
     end: float | None = None
     chunk_times: list[float] = field(default_factory=list)
     error: str = ""
+
+    @property
+    def count(self) -> int:
+        """Output tokens: the server's `usage` count when it sent one, else the streamed count
+        (a server that streams text without token ids, such as llama.cpp's, holds back a
+        token that ends inside a UTF-8 character, so its chunks can be fewer than its tokens)."""
+        return self.usage_tokens if self.usage_tokens is not None else self.tokens
 
 
 def make_users(workload: Workload, users: int, arrival: str, rate: float | None,
@@ -83,12 +91,14 @@ def make_users(workload: Workload, users: int, arrival: str, rate: float | None,
 
 
 async def one_user(client, base: str, model: str, i: int, item: WorkItem, t0: float,
-                   deadline: float, max_retries: int, headers: dict) -> UserResult:
+                   deadline: float, max_retries: int, headers: dict,
+                   extra_body: dict | None = None) -> UserResult:
     res = UserResult(user=f"sim-{i}", asked_tokens=item.max_tokens)
     await asyncio.sleep(max(0.0, t0 + item.arrival_s - time.perf_counter()))
     body = {"model": model, "prompt": item.prompt, "max_tokens": item.max_tokens,
             "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True},
-            "user": res.user, "ignore_eos": item.ignore_eos, "return_token_ids": True}
+            "user": res.user, "ignore_eos": item.ignore_eos, "return_token_ids": True,
+            **(extra_body or {})}
     import httpx
 
     while True:
@@ -123,6 +133,7 @@ async def one_user(client, base: str, model: str, i: int, item: WorkItem, t0: fl
                     if obj.get("usage"):
                         res.usage_tokens = obj["usage"].get("completion_tokens")
                     for c in obj.get("choices") or []:
+                        res.streamed_ids = res.streamed_ids or "token_ids" in c
                         n = len(c["token_ids"]) if "token_ids" in c else int(bool(c.get("text")))
                         if n:
                             now = time.perf_counter()
@@ -139,9 +150,10 @@ async def one_user(client, base: str, model: str, i: int, item: WorkItem, t0: fl
 async def run_load(base_url: str, items: list[WorkItem], model: str | None = None,
                    api_key: str | None = None, timeout_s: float = 1800.0,
                    max_retries: int = 100, progress: bool = True,
-                   admin_key: str | None = None) -> dict:
+                   admin_key: str | None = None, extra_body: dict | None = None) -> dict:
     """Play `items` as users against base_url (".../v1"); the summary as a dict. The server's
-    gauges (/metrics) are read with admin_key when the server has one (else with api_key)."""
+    gauges (/metrics) are read with admin_key when the server has one (else with api_key).
+    `extra_body`: fields added to every request (a server's own options)."""
     import httpx
 
     base = base_url.rstrip("/")
@@ -162,7 +174,7 @@ async def run_load(base_url: str, items: list[WorkItem], model: str | None = Non
         t0 = time.perf_counter()
         deadline = t0 + timeout_s
         tasks = [asyncio.create_task(one_user(client, base, model, i, it, t0, deadline,
-                                              max_retries, headers))
+                                              max_retries, headers, extra_body))
                  for i, it in enumerate(items)]
         bar = None
         if progress:
@@ -232,8 +244,8 @@ def summarize(results: list[UserResult], wall: float, before: dict, after: dict)
     ttft = [r.first - r.sent for r in ok if r.first]
     e2e = [r.end - r.sent for r in ok if r.end]
     itl = [b - a for r in ok for a, b in zip(r.chunk_times, r.chunk_times[1:])]
-    tpot = [(r.end - r.first) / (r.tokens - 1) for r in ok if r.tokens > 1 and r.first]
-    tokens = sum(r.tokens for r in ok)
+    tpot = [(r.end - r.first) / (r.count - 1) for r in ok if r.count > 1 and r.first]
+    tokens = sum(r.count for r in ok)
     ms = {}
     for name, vals in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2e", e2e)):
         ms[f"{name}_p50_s"] = percentile(vals, 0.5)
@@ -242,7 +254,9 @@ def summarize(results: list[UserResult], wall: float, before: dict, after: dict)
         "users": len(results), "ok": len(ok), "outcomes": outcomes,
         "retries_429": sum(r.retries_429 for r in results),
         "users_refused_at_least_once": sum(1 for r in results if r.retries_429),
-        "exact_tokens": sum(1 for r in ok if r.tokens == r.asked_tokens == r.usage_tokens),
+        # the tokens asked for, by `usage`, and by the streamed ids where the server sends ids
+        "exact_tokens": sum(1 for r in ok if r.count == r.asked_tokens
+                            and (r.tokens == r.count or not r.streamed_ids)),
         "output_tokens": tokens, "wall_s": wall,
         "output_tok_per_s": tokens / wall if wall > 0 else 0.0,
         "requests_per_s": len(ok) / wall if wall > 0 else 0.0, **ms,
@@ -296,7 +310,7 @@ def offline_run(base_url: str, items: list[WorkItem], api_key: str | None) -> di
     """The same requests through the server's engine configuration, in this process."""
     import httpx
 
-    from benchmarks.bench import run_engine
+    from benchmarks.common import run_engine
     from engine.config import EngineConfig, SpecConfig
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}

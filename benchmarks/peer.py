@@ -1,0 +1,515 @@
+"""`python -m engine.bench --peer llama-server`: the engine beside llama.cpp's server, in one run.
+
+A CPU user who wants to serve the bundled model would pick llama.cpp's `llama-server`, which
+reads the bundled GGUF file as it ships. This bench puts the two side by side on the same CPU,
+the same file, the same prompts and the same token counts:
+
+1. `llama-server` starts as a child process on 127.0.0.1 and a free port with the bundled GGUF
+   (`-m`), one slot per engine seat (`-np`, continuous batching `-cb`), each slot the engine's
+   `max_model_len` of context (`-c seats * max_model_len`), and the engine's thread count
+   (`-t`, `-tb`: the machine's cores). The engine starts the same way
+   (`python -m benchmarks.serve_config`, the app of `engine.serve` for any `EngineConfig`).
+   Each waits for `/health` (bounded in time) and is stopped by its own process id.
+2. Both get the same requests through OpenAI's `/v1/completions` (`benchmarks/load.py`'s client:
+   streamed, greedy `temperature=0`, `ignore_eos`, `cache_prompt=false` so llama.cpp recomputes
+   each prompt as the engine does without prefix caching):
+   - batch-1 decode: one long answer at a time; tok/s = 1 / TPOT (time per output token after
+     the first, measured at the client), the best of a few rounds;
+   - the long-tail workload (`benchmarks/workloads.py`, all requests at once, `seats` of them
+     running together): output tokens per wall second, TTFT, and output tokens per CPU second
+     of the server process (`/proc/<pid>/stat`), a figure other jobs on a shared machine move
+     less than the wall clock.
+3. The engine offline in this process (`benchmarks.common.decode_rate` and `run_engine`, the
+   same configuration): what the HTTP layer costs.
+
+Without a `llama-server` on PATH (or `--peer-binary PATH`) it prints one line and exits 0: the
+peer is optional and CI never builds it. README (Performance) says how to install or build it.
+The engine's configuration passes through (`--dtype`, `--weights`, `--engine-option KEY=VALUE`
+for any `EngineConfig` field), so a new engine path can be compared with the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmarks.workloads import LONG_ANSWER, WorkItem, chat, get_workload, load_jsonl
+
+PEERS = ("llama-server",)
+ROOT = Path(__file__).resolve().parents[1]
+# fields llama.cpp's server reads beside OpenAI's: recompute every prompt (no reuse of a
+# slot's cached prefix), as the engine does without prefix caching
+PEER_EXTRA_BODY = {"llama-server": {"cache_prompt": False}}
+
+
+def skip_message(peer: str) -> str:
+    return (f"{peer} not found on PATH: skipping the peer comparison (install or build "
+            f"llama.cpp's server, README: Performance, or pass --peer-binary PATH)")
+
+
+def find_peer_binary(peer: str, explicit: str | None = None) -> str | None:
+    """The peer's executable: `explicit` (ValueError if it is not an executable file), else
+    `peer` on PATH, else None."""
+    if explicit:
+        p = Path(explicit).expanduser()
+        if not p.is_file() or not os.access(p, os.X_OK):
+            raise ValueError(f"--peer-binary {explicit}: no executable file there")
+        return str(p.resolve())
+    return shutil.which(peer)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_count() -> int:
+    """The cores this process may run on (what the engine's threads use, by default)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+# the instruction sets that decide either server's kernels, as /proc/cpuinfo names them
+CPU_FLAGS = ("amx_tile", "amx_int8", "amx_bf16", "avx512f", "avx512_bf16", "avx512_vnni",
+             "avx_vnni", "avx2", "fma", "f16c")
+
+
+def cpu_description() -> dict:
+    """The CPU's model name and which of CPU_FLAGS it has (Linux /proc/cpuinfo)."""
+    model, flags = None, set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model is None:
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    return {"model": model, "flags": [f for f in CPU_FLAGS if f in flags]}
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process so far, all its threads (Linux /proc), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def llama_server_command(binary: str, gguf: str, port: int, seats: int, max_model_len: int,
+                         threads: int, extra: list[str] | None = None) -> list[str]:
+    """llama-server's flags for the engine's setup: a slot per seat, each of max_model_len."""
+    return [binary, "-m", gguf, "--host", "127.0.0.1", "--port", str(port),
+            "-c", str(seats * max_model_len), "-np", str(seats), "-cb",
+            "-t", str(threads), "-tb", str(threads), *(extra or [])]
+
+
+def engine_server_command(config: dict, port: int) -> list[str]:
+    return [sys.executable, "-m", "benchmarks.serve_config", json.dumps(config),
+            "--port", str(port)]
+
+
+def peer_version(binary: str) -> str:
+    """`llama-server --version`'s text (version and build), or why it could not be read."""
+    try:
+        r = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown ({type(exc).__name__})"
+    text = (r.stdout + r.stderr).strip()
+    lines = [ln for ln in text.splitlines() if "version" in ln or "built with" in ln]
+    return " / ".join(lines) if lines else text[-300:]
+
+
+def system_info(log: str) -> str | None:
+    """llama.cpp's `system_info:` line from its log: threads and the CPU features it uses."""
+    for line in log.splitlines():
+        if "system_info:" in line:
+            return line.split("system_info:", 1)[1].strip()
+    return None
+
+
+@dataclass
+class ServerProcess:
+    """A server run as a child process: started, waited for, and stopped by its own pid."""
+
+    name: str
+    command: list[str]
+    port: int
+    log_path: Path
+    env: dict[str, str] | None = None
+    startup_timeout_s: float = 300.0
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        """Start it and wait until GET /health answers 200 (llama-server answers 503 while it
+        loads the model); RuntimeError with its log's end if it exits or the time runs out."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:  # a file, not a pipe: a full pipe blocks it
+            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=self.env, cwd=ROOT)
+        try:
+            self._wait_ready(self.startup_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with code {self.proc.returncode} before "
+                                   f"it was ready; the end of {self.log_path}:\n{self.log_tail()}")
+            try:
+                if httpx.get(f"{self.root}/health", timeout=5).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass  # not listening yet
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} was not ready after {timeout_s:.0f} s; the "
+                                   f"end of {self.log_path}:\n{self.log_tail()}")
+            time.sleep(0.25)
+
+    def cpu_seconds(self) -> float | None:
+        return None if self.proc is None else process_cpu_seconds(self.proc.pid)
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 20) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """SIGTERM to its pid, then SIGKILL if it has not exited within 20 s."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(20)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def decode_item(max_tokens: int) -> WorkItem:
+    """The batch-1 request: a prompt that asks for a long answer."""
+    return WorkItem(chat(LONG_ANSWER[0]), max_tokens, name="decode-b1")
+
+
+def measure_server(server: ServerProcess, workload_items: list[WorkItem], decode_tokens: int,
+                   rounds: int, seats: int, timeout_s: float,
+                   extra_body: dict | None = None) -> dict:
+    """Start `server`, warm it up, measure batch-1 decode and the workload, stop it."""
+    from benchmarks.load import run_load
+
+    def load(items: list[WorkItem]) -> dict:
+        return asyncio.run(run_load(f"{server.root}/v1", items, timeout_s=timeout_s,
+                                    progress=False, extra_body=extra_body))
+
+    with server:
+        # warm-up: a full batch of short answers (first calls of every kernel, thread pools)
+        load([WorkItem(it.prompt, 4, name=f"warm-{i}")
+              for i, it in enumerate(workload_items[:seats])])
+        rates = []
+        for _ in range(rounds):
+            s = load([decode_item(decode_tokens)])
+            if s["ok"] != 1 or not s["tpot_p50_s"]:
+                raise RuntimeError(f"{server.name}: the batch-1 request failed: {s['outcomes']} "
+                                   f"{s['errors']}")
+            rates.append(1.0 / s["tpot_p50_s"])
+        cpu0 = server.cpu_seconds()
+        summary = load(workload_items)
+        cpu1 = server.cpu_seconds()
+        log = server.log_text()
+    out = {"system": server.name, "command": server.command,
+           "decode_b1": {"tok_per_s": max(rates), "rounds_tok_per_s": rates,
+                         "max_tokens": decode_tokens},
+           "workload": summary, "server_cpu_s": None, "tok_per_server_cpu_s": None}
+    if cpu0 is not None and cpu1 is not None and cpu1 > cpu0:
+        out["server_cpu_s"] = cpu1 - cpu0
+        out["tok_per_server_cpu_s"] = summary["output_tokens"] / (cpu1 - cpu0)
+    if info := system_info(log):
+        out["system_info"] = info
+    return out
+
+
+def measure_offline(config_dict: dict, workload, decode_tokens: int, threads: int) -> dict:
+    """The same engine configuration in this process: batch-1 decode and the workload."""
+    import torch
+
+    from benchmarks.common import decode_rate, run_engine
+    from benchmarks.serve_config import config_from_json
+    from engine.engine import LLMEngine
+
+    torch.set_num_threads(threads)
+    config = config_from_json(json.dumps(config_dict))
+    engine = LLMEngine(config)
+    steps = max(4, decode_tokens // 3)
+    rate = decode_rate(engine, 1, steps=steps, windows=3)
+    describe = engine.describe()
+    del engine
+    cpu0 = time.process_time()
+    res = run_engine(config, workload)
+    cpu = time.process_time() - cpu0
+    return {"system": "engine offline", "describe": describe,
+            "decode_b1": {"tok_per_s": rate, "steps": steps},
+            "workload": res, "cpu_s": cpu, "tok_per_cpu_s": res["output_tokens"] / cpu}
+
+
+# ---------------------------------------------------------------------------------------------
+# The side-by-side table
+
+
+def _get(r: dict | None, *path):
+    for k in path:
+        if r is None:
+            return None
+        r = r.get(k)
+    return r
+
+
+def comparison(engine_http: dict | None, peer: dict | None, offline: dict | None,
+               peer_name: str = "llama-server") -> tuple[list[list[str]], dict]:
+    """The table's rows (strings) and the ratios (engine / peer) as numbers.
+
+    Each result is what `measure_server` or `measure_offline` returns; a missing one (None)
+    leaves its column as '-'. Ratios: engine over HTTP / peer, and engine offline / peer."""
+    metrics = [  # (ratio key, row label, path in an HTTP result, path in the offline result)
+        ("decode_b1", "batch-1 decode, tok/s", ("decode_b1", "tok_per_s"),
+         ("decode_b1", "tok_per_s")),
+        ("output_tok_per_s", "workload: output tok/s", ("workload", "output_tok_per_s"),
+         ("workload", "output_tok_per_s")),
+        ("ttft_p50", "workload: TTFT p50, s", ("workload", "ttft_p50_s"),
+         ("workload", "ttft_p50_s")),
+        ("tok_per_cpu_s", "workload: output tok per CPU s", ("tok_per_server_cpu_s",),
+         ("tok_per_cpu_s",)),
+    ]
+    head = ["", "engine.serve", peer_name, "ratio", "engine offline", "ratio"]
+    rows = [head]
+    ratios: dict[str, float | None] = {}
+
+    def cell(v) -> str:
+        if v is None:
+            return "-"
+        return f"{v:.3f}" if v < 10 else f"{v:.1f}"
+
+    def ratio(a, b) -> float | None:
+        return a / b if a is not None and b else None
+
+    for key, label, http_path, off_path in metrics:
+        e, p, o = _get(engine_http, *http_path), _get(peer, *http_path), _get(offline, *off_path)
+        r_http, r_off = ratio(e, p), ratio(o, p)
+        ratios[f"{key}_engine_over_peer"] = r_http
+        ratios[f"{key}_offline_over_peer"] = r_off
+        rows.append([label, cell(e), cell(p), "-" if r_http is None else f"{r_http:.2f}x",
+                     cell(o), "-" if r_off is None else f"{r_off:.2f}x"])
+    exact = []
+    for r in (engine_http, peer):
+        s = _get(r, "workload")
+        exact.append("-" if s is None else f"{s['exact_tokens']}/{s['users']}")
+    off = _get(offline, "workload", "output_tokens")
+    rows.append(["workload: requests with the exact tokens asked", exact[0], exact[1], "",
+                 "-" if off is None else f"{off} tok", ""])
+    return rows, ratios
+
+
+def format_table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+                     for r in rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# The command
+
+
+def engine_config_dict(args: argparse.Namespace) -> dict:
+    """The engine's EngineConfig fields from the flags (validated by the server it starts)."""
+    cfg = {"model": "smollm2-135m", "batching": "continuous", "kv_layout": "paged",
+           "max_num_seqs": args.seats, "max_model_len": args.max_model_len,
+           "block_size": args.block_size, "max_num_batched_tokens": max(512, args.seats),
+           "device": args.device, "dtype": args.dtype}
+    if args.weights is not None:
+        cfg["weights"] = args.weights
+    for opt in args.engine_option:
+        key, sep, value = opt.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--engine-option {opt!r}: expected KEY=VALUE")
+        try:
+            cfg[key] = json.loads(value)
+        except json.JSONDecodeError:
+            cfg[key] = value  # a bare word: a string
+    return cfg
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m engine.bench --peer llama-server",
+                                 description=__doc__.split("\n")[0])
+    a = ap.add_argument
+    a("--peer", default="llama-server", choices=PEERS)
+    a("--peer-binary", default=None, help="the peer's executable (default: llama-server on PATH)")
+    a("--peer-arg", action="append", default=[],
+      help="one more argument for the peer's command line (repeat the flag for more)")
+    a("--model-file", default=None, help="the GGUF file for the peer (default: the bundled one)")
+    a("--workload", default="longtail")
+    a("--workload-file", default=None, help="JSONL lines {\"prompt\": ..., \"max_tokens\": ...}")
+    a("--requests", type=int, default=32)
+    a("--seats", type=int, default=16, help="engine max_num_seqs = llama-server slots (-np)")
+    a("--max-model-len", type=int, default=512, help="per request = llama-server -c / -np")
+    a("--block-size", type=int, default=16)
+    a("--decode-tokens", type=int, default=128, help="output tokens of the batch-1 request")
+    a("--rounds", type=int, default=3, help="batch-1 requests per server (the best counts)")
+    a("--threads", type=int, default=None, help="both servers' threads (default: the cores)")
+    a("--dtype", default="auto")
+    a("--device", default="cpu", help="the peer runs on the CPU, so the engine does too")
+    a("--weights", default=None, help="EngineConfig(weights=...), where the engine has it")
+    a("--engine-option", action="append", default=[], metavar="KEY=VALUE",
+      help="any EngineConfig field (VALUE as JSON, or a bare string); repeatable")
+    a("--skip-engine", action="store_true", help="measure the peer alone (no engine.serve)")
+    a("--skip-offline", action="store_true", help="no offline engine run in this process")
+    a("--quick", action="store_true", help="8 short requests, 32-token batch-1 answers")
+    a("--startup-timeout", type=float, default=300.0, help="seconds to wait for /health")
+    a("--timeout", type=float, default=1800.0, help="seconds for one phase's requests")
+    a("--log-dir", default="build/peer-logs", help="the servers' logs")
+    a("--out", "--json", dest="out", default="build/peer-llama-server.json",
+      help="write the results here (JSON)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    try:
+        binary = find_peer_binary(args.peer, args.peer_binary)
+    except ValueError as exc:
+        ap.error(str(exc))
+    if binary is None:
+        print(skip_message(args.peer))
+        return 0
+    for name in ("requests", "seats", "max_model_len", "block_size", "decode_tokens", "rounds"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.threads is not None and args.threads < 1:
+        ap.error("--threads must be >= 1")
+    threads = args.threads or cpu_count()
+    if args.quick:
+        args.requests, args.decode_tokens, args.rounds = min(args.requests, 8), 32, 2
+    try:
+        config = engine_config_dict(args)
+        from benchmarks.serve_config import config_from_json
+
+        config_from_json(json.dumps(config))  # a bad option fails here, not in the child
+        wl = load_jsonl(args.workload_file) if args.workload_file else get_workload(
+            args.workload, n=args.requests, max_tokens_scale=0.25 if args.quick else 1.0)
+    except (ValueError, TypeError, OSError) as exc:
+        ap.error(str(exc))
+    if args.decode_tokens + 64 > args.max_model_len:
+        ap.error(f"--decode-tokens {args.decode_tokens} leaves no room for the prompt in "
+                 f"--max-model-len {args.max_model_len}")
+    if args.model_file:
+        gguf = Path(args.model_file).expanduser()
+        if not gguf.is_file():
+            ap.error(f"--model-file {args.model_file}: no such file")
+    else:
+        from engine.model.loader import BUNDLED_MODELS, _bundled_gguf
+
+        gguf = _bundled_gguf(config["model"]) if config["model"] in BUNDLED_MODELS else None
+        if gguf is None:
+            ap.error("--model-file is needed when the engine's model is not a bundled one")
+
+    version = peer_version(binary)
+    print(f"{args.peer}: {binary} ({version}); {gguf.name}; {threads} threads; "
+          f"{len(wl)} {wl.name} requests, {args.seats} seats")
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    log_dir = Path(args.log_dir)
+    load_before = os.getloadavg()
+    t0 = time.perf_counter()
+    kw = dict(decode_tokens=args.decode_tokens, rounds=args.rounds, seats=args.seats,
+              timeout_s=args.timeout)
+    extra = PEER_EXTRA_BODY.get(args.peer)
+
+    engine_http = None
+    if not args.skip_engine:
+        port = free_port()
+        engine_server = ServerProcess("engine.serve", engine_server_command(config, port), port,
+                                      log_dir / "engine-serve.log", env, args.startup_timeout)
+        print("engine.serve: batch-1 decode, then the workload ...", flush=True)
+        engine_http = measure_server(engine_server, wl.items, extra_body=extra, **kw)
+        print(f"  {engine_http['decode_b1']['tok_per_s']:.1f} tok/s at batch 1; "
+              f"{engine_http['workload']['output_tok_per_s']:.1f} output tok/s", flush=True)
+
+    port = free_port()
+    cmd = llama_server_command(binary, str(gguf), port, args.seats, args.max_model_len,
+                               threads, args.peer_arg)
+    peer_server = ServerProcess(args.peer, cmd, port, log_dir / f"{args.peer}.log", env,
+                                args.startup_timeout)
+    print(f"{args.peer}: batch-1 decode, then the workload ...", flush=True)
+    peer = measure_server(peer_server, wl.items, extra_body=extra, **kw)
+    peer["version"] = version
+    print(f"  {peer['decode_b1']['tok_per_s']:.1f} tok/s at batch 1; "
+          f"{peer['workload']['output_tok_per_s']:.1f} output tok/s", flush=True)
+
+    offline = None
+    if not args.skip_offline:
+        print("engine offline (this process): batch-1 decode, then the workload ...", flush=True)
+        offline = measure_offline(config, wl, args.decode_tokens, threads)
+    load_after = os.getloadavg()
+
+    rows, ratios = comparison(engine_http, peer, offline, args.peer)
+    print(f"\n{len(wl)} {wl.name} requests, {args.seats} running at most; batch-1 answers of "
+          f"{args.decode_tokens} tokens; ratio = engine / {args.peer}")
+    print(format_table(rows))
+    cpu = cpu_description()
+    print(f"CPU: {cpu['model']} ({', '.join(cpu['flags'])}); load average (1 min) before / "
+          f"after: {load_before[0]:.2f} / {load_after[0]:.2f}")
+
+    from benchmarks.common import write_json
+
+    write_json(args.out, "cpu", args, peer={"name": args.peer, "binary": binary,
+                                            "version": version, "gguf": str(gguf)},
+               cpu=cpu, engine_config=config, threads=threads, workload=wl.name,
+               load_average={"before": load_before, "after": load_after},
+               elapsed_s=time.perf_counter() - t0,
+               results={"engine_http": engine_http, "peer_http": peer,
+                        "engine_offline": offline},
+               ratios=ratios, table=rows)
+    ok = all(r["workload"]["ok"] == r["workload"]["users"]
+             for r in (engine_http, peer) if r is not None)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    from benchmarks.common import spin_openmp_threads
+
+    spin_openmp_threads("benchmarks.peer")
+    sys.exit(main())
