@@ -226,3 +226,28 @@ def test_gguf_engine_equals_transformers_fp32(tokenizer, hf_greedy, monkeypatch,
     outs = eng.generate(ids, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
     assert [o.token_ids for o in outs] == refs
     assert any(took_cpp_loop) == cpp_loop
+
+
+@pytest.mark.slow
+def test_dense_bf16_layout_runs_the_cpp_loop_with_the_same_tokens(tokenizer):
+    """layout="bf16" (what a CPU without AMX gets): our matmul on the dense bf16 weights. The
+    C++ layer loop and the Python loop give the same tokens, and with weights="gguf" in bf16 a
+    request decodes the same tokens alone as in a batch (the matmul is batch-invariant)."""
+    from engine.model.llama import LlamaModel
+
+    ids = [tokenizer.encode(p, add_special_tokens=False) for p in PROMPTS[:4]]
+    params = SamplingParams(max_tokens=12, ignore_eos=True)
+    eng = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=4, max_model_len=128))
+    model = LlamaModel(eng.model.loaded, eng.device, eng.dtype, 128, cpu_kernels=True,
+                       layout="bf16")
+    assert model.cpp_layer_weights is not None
+    eng.model = eng.runner.model = model
+    cpp = [o.token_ids for o in eng.generate(ids, params)]
+    model.cpp_layer_weights = None  # this model is the test's own, not the shared one
+    assert [o.token_ids for o in eng.generate(ids, params)] == cpp
+
+    gguf = LLMEngine(EngineConfig(dtype="bfloat16", weights="gguf", max_num_seqs=4,
+                                  max_model_len=128))
+    together = [o.token_ids for o in gguf.generate(ids, params)]
+    alone = [gguf.generate([i], params)[0].token_ids for i in ids]
+    assert together == alone
