@@ -86,6 +86,14 @@ inline float half_to_float(uint16_t h) {
 #endif
 }
 
+#if SERVELAB_ISA >= 1
+// The block's first two fp16 numbers (Q4_1: d and m; Q8_0: d and two q bytes) as fp32 lanes
+// 0 and 1: one 4-byte load and one conversion for both (the loop is bound by vector uops)
+inline __m128 load_two_halves(const uint8_t* blk) {
+  return _mm_cvtph_ps(_mm_loadu_si32(blk));
+}
+#endif
+
 // The 32 weights of one block as fp32, in order (the portable path and the tests' dequantize).
 template <int FMT>
 inline void dequant_block_scalar(const uint8_t* blk, float* out) {
@@ -130,7 +138,7 @@ inline void load_block(const uint8_t* blk, Vec* w) {  // w[0..1]: weights 0-15, 
     w[0] = _mm512_castsi512_ps(_mm512_slli_epi32(lo, 16));
     w[1] = _mm512_castsi512_ps(_mm512_slli_epi32(hi, 16));
   } else if constexpr (FMT == kFormatQ8_0) {
-    const Vec d = _mm512_set1_ps(half_to_float(load_u16(blk)));
+    const Vec d = _mm512_broadcastss_ps(load_two_halves(blk));
     const __m512i lo = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(blk + 2)));
     const __m512i hi = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(blk + 18)));
     w[0] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(lo));
@@ -139,8 +147,9 @@ inline void load_block(const uint8_t* blk, Vec* w) {  // w[0..1]: weights 0-15, 
     // the block's 16 possible weights d * q + m (q = 0..15) in one vector, then each weight
     // looked up by its nibble: vpermps reads only an index's low 4 bits, so the low nibbles
     // need no mask
-    const Vec d = _mm512_set1_ps(half_to_float(load_u16(blk)));
-    const Vec m = _mm512_set1_ps(half_to_float(load_u16(blk + 2)));
+    const __m512 dm = _mm512_castps128_ps512(load_two_halves(blk));
+    const Vec d = _mm512_broadcastss_ps(_mm512_castps512_ps128(dm));
+    const Vec m = _mm512_permutexvar_ps(_mm512_set1_epi32(1), dm);
     const Vec iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const Vec table = _mm512_add_ps(_mm512_mul_ps(d, iota), m);
     const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(blk + 4)));
@@ -171,14 +180,15 @@ inline void load_block(const uint8_t* blk, Vec* w) {  // w[0..3]: weights 0-7, .
       w[c] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
     }
   } else if constexpr (FMT == kFormatQ8_0) {
-    const Vec d = _mm256_set1_ps(half_to_float(load_u16(blk)));
+    const Vec d = _mm256_broadcastss_ps(load_two_halves(blk));
     for (int c = 0; c < 4; ++c) {
       const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(blk + 2 + 8 * c)));
       w[c] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(v));
     }
   } else {
-    const Vec d = _mm256_set1_ps(half_to_float(load_u16(blk)));
-    const Vec m = _mm256_set1_ps(half_to_float(load_u16(blk + 2)));
+    const __m128 dm = load_two_halves(blk);
+    const Vec d = _mm256_broadcastss_ps(dm);
+    const Vec m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
     const __m256i mask = _mm256_set1_epi32(0xf);
     for (int c = 0; c < 2; ++c) {
       const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(blk + 4 + 8 * c)));
