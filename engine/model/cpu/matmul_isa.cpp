@@ -260,7 +260,20 @@ template <int FMT, int CR>
 void column_group(const MatmulJob& job, int64_t n0, float* buffer) {
   const int64_t K = job.K, M = job.M, BB = block_bytes(FMT), row_bytes = K / 32 * BB;
   const uint8_t* w0 = job.w + n0 * row_bytes;
-  auto direct = [&](int c, int64_t b, Vec* w) { load_block<FMT>(w0 + c * row_bytes + b * BB, w); };
+  // while this group's CR rows stream in, ask for the next group's (CR rows further on,
+  // CR * BB bytes per block step: at most two 64-byte lines per block for these formats)
+  const char* ahead = reinterpret_cast<const char*>(w0 + CR * row_bytes);
+  const char* ahead_end = reinterpret_cast<const char*>(job.w + job.N * row_bytes);
+  auto direct = [&](int c, int64_t b, Vec* w) {
+    if (c == 0) {
+#if SERVELAB_ISA >= 1
+      const char* p = ahead + b * CR * BB;
+      if (p < ahead_end) _mm_prefetch(p, _MM_HINT_T0);
+      if (p + 64 < ahead_end && CR * BB > 64) _mm_prefetch(p + 64, _MM_HINT_T0);
+#endif
+    }
+    load_block<FMT>(w0 + c * row_bytes + b * BB, w);
+  };
   auto buffered = [&](int c, int64_t b, Vec* w) {
     const float* src = buffer + c * K + b * 32;
     for (int p = 0; p < kPerBlock; ++p) w[p] = vload(src + p * kLanes);
