@@ -251,3 +251,16 @@ def test_dense_bf16_layout_runs_the_cpp_loop_with_the_same_tokens(tokenizer):
     together = [o.token_ids for o in gguf.generate(ids, params)]
     alone = [gguf.generate([i], params)[0].token_ids for i in ids]
     assert together == alone
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_columns_are_independent_with_tails(ops, isa, gguf_tensors, fmt):
+    """Output columns computed in a call of 37 or 3 columns (register-tile and thread-split
+    tails) are the same bits as in the full call, at 1 and at 9 rows."""
+    raw, ref = gguf_tensors[fmt]
+    for rows in (1, 9):
+        x = torch.randn(rows, ref.shape[1], generator=torch.Generator().manual_seed(rows))
+        full = ops.matmul(x, raw, fmt, isa)
+        for first, n in ((0, 37), (101, 3), (5, 1)):
+            part = ops.matmul(x, raw[first:first + n].contiguous(), fmt, isa)
+            assert torch.equal(part, full[:, first:first + n]), (rows, first, n)
