@@ -79,4 +79,7 @@ def resolve_weights(name: str, model: str, device: torch.device, dtype: torch.dt
     if dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"weights='gguf' runs float32 or bfloat16 activations, not "
                          f"{str(dtype).removeprefix('torch.')}")
+    from engine.model.cpu import library
+
+    library.matmul_isa()  # a ValueError now if SERVELAB_CPU_ISA names a set this CPU lacks
     return name

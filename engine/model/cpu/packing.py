@@ -100,7 +100,7 @@ def choose_layout(shapes: list[tuple[int, int]], device: torch.device, dtype: to
 
     if cpu_kernels and library.amx_available() and all(amx_fits(*s) for s in shapes):
         return "amx"
-    if (cpu_kernels and library.load() and torch.ops.servelab.cpu_isa() != "portable"
+    if (cpu_kernels and library.load() and library.matmul_isa() != "portable"
             and all(k % 32 == 0 for _, k in shapes)):
         return "bf16"
     return "onednn" if cpu_packing_available(device, dtype) else "plain"
