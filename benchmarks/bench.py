@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arrivals", default="all-at-once", choices=["all-at-once", "poisson"])
     ap.add_argument("--rate", type=float, default=2.0, help="Poisson arrivals per second")
     ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--weights", default="auto", choices=["auto", "dense", "gguf"],
+                    help="the engine's weights: dense tensors or the GGUF file's own blocks")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--concurrency", default="1,4,16,32", help="decode scaling batch sizes")
     ap.add_argument("--skip-naive", action="store_true")
@@ -116,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     wl = with_arrivals(wl, args.arrivals, rate=args.rate if args.arrivals == "poisson" else None)
     base = dict(model="smollm2-135m", max_num_seqs=args.seats, block_size=args.block_size,
                 max_model_len=args.max_model_len, device=args.device, dtype=args.dtype,
+                weights=args.weights,
                 num_kv_blocks=args.kv_budget * -(-args.max_model_len // args.block_size),
                 max_num_batched_tokens=max(512, args.seats))
 

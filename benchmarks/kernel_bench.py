@@ -8,13 +8,22 @@
 3. The layer loop: decode steps of two engines stepped alternately, one running the layers
    in C++ (`decode_layers`), the other the same kernels from Python.
 
+`--weights` runs a fourth comparison instead (`bench_weights`): batch-1 decode tok/s and the
+share of each weight format's memory floor for dense bf16 (AMX when the CPU has it, our
+matmul on AVX-512 and AVX2) and weights="gguf" (AVX-512, AVX2, portable), then the long-tail
+workload with 16 requests at once through the dense and GGUF engines; `--json` saves it.
+
 Each figure is the best of several rounds, and the rounds of the two sides alternate, so a
 slow moment of this shared machine hits both. README's Performance section quotes a run.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import os
 import sys
+import time
 from functools import partial
 
 import torch
@@ -107,10 +116,103 @@ def bench_layer_loop(engine) -> None:
                 e.step()
 
 
-def main() -> int:
+@contextlib.contextmanager
+def _isa(name: str | None):
+    """Run the weight-streaming matmul on this instruction set (SERVELAB_CPU_ISA) for a while."""
+    before = os.environ.get("SERVELAB_CPU_ISA")
+    if name:
+        os.environ["SERVELAB_CPU_ISA"] = name
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SERVELAB_CPU_ISA", None)
+        else:
+            os.environ["SERVELAB_CPU_ISA"] = before
+
+
+def _dense_engine(layout: str, **kw):
+    """A bf16 dense engine whose linear weights take `layout` ("amx", "bf16"): the engine picks
+    one layout per CPU, so the bench builds the model itself to set the others beside it."""
+    from engine.config import EngineConfig
+    from engine.engine import LLMEngine
+    from engine.model.llama import LlamaModel
+
+    eng = LLMEngine(EngineConfig(dtype="bfloat16", **kw))
+    if eng.model.layout != layout:
+        eng.model = eng.runner.model = LlamaModel(
+            eng.model.loaded, eng.device, eng.dtype, eng.config.max_model_len + 1,
+            cpu_kernels=True, layout=layout)
+    return eng
+
+
+def bench_weights(longtail_seats: int = 16, rounds: int = 2) -> dict:
+    from benchmarks.bench import decode_rate, run_engine
+    from benchmarks.common import memory_read_bandwidth
+    from benchmarks.workloads import get_workload
+    from engine.config import EngineConfig
+    from engine.engine import LLMEngine
+    from engine.model.cpu import library
+
+    isas = library.supported_isas()
+    kw = dict(max_num_seqs=longtail_seats, max_model_len=512)
+    engines = {}
+    if library.amx_available():
+        engines["dense bf16, AMX kernel"] = (_dense_engine("amx", **kw), None)
+    dense_kernel = _dense_engine("bf16", **kw)
+    for isa in isas:
+        if isa != "portable":  # the portable path is there for correctness, not bf16 speed
+            engines[f"dense bf16, matmul {isa}"] = (dense_kernel, isa)
+    gguf = LLMEngine(EngineConfig(dtype="bfloat16", weights="gguf", **kw))
+    for isa in isas:
+        engines[f"gguf Q4_1/Q8_0, matmul {isa}"] = (gguf, isa)
+    bw = memory_read_bandwidth(torch.device("cpu"))
+    print(f"[{gguf.describe()}] read bandwidth {bw / 1e9:.1f} GB/s; matmul paths here: "
+          f"{', '.join(isas)}")
+    rates = dict.fromkeys(engines, 0.0)
+    for _ in range(rounds):  # the ways take turns, the best of the rounds counts
+        for name, (eng, isa) in engines.items():
+            with _isa(isa):
+                rates[name] = max(rates[name], decode_rate(eng, 1))
+    rows = []
+    print("batch-1 decode (weights: MB a step reads; floor: read bandwidth / those bytes)")
+    for name, (eng, isa) in engines.items():
+        mb = eng.model.weight_bytes / 1e6
+        floor = bw / eng.model.weight_bytes
+        rows.append({"way": name, "isa": isa, "layout": eng.model.layout, "weight_mb": mb,
+                     "decode_tok_per_s": rates[name], "floor_tok_per_s": floor,
+                     "floor_frac": rates[name] / floor})
+        print(f"  {name:32s} {rates[name]:7.1f} tok/s  weights {mb:5.0f} MB  floor "
+              f"{floor:6.1f} tok/s  -> {rates[name] / floor:4.0%} of it")
+    longtail = []
+    work = get_workload("longtail", longtail_seats)
+    print(f"long-tail workload, {longtail_seats} requests at once, {longtail_seats} seats")
+    ways = {"dense bf16 (engine default)": (EngineConfig(dtype="bfloat16", **kw), None),
+            f"gguf, matmul {isas[0]}": (EngineConfig(dtype="bfloat16", weights="gguf", **kw),
+                                        isas[0])}
+    for name, (cfg, isa) in ways.items():
+        with _isa(isa):
+            t = time.perf_counter()
+            res = run_engine(cfg, work)
+        res.update(way=name, wall_s=time.perf_counter() - t)
+        longtail.append(res)
+        print(f"  {name:32s} {res['output_tok_per_s']:7.1f} output tok/s")
+    return {"read_bandwidth_gb_s": bw / 1e9, "batch1": rows, "longtail": longtail}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.common import write_json
     from engine.config import EngineConfig
     from engine.engine import LLMEngine
 
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.kernel_bench")
+    ap.add_argument("--weights", action="store_true",
+                    help="dense bf16 vs GGUF weights on every matmul path (batch 1, long tail)")
+    ap.add_argument("--json", help="write the --weights results here")
+    args = ap.parse_args(argv)
+    if args.weights:
+        write_json(args.json, "cpu", args, **bench_weights())
+        return 0
     engine = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=16, max_model_len=512))
     print(f"[{engine.describe()}]")
     bench_matmuls(engine.model)

@@ -17,6 +17,7 @@ SPEC_METHODS = ("ngram", "draft")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
+WEIGHTS = ("auto", "dense", "gguf")
 
 
 def _choice(name: str, value, allowed) -> None:
@@ -70,6 +71,15 @@ class EngineConfig:
     # float32 (engine/model/hardware.py resolve_dtype)
     dtype: str = "auto"
     attention_backend: str = "auto"  # "auto" (triton on CUDA, cpu on CPU), "torch", "cpu", "triton"
+    # Which copy of the weights the linear layers multiply:
+    #   "dense": the model's tensors in `dtype` (the bundled GGUF dequantized once), laid out
+    #            for AMX, our AVX-512/AVX2 matmul or oneDNN (pack_weights)
+    #   "gguf":  the bundled model's linear layers and lm_head kept in the GGUF file's own Q4_1 /
+    #            Q8_0 blocks, dequantized in registers by the C++ matmul (a CPU, cpu_kernels;
+    #            dtype float32 or bfloat16 activations): 3.5x fewer bytes a step than bf16, and
+    #            the shipped values themselves. A local Hugging Face folder has no GGUF file.
+    #   "auto":  "dense" (engine/model/hardware.py resolve_weights)
+    weights: str = "auto"
     pack_weights: bool = True  # CPU + bf16: reorder linear weights once, for AMX or oneDNN
     cpu_kernels: bool = True  # CPU: norms, rotary, SwiGLU, KV writes as C++ kernels if they build
     gpu_memory_utilization: float = 0.5  # CUDA: the most of the free memory the KV pool may take
@@ -82,6 +92,7 @@ class EngineConfig:
         _choice("device", self.device, DEVICES)
         _choice("dtype", self.dtype, DTYPES)
         _choice("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        _choice("weights", self.weights, WEIGHTS)
         if self.spec is not None and not isinstance(self.spec, SpecConfig):
             raise ValueError(f"spec must be None or a SpecConfig, got {self.spec!r}")
         if not isinstance(self.model, str) or not self.model.strip():

@@ -20,7 +20,7 @@ from engine.kv import ContiguousAllocator, KVPool, PagedAllocator
 from engine.metrics import RunMetrics, tpot, ttft
 from engine.model.attention import get_backend
 from engine.model.cpu import library as cpu_library
-from engine.model.hardware import resolve_backend, resolve_device, resolve_dtype
+from engine.model.hardware import resolve_backend, resolve_device, resolve_dtype, resolve_weights
 from engine.model.llama import shared_model
 from engine.model.loader import Progress, load_model
 from engine.report import Emitted, KVSummary, StepReport, build_report, kv_summary
@@ -60,9 +60,11 @@ class LLMEngine:
         self.uses_cpu_kernels = cfg.cpu_kernels and cpu_library.available(self.device, self.dtype)
         self.backend_name = resolve_backend(cfg.attention_backend, self.device,
                                             self.uses_cpu_kernels)
+        self.weights = resolve_weights(cfg.weights, cfg.model, self.device, self.dtype,
+                                       self.uses_cpu_kernels)
         # shared by every engine in this process with the same weights, dtype, packing, kernels
         self.model = shared_model(loaded, self.device, self.dtype, cfg.max_model_len + k + 1,
-                                  cfg.pack_weights, self.uses_cpu_kernels)
+                                  cfg.pack_weights, self.uses_cpu_kernels, self.weights)
         self.backend = get_backend(self.backend_name)
         if self.backend_name == "triton":  # ValueError on CUDA under TRITON_INTERPRET
             self.backend.check_device(self.device)
@@ -274,5 +276,5 @@ class LLMEngine:
 
     def describe(self) -> str:
         return (f"{self.config.model} on {self.device.type} ({str(self.dtype).removeprefix('torch.')}"
-                f", attention: {self.backend_name}"
+                f", attention: {self.backend_name}, weights: {self.model.layout}"
                 f"{', C++ layer ops' if self.uses_cpu_kernels else ''})")

@@ -4,11 +4,12 @@ Loading and preparing a model is the slow part of starting an engine (reading sa
 fusing and packing weights, quantizing a draft), and everything built is read-only, so each
 thing is built once per process and shared: by every engine (the app keeps several, one per
 switch setting, each owning only its KV pools), by the server, by every browser session.
-Three kinds of entries, one dict and one lock:
+Four kinds of entries, one dict and one lock:
 
   "weights"  loader.load_model: host weights, config and tokenizer  (folder, dtype)
   "model"    llama.shared_model: a LlamaModel on a device, its weights fused/packed
              (folder, device, dtype, ops, weight layout)
+  "gguf"     gguf.read_linear_weights: the GGUF file's raw linear rows (file path)
   "draft"    spec/draft.py: the built-in draft's quantized layers (folder, device, dtype,
              recipe); one at a time, they are large
 

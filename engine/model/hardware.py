@@ -56,3 +56,30 @@ def resolve_backend(name: str, device: torch.device, cpu_kernels: bool) -> str:
         raise ValueError("attention_backend='cpu' needs the C++ CPU kernels (cpu_kernels=True "
                          "on a CPU with g++); use 'torch'")
     return name
+
+
+def resolve_weights(name: str, model: str, device: torch.device, dtype: torch.dtype,
+                    cpu_kernels: bool) -> str:
+    """'auto': "dense" (the weights="gguf" path is a choice for now: README, Performance,
+    compares the two). "gguf" is checked here: a model shipped as GGUF, a CPU, the C++ kernels,
+    float32 or bfloat16 activations; else a ValueError saying which."""
+    if name in ("auto", "dense"):
+        return "dense"
+    from engine.model.loader import BUNDLED_MODELS
+
+    if model not in BUNDLED_MODELS:
+        raise ValueError(f"weights='gguf' needs a model shipped as a GGUF file "
+                         f"({sorted(BUNDLED_MODELS)}); {model!r} is a Hugging Face folder, which "
+                         f"runs with weights='dense'")
+    if device.type != "cpu":
+        raise ValueError(f"weights='gguf' runs on the CPU; device is {device.type}")
+    if not cpu_kernels:
+        raise ValueError("weights='gguf' needs the C++ CPU kernels (cpu_kernels=True, and g++ "
+                         "to build them)")
+    if dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"weights='gguf' runs float32 or bfloat16 activations, not "
+                         f"{str(dtype).removeprefix('torch.')}")
+    from engine.model.cpu import library
+
+    library.matmul_isa()  # a ValueError now if SERVELAB_CPU_ISA names a set this CPU lacks
+    return name

@@ -27,6 +27,7 @@ from engine.model import cache
 from engine.model.attention import AttentionBackend, AttentionMetadata
 from engine.model.cpu.attention import CpuAttention
 from engine.model.cpu.packing import (
+    CPP_LOOP_LAYOUTS,
     LAYOUTS,
     PACKERS,
     amx_fits,
@@ -112,11 +113,14 @@ class LlamaModel:
     """Weights on one device in one dtype; `forward` runs the flat batch through every layer.
 
     cpu_kernels: run the small per-layer ops as C++ kernels (a CPU, the kernels loaded).
-    layout: the linear weights' layout ("plain", "onednn", "amx"; cpu/packing.py, which also
-        chooses it for the engine). Reordering happens here, once.
-    cpp_layer_loop: with AMX weights and plain Llama layers (no q/k/v bias, no q/k norm), let
-        steps whose attention the C++ kernel takes whole run the layer loop in C++ (off: the
-        same kernels, called from Python; tests and the kernel bench compare the two).
+    layout: the linear weights' layout ("plain", "onednn", "amx", "bf16", "gguf";
+        cpu/packing.py, which also chooses it for the engine). Reordering happens here, once.
+        "gguf": the linear layers and the lm_head are the GGUF file's own Q4_1 / Q8_0 rows
+        (engine/model/gguf.py); the embedding and norms stay the loaded (dequantized) tensors.
+    cpp_layer_loop: with weights our C++ matmuls read (amx, bf16, gguf) and plain Llama layers
+        (no q/k/v bias, no q/k norm), let steps whose attention the C++ kernel takes whole run
+        the layer loop in C++ (off: the same kernels, called from Python; tests and the kernel
+        bench compare the two).
     """
 
     LINEAR_WEIGHTS = ("qkv", "o", "gate_up", "down")
@@ -133,8 +137,13 @@ class LlamaModel:
         def get(name: str) -> torch.Tensor:
             return w[name].to(device=device, dtype=dtype)
 
+        gguf = None
+        if layout == "gguf":  # the file's own blocks, read once per process
+            from engine.model.gguf import read_linear_weights
+
+            gguf = read_linear_weights(loaded)
         self.embed = get("embed_tokens.weight")  # [vocab, hidden]
-        self.lm_head = self.plain_lm_head
+        self.lm_head = gguf["lm_head"] if gguf else self.plain_lm_head
         self.final_norm = get("norm.weight")
         self.layers = []
         for i in range(cfg.num_layers):
@@ -142,7 +151,7 @@ class LlamaModel:
             layer = {
                 "in_norm": get(p + "input_layernorm.weight"),
                 "post_norm": get(p + "post_attention_layernorm.weight"),
-                **self.plain_linear_weights(i),
+                **(gguf["layers"][i] if gguf else self.plain_linear_weights(i)),
                 "qkv_bias": None, "q_norm": None, "k_norm": None,
             }
             if cfg.qkv_bias:
@@ -163,7 +172,7 @@ class LlamaModel:
         # y = x W^T (+ b), for weights in this layout (the built-in draft: its int4/int8 ones)
         self.layout = layout
         pack, self.linear = PACKERS[layout]
-        if pack is not None:
+        if pack is not None and layout != "gguf":
             for layer in self.layers:
                 for name in self.LINEAR_WEIGHTS:
                     layer[name] = pack(layer[name])
@@ -172,7 +181,7 @@ class LlamaModel:
         # every layer's weights in the order torch.ops.servelab.decode_layers takes them, when
         # the C++ layer loop can run this model; None: the Python loop always
         self.cpp_layer_weights: list[torch.Tensor] | None = None
-        if cpp_layer_loop and layout == "amx" and not cfg.qkv_bias and not cfg.qk_norm:
+        if cpp_layer_loop and layout in CPP_LOOP_LAYOUTS and not cfg.qkv_bias and not cfg.qk_norm:
             self.cpp_layer_weights = [layer[name] for layer in self.layers for name in (
                 "in_norm", "qkv", "o", "post_norm", "gate_up", "down")]
 
@@ -184,7 +193,20 @@ class LlamaModel:
         if cpu_kernels and not library.available(self.device, self.dtype):
             raise ValueError("cpu_kernels=True needs the C++ CPU kernels on a CPU (they did "
                              "not load here)")
-        if layout != "plain" and not cpu_packing_available(self.device, self.dtype):
+        if layout in ("bf16", "gguf"):
+            if not cpu_kernels:
+                raise ValueError(f"layout={layout!r} needs cpu_kernels=True (the C++ matmul)")
+            library.matmul_isa()  # a ValueError now if SERVELAB_CPU_ISA asks for a missing one
+            allowed = (torch.bfloat16,) if layout == "bf16" else (torch.float32, torch.bfloat16)
+            if self.dtype not in allowed:
+                raise ValueError(f"layout={layout!r} runs activations in "
+                                 f"{[str(d).removeprefix('torch.') for d in allowed]}, got "
+                                 f"{str(self.dtype).removeprefix('torch.')}")
+            bad = [s for s in self.linear_shapes(self.cfg) if s[1] % 32]
+            if bad:
+                raise ValueError(f"layout={layout!r} needs input sizes in multiples of 32, got "
+                                 f"{bad}")
+        elif layout != "plain" and not cpu_packing_available(self.device, self.dtype):
             raise ValueError(f"layout={layout!r} needs a CPU and bfloat16 with oneDNN's packed "
                              f"linear; got {self.device.type}, {self.dtype}")
         if layout == "amx" and not (cpu_kernels and library.amx_available()
@@ -248,8 +270,8 @@ class LlamaModel:
 
     def runs_cpp_layer_loop(self, meta: AttentionMetadata, backend: AttentionBackend) -> bool:
         """Does this step run the whole layer loop in C++? Only with the C++ loop's weights
-        (AMX layout, plain Llama layers) and the C++ attention backend, when its kernel takes
-        every request of the step in one call (CpuAttention.takes_whole_step)."""
+        (amx, bf16 or gguf layout, plain Llama layers) and the C++ attention backend, when its
+        kernel takes every request of the step in one call (CpuAttention.takes_whole_step)."""
         cfg = self.cfg
         return (self.cpp_layer_weights is not None and isinstance(backend, CpuAttention)
                 and backend.takes_whole_step(meta, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim))
@@ -307,12 +329,20 @@ class LlamaModel:
 
 def shared_model(loaded: LoadedModel, device: torch.device, dtype: torch.dtype,
                  max_positions: int, pack: bool = False, cpu_kernels: bool = False,
-                 ) -> LlamaModel:
+                 weights: str = "dense") -> LlamaModel:
     """The LlamaModel for these weights, device, dtype, ops and packing, built once per
     process (engine/model/cache.py). Its weights are read-only, so engines share it and own
-    only their KV pools; the rotary tables grow to the longest max_positions asked for."""
-    layout = choose_layout(LlamaModel.linear_shapes(loaded.config), device, dtype, pack,
-                           cpu_kernels)
+    only their KV pools; the rotary tables grow to the longest max_positions asked for.
+    weights: "dense" (the loaded tensors, laid out by choose_layout) or "gguf" (the GGUF file's
+    own blocks; a CPU with the C++ kernels, a model shipped as GGUF)."""
+    if weights == "gguf":
+        layout = "gguf"
+        if device.type != "cpu" or not cpu_kernels:
+            raise ValueError("weights='gguf' runs on the CPU with the C++ kernels (device='cpu', "
+                             "cpu_kernels=True, and g++ to build them)")
+    else:
+        layout = choose_layout(LlamaModel.linear_shapes(loaded.config), device, dtype, pack,
+                               cpu_kernels)
     key = (str(loaded.folder), str(device), dtype, cpu_kernels, layout)
     model = cache.get("model", key, lambda: LlamaModel(loaded, device, dtype, max_positions,
                                                       cpu_kernels, layout))

@@ -1,11 +1,13 @@
-"""The C++ CPU kernels' library (ops.cpp, linear.cpp): build once, load, fall back if that fails.
+"""The C++ CPU kernels' library (ops.cpp, linear.cpp, matmul*.cpp): build once, load, fall back if that fails.
 
-`load()` compiles ops.cpp and linear.cpp with g++ against the installed torch's
+`load()` compiles ops.cpp, linear.cpp and matmul.cpp (and matmul_isa.cpp once per
+instruction set: AVX-512, AVX2, portable) with g++ against the installed torch's
 headers (about 20 s, once per machine and source version), caches the library under the
 ServeLab cache folder, and registers `torch.ops.servelab.{rms_norm, add_rms_norm, rope,
-silu_mul, store_kv, paged_attention, decode_layers}` and, on a CPU with AMX, `amx_linear`
-(`amx_available()`). Without a compiler it returns False, says why once, and the engine keeps
-to its PyTorch code (same numbers, more operator calls). `SERVELAB_CPU_OPS=0` turns the
+silu_mul, store_kv, paged_attention, decode_layers, matmul, dequantize}` and, on a CPU with
+AMX, `amx_linear` (`amx_available()`). `matmul_isa()` names the matmul's instruction set
+(SERVELAB_CPU_ISA forces one). Without a compiler it returns False, says why once, and the
+engine keeps to its PyTorch code (same numbers, more operator calls). `SERVELAB_CPU_OPS=0` turns the
 kernels off.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -22,7 +25,24 @@ from pathlib import Path
 
 import torch
 
-SOURCES = [Path(__file__).with_name(name) for name in ("ops.cpp", "linear.cpp")]
+SOURCES = [Path(__file__).with_name(name) for name in ("ops.cpp", "linear.cpp", "matmul.cpp")]
+# the weight-streaming matmul's kernels: one source, compiled once per instruction set with that
+# set's flags (never -march=native), so a wide CPU also runs, and tests force, the narrow paths
+ISA_SOURCE = Path(__file__).with_name("matmul_isa.cpp")
+ISA_HEADER = Path(__file__).with_name("matmul_isa.h")
+ISA_FLAGS = {  # name -> (SERVELAB_ISA, compiler flags); x86-64 only but "portable"
+    "portable": (0, []),
+    "avx2": (1, ["-mavx2", "-mfma", "-mf16c"]),
+    "avx512": (2, ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma", "-mf16c"]),
+}
+
+
+def isa_builds() -> list[str]:
+    """The instruction sets the library is built for here: all three on x86-64; elsewhere (ARM)
+    only the portable C++ (no NEON kernel yet)."""
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        return list(ISA_FLAGS)
+    return ["portable"]
 
 
 def _cpu_signature() -> str:
@@ -48,7 +68,8 @@ def capability_flags() -> list[str]:
 def library_path() -> Path:
     from engine.model.loader import cache_root
 
-    key = hashlib.sha256(b"\0".join([*(src.read_bytes() for src in SOURCES),
+    key = hashlib.sha256(b"\0".join([*(src.read_bytes() for src in (*SOURCES, ISA_SOURCE,
+                                                                   ISA_HEADER)),
                                      torch.__version__.encode(),
                                      sys.version.encode(), _cpu_signature().encode(),
                                      " ".join(capability_flags()).encode()]))
@@ -76,7 +97,18 @@ def build(out: Path) -> None:
     cmd += ["-fopenmp"]
     with tempfile.NamedTemporaryFile(dir=out.parent, suffix=".so", delete=False) as tmp:
         tmp_path = Path(tmp.name)
+    objects = Path(tempfile.mkdtemp(dir=out.parent, prefix=".isa-"))
     try:
+        for name in isa_builds():  # matmul_isa.cpp once per instruction set, its own flags
+            code, flags = ISA_FLAGS[name]
+            obj = objects / f"matmul_{name}.o"
+            res = subprocess.run([cxx, "-O3", "-ffp-contract=off", "-std=c++17", "-fPIC", "-c",
+                                  f"-DSERVELAB_ISA={code}", *flags, str(ISA_SOURCE),
+                                  "-o", str(obj)], capture_output=True, text=True)
+            if res.returncode != 0:
+                raise RuntimeError(f"g++ failed building {ISA_SOURCE.name} for {name}:\n"
+                                   f"{res.stderr[-2000:]}")
+            cmd.append(str(obj))
         res = subprocess.run(cmd + ["-lc10", "-ltorch_cpu", "-lgomp", "-o", str(tmp_path)],
                              capture_output=True, text=True)
         if res.returncode != 0:
@@ -88,6 +120,7 @@ def build(out: Path) -> None:
                 stale.unlink(missing_ok=True)
     finally:
         tmp_path.unlink(missing_ok=True)
+        shutil.rmtree(objects, ignore_errors=True)
 
 
 @functools.lru_cache(maxsize=1)
@@ -119,3 +152,23 @@ def available(device: torch.device, dtype: torch.dtype) -> bool:
 def amx_available() -> bool:
     """True if the kernels loaded and this CPU (and Linux) lets them use AMX bf16 tiles."""
     return load() and torch.ops.servelab.amx_available()
+
+
+ISAS = ("avx512", "avx2", "portable")  # the weight-streaming matmul's paths, widest first
+
+
+def matmul_isa() -> str:
+    """The instruction set torch.ops.servelab.matmul runs here: SERVELAB_CPU_ISA (avx512, avx2,
+    portable) if set, else the widest this CPU supports. ValueError if the forced one is
+    unknown or this CPU lacks it."""
+    if not load():
+        raise ValueError("the C++ CPU kernels did not load (see the message above)")
+    try:
+        return torch.ops.servelab.cpu_isa()
+    except RuntimeError as exc:
+        raise ValueError(str(exc).splitlines()[0]) from None
+
+
+def supported_isas() -> list[str]:
+    """The matmul paths this CPU can run (tests force each)."""
+    return [isa for isa in ISAS if load() and torch.ops.servelab.isa_supported(isa)]

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <type_traits>
 #include <algorithm>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -34,9 +35,11 @@
                      AT_DISPATCH_CASE(at::ScalarType::BFloat16, __VA_ARGS__) \
                      AT_DISPATCH_CASE(at::ScalarType::Half, __VA_ARGS__))
 
-namespace servelab {  // linear.cpp
+namespace servelab {  // linear.cpp, matmul.cpp
 at::Tensor amx_linear(const at::Tensor& x, const at::Tensor& w_vnni,
                       const c10::optional<at::Tensor>& bias);
+at::Tensor matmul(const at::Tensor& x, const at::Tensor& w, const std::string& format,
+                  const std::string& isa);
 }
 
 namespace {
@@ -491,11 +494,13 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
 
 // --- the whole layer stack of a decode step --------------------------------------------------
 // LlamaModel.forward's layer loop for a step whose attention the kernel above takes whole
-// (every request brings at most CpuAttention.MAX_KERNEL_QUERY tokens), with AMX weights: the
-// same kernels as the Python loop, called in the same order on the same views, so the same
-// bits (tests/test_cpu_ops.py), without Python and the dispatcher between the ~300 calls.
-// layers: 6 tensors per layer (in_norm, qkv, o, post_norm, gate_up, down; linear weights
-// vnni_pack()ed); h: the embeddings [n, hidden]; returns the final norm's output.
+// (every request brings at most CpuAttention.MAX_KERNEL_QUERY tokens), with weights one of
+// our matmuls reads: the same kernels as the Python loop, called in the same order on the same
+// views, so the same bits (tests/test_cpu_ops.py, tests/test_cpu_matmul.py), without Python
+// and the dispatcher between the ~300 calls.
+// layers: 6 tensors per layer (in_norm, qkv, o, post_norm, gate_up, down); the linear weights
+// vnni_pack()ed for AMX (3-D), or 2-D for matmul.cpp (bf16 [out, in], or GGUF Q4_1 / Q8_0
+// rows); h: the embeddings [n, hidden]; returns the final norm's output.
 at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos, const at::Tensor& sin,
                          at::TensorList layers, const at::Tensor& final_norm,
                          at::TensorList k_caches, at::TensorList v_caches,
@@ -509,11 +514,15 @@ at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos, const at
   const int64_t n = h_in.size(0), d = k_caches[0].size(3), hq = num_heads, hkv = num_kv_heads;
   const int64_t qk = (hq + hkv) * d;
   const c10::optional<at::Tensor> no_bias;
+  const auto linear = [&](const at::Tensor& in, const at::Tensor& weight) {
+    return weight.dim() == 3 ? servelab::amx_linear(in, weight, no_bias)
+                             : servelab::matmul(in, weight, "auto", "");
+  };
   at::Tensor h = h_in;
   at::Tensor x = rms_norm(h, layers[0], eps);
   for (int64_t i = 0; i < L; ++i) {
     const at::Tensor* w = layers.data() + 6 * i;  // in_norm, qkv, o, post_norm, gate_up, down
-    const at::Tensor qkv = servelab::amx_linear(x, w[1], no_bias);
+    const at::Tensor qkv = linear(x, w[1]);
     const at::Tensor v = qkv.narrow(1, qk, hkv * d).view({n, hkv, d});
     const at::Tensor qk_rot = rope(qkv.narrow(1, 0, qk).view({n, hq + hkv, d}), cos, sin);
     const at::Tensor q = qk_rot.narrow(1, 0, hq), k = qk_rot.narrow(1, hq, hkv);
@@ -522,9 +531,8 @@ at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos, const at
         paged_attention(q, k_caches[i], v_caches[i], block_tables, seq_lens, query_start_loc,
                         scale);
     std::tie(h, x) = add_rms_norm(
-        h, servelab::amx_linear(attn.reshape({n, hq * d}), w[2], no_bias), w[3], eps);
-    const at::Tensor mlp = servelab::amx_linear(
-        silu_mul(servelab::amx_linear(x, w[4], no_bias)), w[5], no_bias);
+        h, linear(attn.reshape({n, hq * d}), w[2]), w[3], eps);
+    const at::Tensor mlp = linear(silu_mul(linear(x, w[4])), w[5]);
     std::tie(h, x) = add_rms_norm(h, mlp, i + 1 < L ? layers[6 * (i + 1)] : final_norm, eps);
   }
   return x;

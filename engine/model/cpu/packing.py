@@ -1,14 +1,17 @@
-"""Linear weights reordered once for the CPU's bf16 matmul units, and the matmul reading each.
+"""Linear weights laid out once for a CPU matmul, and the matmul reading each layout.
 
 A decode step reads every weight matrix once, so on a CPU its cost is how fast the matmul
-streams the weights. Both layouts here reorder each [out, in] weight once, at model
-construction, into the order the hardware's tiles consume it, instead of on every call:
+streams the weights. Each layout is made once, at model construction, instead of on every call:
 
   "plain"   the loaded [out, in] tensor, `F.linear` (fp32, or any device)
   "onednn"  oneDNN's blocked layout (`mkldnn._reorder_linear_weight`, what torch.compile's CPU
             "freezing" pass uses), read by oneDNN's AMX / AVX-512 bf16 kernels
   "amx"     VNNI pairs for our AMX kernel (linear.cpp, `amx_linear`): needs the C++ kernels
             and a CPU with AMX tiles
+  "bf16"    the plain bf16 [out, in] tensor, read by our weight-streaming matmul (matmul.cpp:
+            AVX-512, AVX2 or portable C++, chosen at run time; batch-invariant)
+  "gguf"    the GGUF file's own Q4_1 / Q8_0 rows (engine/model/gguf.py), read by the same
+            matmul, which dequantizes them in registers (EngineConfig(weights="gguf"))
 
 `choose_layout` picks one from the engine's switches and the hardware; README (Performance)
 has the measured gains (`python -m benchmarks.kernel_bench`, `python -m benchmarks.bench`).
@@ -21,7 +24,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-LAYOUTS = ("plain", "onednn", "amx")
+LAYOUTS = ("plain", "onednn", "amx", "bf16", "gguf")
+# layouts the C++ layer loop (ops.cpp decode_layers) reads
+CPP_LOOP_LAYOUTS = ("amx", "bf16", "gguf")
 # oneDNN packs for a typical row count; decode batches are a few to a few dozen rows
 PACK_ROWS_HINT = 16
 
@@ -59,6 +64,14 @@ def amx_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = Non
     return torch.ops.servelab.amx_linear(x, w, bias)
 
 
+def kernel_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+                  ) -> torch.Tensor:
+    """F.linear for a bf16 [out, in] weight or GGUF rows, by our matmul (matmul.cpp), which
+    tells the format from the weight's dtype and bytes per row; y in x's dtype."""
+    y = torch.ops.servelab.matmul(x, w)
+    return y if bias is None else y + bias
+
+
 def _onednn_pack(w: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS_HINT)
 
@@ -68,6 +81,8 @@ PACKERS: dict[str, tuple[Callable | None, Callable]] = {
     "plain": (None, F.linear),
     "onednn": (_onednn_pack, packed_linear),
     "amx": (vnni_pack, amx_linear),
+    "bf16": (torch.Tensor.contiguous, kernel_linear),
+    "gguf": (None, kernel_linear),  # the weights come from the GGUF file, not from packing
 }
 
 
@@ -76,12 +91,16 @@ def choose_layout(shapes: list[tuple[int, int]], device: torch.device, dtype: to
     """The weight layout for a model whose linear weights have these [out, in] shapes.
 
     pack=False, a GPU, or fp32: "plain". Else "amx" when the C++ kernels are in use, this CPU
-    has AMX tiles and every shape fits them; else "onednn" where oneDNN has the packed bf16
-    linear; else "plain"."""
-    if not pack or not cpu_packing_available(device, dtype):
+    has AMX tiles and every shape fits them; else "bf16" (our matmul, AVX-512 or AVX2) when
+    the kernels are in use and every input size is a multiple of 32; else "onednn" where oneDNN
+    has the packed bf16 linear; else "plain"."""
+    if not pack or device.type != "cpu" or dtype != torch.bfloat16:
         return "plain"
     from engine.model.cpu import library
 
     if cpu_kernels and library.amx_available() and all(amx_fits(*s) for s in shapes):
         return "amx"
-    return "onednn"
+    if (cpu_kernels and library.load() and library.matmul_isa() != "portable"
+            and all(k % 32 == 0 for _, k in shapes)):
+        return "bf16"
+    return "onednn" if cpu_packing_available(device, dtype) else "plain"

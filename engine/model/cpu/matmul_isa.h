@@ -1,0 +1,34 @@
+// The interface between matmul.cpp (ATen, threads, run-time choice) and matmul_isa.cpp, which
+// library.py compiles once per instruction set into the namespaces below. Plain C++ only.
+#pragma once
+
+#include <cstdint>
+
+namespace servelab {
+
+// y[M, N] (fp32) = x[M, K] (fp32) W^T, W's rows in `format` (0 bf16, 1 Q8_0, 2 Q4_1)
+struct MatmulJob {
+  const float* x;
+  const uint8_t* w;
+  float* y;
+  int64_t M, N, K;
+  int format;
+};
+
+#define SERVELAB_DECLARE_ISA(NS)                                                     \
+  namespace NS {                                                                     \
+  void matmul_columns(const MatmulJob& job, int64_t n0, int64_t n1);                 \
+  void dequantize_rows(const uint8_t* w, int format, int64_t K, int64_t n0, int64_t n1, \
+                       float* out);                                                  \
+  int column_tile();                                                                 \
+  }
+
+SERVELAB_DECLARE_ISA(isa_portable)
+#if defined(__x86_64__) || defined(_M_X64)
+SERVELAB_DECLARE_ISA(isa_avx2)
+SERVELAB_DECLARE_ISA(isa_avx512)
+#endif
+
+#undef SERVELAB_DECLARE_ISA
+
+}  // namespace servelab
