@@ -124,32 +124,29 @@ def test_attention_rows_do_not_depend_on_the_batch(ops, target, others, where, n
 ROW_COUNTS = [1, 2, 7, 16, 22, 40, 57, 130, 300]  # 22+, 57+: where ATen's paths change
 
 
-def _row_ops(ops):
-    """(name, fn(rows) -> tensors, each [n, ...] with one row per token) for each op, in the
-    C++ kernels and their PyTorch twins. A batch is built from per-row random numbers, so row
-    r's inputs are the same whatever n."""
-    H, I, hq, hkv, d = 576, 1536, 9, 3, 64
+def _row_ops(dtype: torch.dtype, kernels: bool):
+    """(name, fn(rows) -> tensors, each [n, ...] with one row per token) for each per-row op,
+    the C++ kernels' or their PyTorch twins. A batch is built from per-row random numbers, so
+    row r's inputs are the same whatever else is in the batch."""
+    hidden, inter, hq, hkv, d = 576, 1536, 9, 3, 64
     eps = 1e-5
 
-    def inputs(rows, width, dtype, salt):
+    def inputs(rows, width, salt):
         return torch.stack([torch.randn(width, generator=torch.Generator().manual_seed(
             r * 7919 + salt)) * 2 for r in rows]).to(dtype)
 
-    def cases(dtype, kernels):
-        w = inputs([0], H, dtype, 1)[0]
-        layer = llama.cpu_kernel_ops() if kernels else llama.TORCH_OPS
-        return [
-            ("rms_norm", lambda r: [layer.rms_norm(inputs(r, H, dtype, 2), w, eps)]),
-            ("add_rms_norm", lambda r: list(layer.add_rms_norm(
-                inputs(r, H, dtype, 3), inputs(r, H, dtype, 4) * 0.3, w, eps))),
-            # q and k heads of the fused qkv output: a strided view, as the forward passes it
-            ("rope", lambda r: [layer.rope(
-                inputs(r, (hq + 2 * hkv) * d, dtype, 5)[:, :(hq + hkv) * d].view(
-                    len(r), hq + hkv, d),
-                inputs(r, d, dtype, 6).unsqueeze(1), inputs(r, d, dtype, 7).unsqueeze(1))]),
-            ("silu_mul", lambda r: [layer.silu_mul(inputs(r, 2 * I, dtype, 8))]),
-        ]
-    return cases
+    w = inputs([0], hidden, 1)[0]
+    layer = llama.cpu_kernel_ops() if kernels else llama.TORCH_OPS
+    return [
+        ("rms_norm", lambda r: [layer.rms_norm(inputs(r, hidden, 2), w, eps)]),
+        ("add_rms_norm", lambda r: list(layer.add_rms_norm(
+            inputs(r, hidden, 3), inputs(r, hidden, 4) * 0.3, w, eps))),
+        # q and k heads of the fused qkv output: a strided view, as the forward passes it
+        ("rope", lambda r: [layer.rope(
+            inputs(r, (hq + 2 * hkv) * d, 5)[:, :(hq + hkv) * d].view(len(r), hq + hkv, d),
+            inputs(r, d, 6).unsqueeze(1), inputs(r, d, 7).unsqueeze(1))]),
+        ("silu_mul", lambda r: [layer.silu_mul(inputs(r, 2 * inter, 8))]),
+    ]
 
 
 @pytest.mark.parametrize("kernels", [True, False], ids=["cpp", "torch"])
@@ -158,7 +155,7 @@ def test_per_row_ops_do_not_depend_on_the_batch(ops, dtype, kernels):
     """Each op on rows [r0, r1, ...] (1 to 300 rows, 1 to 3 threads) gives row r exactly what
     it gives r alone on one thread."""
     rng = random.Random(0)
-    for name, fn in _row_ops(ops)(dtype, kernels):
+    for name, fn in _row_ops(dtype, kernels):
         for n in ROW_COUNTS:
             rows = rng.sample(range(1000), n)
             with threads(rng.choice([1, 2, 3])):
