@@ -74,7 +74,7 @@ def ops():
 request = st.tuples(st.integers(1, 90), st.integers(0, 200))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(target=request, others=st.lists(request, max_size=5), where=st.integers(0, 5),
        num_threads=st.sampled_from([1, 2, 3]), block_size=st.sampled_from([1, 5, 16]),
        shape=st.sampled_from([(64, 3, 3), (128, 1, 2), (64, 8, 1)]),
