@@ -5,8 +5,13 @@
    AMX), oneDNN's prepacked bf16 linear and plain `F.linear`.
 2. Attention: 16 requests decoding at contexts 30, 100 and 200 through the C++ kernel and
    through the torch backend (gather + SDPA), one layer's pool, bf16.
+   Then one prompt of 64 to 500 tokens (every query of it in one call), both ways.
 3. The layer loop: decode steps of two engines stepped alternately, one running the layers
    in C++ (`decode_layers`), the other the same kernels from Python.
+4. What batch invariance costs: whole workloads (short chat prompts; 300-token prompts)
+   through the engine as it is (every request in the attention kernel, so a token's bits
+   never depend on its batch) and through the routing it replaced (requests of more than
+   64 query tokens through gather + SDPA and the Python layer loop), rounds alternating.
 
 `--weights` runs a fourth comparison instead (`bench_weights`): batch-1 decode tok/s and the
 share of each weight format's memory floor for dense bf16 (AMX when the CPU has it, our
@@ -84,6 +89,20 @@ def bench_attention() -> None:
         ratio = times["gather+SDPA"] / times["C++ kernel"]
         print(f"  context {ctx:3d}: C++ kernel {times['C++ kernel'] * 1e6:6.1f}  gather+SDPA "
               f"{times['gather+SDPA'] * 1e6:6.1f}  -> {ratio:.2f}x")
+    print("attention: one prompt, all its queries in one call, us per layer")
+    for n in (64, 128, 300, 500):
+        per = -(-n // bs)
+        kc = torch.randn(per, bs, hkv, d, dtype=torch.bfloat16)
+        vc = torch.randn_like(kc)
+        q = torch.randn(n, hq, d, dtype=torch.bfloat16)
+        meta = build_metadata([n], [n], [torch.randperm(per).tolist()], [-1] * n, bs)
+        times = best_interleaved({name: partial(backend.forward, q, kc, vc, meta, d ** -0.5)
+                                  for name, backend in (("C++ kernel", CpuAttention()),
+                                                        ("gather+SDPA", TorchAttention()))},
+                                 rounds=7, reps=3)
+        ratio = times["gather+SDPA"] / times["C++ kernel"]
+        print(f"  prompt {n:3d}: C++ kernel {times['C++ kernel'] * 1e6:7.1f}  gather+SDPA "
+              f"{times['gather+SDPA'] * 1e6:7.1f}  -> {ratio:.2f}x")
 
 
 def bench_layer_loop(engine) -> None:
@@ -200,6 +219,61 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2) -> dict:
     return {"read_bandwidth_gb_s": bw / 1e9, "batch1": rows, "longtail": longtail}
 
 
+def long_prompts_to_sdpa():
+    """The attention routing before batch invariance, for comparison: requests bringing more
+    than 64 query tokens went through gather + SDPA (whose rounding depends on the query
+    count), so a step holding one ran the Python layer loop; the rest took the kernel."""
+    from engine.model.attention import TorchAttention
+    from engine.model.cpu.attention import CpuAttention
+
+    class LongPromptsToSdpa(CpuAttention):
+        MAX_KERNEL_QUERY = 64
+
+        def takes_whole_step(self, meta, *heads) -> bool:
+            return (super().takes_whole_step(meta, *heads)
+                    and max(meta.query_lens) <= self.MAX_KERNEL_QUERY)
+
+        def _segment(self, q, k_cache, v_cache, meta, seg, scale):
+            _, B, m, _, _ = meta._cache["plan"][seg]
+            if m > self.MAX_KERNEL_QUERY:
+                return TorchAttention._segment(self, q, k_cache, v_cache, meta, seg, scale)
+            first = meta._cache["plan_rows"][seg]
+            starts = torch.arange(0, (B + 1) * m, m, dtype=torch.int32)
+            return torch.ops.servelab.paged_attention(
+                q, k_cache, v_cache, meta.block_tables[first:first + B],
+                meta.seq_lens[first:first + B], starts, scale)
+
+    return LongPromptsToSdpa()
+
+
+def bench_invariance_cost(engine) -> None:
+    from benchmarks.common import serve
+    from benchmarks.workloads import get_workload
+    from engine.config import SamplingParams
+    from engine.engine import LLMEngine
+    from engine.metrics import RunMetrics
+
+    other = LLMEngine(engine.config)
+    other.backend = other.runner.backend = long_prompts_to_sdpa()
+    print("batch invariance: whole workloads, 16 seats, output tokens/s (prompt tokens/s)")
+    for name, n, scale in (("longtail", 16, 0.5), ("shared-prefix", 8, 0.5)):
+        work = get_workload(name, n, max_tokens_scale=scale)
+        requests = [(0.0, it.prompt, SamplingParams(max_tokens=it.max_tokens, ignore_eos=True))
+                    for it in work.items]
+        prompt_tokens = sum(len(engine.tokenize(it.prompt)) for it in work.items)
+        best = {}
+        for _ in range(3):
+            for label, e in (("invariant", engine), ("SDPA > 64", other)):
+                e.metrics = RunMetrics()
+                res = serve(e, requests)
+                best[label] = min(best.get(label, float("inf")), res["wall_s"])
+        out = work.total_max_tokens
+        cells = "  ".join(f"{label} {out / t:6.1f} ({prompt_tokens / t:6.1f})"
+                          for label, t in best.items())
+        print(f"  {name:13s} ({n} requests, {prompt_tokens} prompt tokens): {cells}  -> "
+              f"invariant costs {(best['invariant'] / best['SDPA > 64'] - 1) * 100:+.1f}%")
+
+
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.common import write_json
     from engine.config import EngineConfig
@@ -218,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     bench_matmuls(engine.model)
     bench_attention()
     bench_layer_loop(engine)
+    bench_invariance_cost(engine)
     return 0
 
 

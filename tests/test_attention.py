@@ -1,7 +1,8 @@
 """The torch and cpu attention backends against a naive per-token softmax, through shuffled
-blocks. The cpu backend runs requests of up to 64 queries in the C++ kernel
-(engine/model/cpu/ops.cpp) when the head dim is 64 or 128 (the whole step in one call when
-every request fits), and the rest with SDPA, so these cases cover both paths."""
+blocks. The cpu backend runs every request in the C++ kernel (engine/model/cpu/ops.cpp), the
+whole step in one call, when the head dim is 64 or 128, and other head shapes with SDPA, so
+these cases cover both paths. tests/test_batch_invariance.py holds the kernel's rows to the
+same bits whatever shares the call."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ BACKENDS = {"torch": TorchAttention, "cpu": CpuAttention}
     # a whole prompt and a chunk behind cached context, a prompt
     ([1, 1, 3, 3, 1, 20, 20, 5], [5, 12, 9, 17, 1, 20, 30, 5]),
     ([1, 1, 1, 1], [3, 70, 16, 33]),  # decode only: one kernel call for the whole step
-    # a chunk longer than CpuAttention.MAX_KERNEL_QUERY: SDPA for it, the kernel for the rest
+    # a chunk of 70 queries beside decodes and drafts: one kernel call takes them all
     ([1, 3, 70, 1], [7, 9, 80, 5]),
 ])
 @pytest.mark.parametrize("backend", ["torch", "cpu"])

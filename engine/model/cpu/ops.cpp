@@ -8,8 +8,10 @@
 //
 // Built on first use by engine/model/cpu/library.py (g++, torch's headers) and registered as
 // torch.ops.servelab.*; single-threaded (the tensors are tiny) except paged_attention,
-// which splits its (request, KV head) tasks over the cores. decode_layers, at the end, runs
-// a whole step's layer loop from C++ (with linear.cpp's AMX matmul). The vector loops
+// which splits its (request, query block, KV head) tasks over the cores. decode_layers, at
+// the end, runs a whole step's layer loop from C++ (with linear.cpp's AMX matmul). Every
+// kernel here computes a row (a token) on its own, so a token's bits never depend on what
+// else shares the step (batch invariance; README, Performance). The vector loops
 // use ATen's own `Vectorized` types, built for the instruction set torch itself dispatches
 // to (CPU_CAPABILITY), so a vector product or exp rounds exactly as ATen's kernels do.
 
@@ -26,6 +28,7 @@
 #include <algorithm>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 // the model dtypes ServeLab runs: float32, bfloat16, float16
@@ -287,6 +290,7 @@ void store_kv(at::Tensor k_cache, at::Tensor v_cache, const at::Tensor& k, const
 
 // --- paged decode attention ---------------------------------------------------------------
 constexpr int kMaxGroup = 8;  // query heads per KV head the kernel takes
+constexpr int32_t kQueryBlock = 16;  // queries of one sequence per task (any value: same bits)
 
 inline float exp_minus_max(float* x, int64_t n) {  // x = exp(x - max x); returns the sum
   constexpr int64_t W = fVec::size();
@@ -409,8 +413,8 @@ void attend(const T* q, int64_t q_head_stride, int64_t group, int64_t ctx, float
 }
 
 // Attention for a batch of sequences, each bringing its own m_b query tokens (decodes: 1;
-// verifying a draft: k + 1; a short prefill chunk: its length), read straight from the paged
-// pool: no gathered copy of the context, no mask.
+// verifying a draft: k + 1; a prefill chunk or a whole prompt: its length), read straight
+// from the paged pool: no gathered copy of the context, no mask.
 // q: [tokens, Hq, D] (a strided view is fine), sequence b's queries in rows
 // query_start_loc[b] .. query_start_loc[b + 1] (int32 [B + 1], from 0); caches:
 // [blocks, block_size, Hkv, D], D = 64 or 128 with at most 8 query heads per KV head
@@ -420,8 +424,15 @@ void attend(const T* q, int64_t q_head_stride, int64_t group, int64_t ctx, float
 // Scores, softmax and the weighted sum of V are all in float, rounded to T once at the end
 // (SDPA rounds the probabilities to T before its second matmul, so the two can differ in
 // the last bit of the output; tests/test_attention.py checks both against exact softmax).
-// One (sequence, KV head) pair per task, split over the cores; its Hq / Hkv query heads
-// share every K and V row they read.
+// Batch-invariant: each query row is computed on its own, by the same instructions in the same
+// order whatever else shares the call. Its scores are one dot product per position (lanes
+// summed by a fixed tree), its softmax runs over exactly its ctx positions, its V sum adds
+// positions 0, 1, ... in turn; nothing depends on the other queries of its sequence, the other
+// sequences, how many there are, or the thread that runs it. So a token gets the same bits
+// as a 1-token decode, as one of a 500-token prompt, in a chunk, or verifying a draft
+// (tests/test_attention.py checks this over random batches and thread counts).
+// Tasks: (sequence, block of kQueryBlock queries, KV head), split over the cores; a task's
+// Hq / Hkv query heads share every K and V row they read.
 at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
                            const at::Tensor& v_cache, const at::Tensor& block_tables_in,
                            const at::Tensor& seq_lens_in, const at::Tensor& query_start_loc,
@@ -462,10 +473,18 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
     const scalar_t* kp = k_cache.const_data_ptr<scalar_t>();
     const scalar_t* vp = v_cache.const_data_ptr<scalar_t>();
     scalar_t* op = out.mutable_data_ptr<scalar_t>();
-    at::parallel_for(0, B * Hkv, 1, [&](int64_t begin, int64_t end) {
+    // (sequence, first query) of each block of at most kQueryBlock queries: a long prompt is
+    // several tasks per KV head, so it spreads over the cores like a batch of decodes
+    std::vector<std::pair<int32_t, int32_t>> blocks;
+    for (int64_t b = 0; b < B; ++b)
+      for (int32_t i = 0; i < sp[b + 1] - sp[b]; i += kQueryBlock) blocks.emplace_back(b, i);
+    const int64_t num_blocks = static_cast<int64_t>(blocks.size());
+    at::parallel_for(0, num_blocks * Hkv, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> scores;
       for (int64_t task = begin; task < end; ++task) {
-        const int64_t b = task / Hkv, g = task % Hkv, len = lp[b], m = sp[b + 1] - sp[b];
+        const int64_t b = blocks[task / Hkv].first, i0 = blocks[task / Hkv].second;
+        const int64_t g = task % Hkv, len = lp[b], m = sp[b + 1] - sp[b];
+        const int64_t i1 = std::min<int64_t>(m, i0 + kQueryBlock);
         const int32_t* table = tp + b * max_blocks;
         // call fn(j, k_row, v_row) for positions j < ctx, walking the block table block by
         // block (head g's rows of one block are Hkv * D apart)
@@ -477,7 +496,7 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
           }
         };
         scores.resize(group * len);
-        for (int64_t i = 0; i < m; ++i) {
+        for (int64_t i = i0; i < i1; ++i) {
           const int64_t t = sp[b] + i, ctx = len - m + i + 1;  // this query sees ctx positions
           const scalar_t* qh = qp + t * qs0 + g * group * qs1;
           scalar_t* o = op + (t * Hq + g * group) * D;
@@ -494,8 +513,8 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
 
 // --- the whole layer stack of a decode step --------------------------------------------------
 // LlamaModel.forward's layer loop for a step whose attention the kernel above takes whole
-// (every request brings at most CpuAttention.MAX_KERNEL_QUERY tokens), with weights one of
-// our matmuls reads: the same kernels as the Python loop, called in the same order on the same
+// (any step, when the heads fit it: CpuAttention.takes_whole_step), with weights one of our
+// matmuls reads: the same kernels as the Python loop, called in the same order on the same
 // views, so the same bits (tests/test_cpu_ops.py, tests/test_cpu_matmul.py), without Python
 // and the dispatcher between the ~300 calls.
 // layers: 6 tensors per layer (in_norm, qkv, o, post_norm, gate_up, down); the linear weights
