@@ -18,11 +18,12 @@ depends on nothing else in the call:
   * the matmul (the weight layout's kernel): its property test lives with the matmul.
 Then whole engines, over the matrix of switches, against each request decoded alone.
 
-MATMUL_LAYOUTS lists the weight layouts run through the engine matrix. Today only "amx" (the
-AMX kernel, linear.cpp) is row-independent. oneDNN's bf16 linear ("onednn", the engine's
-layout on CPUs without AMX) adds in an order that depends on the number of rows; run the
-matrix on it with SERVELAB_INVARIANCE_LAYOUTS=onednn (or "amx,onednn") to see how many
-requests differ. New row-independent kernels join the list.
+MATMUL_LAYOUTS lists the weight layouts run through the engine matrix: "amx" (the AMX kernel,
+linear.cpp; skipped on CPUs without AMX), "bf16" (the weight-streaming matmul, matmul_isa.cpp,
+the layout on CPUs without AMX) and "gguf" (the same matmul on the GGUF file's own blocks,
+weights="gguf"). oneDNN's bf16 linear ("onednn") adds in an order that depends on the number
+of rows; run the matrix on it with SERVELAB_INVARIANCE_LAYOUTS=onednn to see how many requests
+differ.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from engine.model.cpu.attention import CpuAttention
 from engine.sampler import sample_rows
 from tests.conftest import PROMPTS
 
-MATMUL_LAYOUTS = ["amx"]
+MATMUL_LAYOUTS = ["amx", "bf16", "gguf"]
 if os.environ.get("SERVELAB_INVARIANCE_LAYOUTS"):
     MATMUL_LAYOUTS = os.environ["SERVELAB_INVARIANCE_LAYOUTS"].split(",")
 
@@ -231,6 +232,11 @@ def forced_layout(layout: str):
 def _engine(layout: str, **kw) -> LLMEngine:
     if layout == "amx" and not cpu_library.amx_available():
         pytest.skip("this CPU has no AMX tiles; the other layouts cover the matrix here")
+    if layout == "gguf":
+        eng = LLMEngine(EngineConfig(dtype="bfloat16", weights="gguf",
+                                     **{"max_model_len": 512, **kw}))
+        assert eng.model.layout == "gguf" and eng.model.dtype == torch.bfloat16
+        return eng
     with forced_layout(layout):
         eng = LLMEngine(EngineConfig(dtype="bfloat16", **{"max_model_len": 512, **kw}))
     assert eng.model.layout == layout and eng.model.dtype == torch.bfloat16
