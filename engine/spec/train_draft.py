@@ -144,7 +144,7 @@ def batches(lengths: list[int], max_tokens: int, rng: random.Random) -> list[lis
 def train(target, seqs: list[list[int]], feats: list[torch.Tensor], labels: list[torch.Tensor],
           vocab: torch.Tensor, steps: int, seed: int = 0, lr: float = 2e-3,
           batch_tokens: int = 2048, noise: float = 0.05, reg_weight: float = 1.0,
-          progress=None) -> dict[str, torch.Tensor]:
+          unroll: bool = True, progress=None) -> dict[str, torch.Tensor]:
     """Train a head on sequences, their target features [T, H] and the target's greedy next
     token at each position [T] (`features`); returns its fp32 weights (with "vocab").
 
@@ -193,11 +193,22 @@ def train(target, seqs: list[list[int]], feats: list[torch.Tensor], labels: list
             f_in = f_in + torch.randn_like(f_in) * noise * f_in.std()
         m = mask.bool()
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            pred = train_forward(params, cfg, f_in, embed[nxt], cos[:t], sin[:t])[m]
+            pred_all = train_forward(params, cfg, f_in, embed[nxt], cos[:t], sin[:t])
+            pred = pred_all[m]
             logits = pred @ readout.T  # [N, V']
         reg = F.smooth_l1_loss(pred.float(), f_out[m])
         ce = F.cross_entropy(logits.float(), want[m], ignore_index=-100)
         loss = ce + reg_weight * reg
+        if unroll:
+            # the second drafted token: at serving time the head reads its OWN prediction
+            # f^_j in place of f_j (training-time test, as EAGLE-3 / HASS): a second pass whose
+            # input at row j is the first pass's prediction from row j - 1
+            f_in2 = torch.cat([f_in[:, :1], pred_all[:, :-1].float()], dim=1)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                pred2 = train_forward(params, cfg, f_in2, embed[nxt], cos[:t], sin[:t])[m]
+                logits2 = pred2 @ readout.T
+            ce2 = F.cross_entropy(logits2.float(), want[m], ignore_index=-100)
+            loss = loss + ce2 + reg_weight * F.smooth_l1_loss(pred2.float(), f_out[m])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
@@ -261,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.steps = min(args.steps, 60)
         args.prompts = args.prompts or 48
-        args.max_tokens = args.max_tokens or 64
+        args.max_tokens = min(args.max_tokens or 64, 64)
     if args.steps < 1:
         ap.error("--steps must be >= 1")
     vocab_size = args.vocab or VOCAB_SIZE
