@@ -144,7 +144,7 @@ def batches(lengths: list[int], max_tokens: int, rng: random.Random) -> list[lis
 def train(target, seqs: list[list[int]], feats: list[torch.Tensor], labels: list[torch.Tensor],
           vocab: torch.Tensor, steps: int, seed: int = 0, lr: float = 2e-3,
           batch_tokens: int = 2048, noise: float = 0.05, reg_weight: float = 1.0,
-          unroll: bool = True, progress=None) -> dict[str, torch.Tensor]:
+          unroll: bool = False, progress=None) -> dict[str, torch.Tensor]:
     """Train a head on sequences, their target features [T, H] and the target's greedy next
     token at each position [T] (`features`); returns its fp32 weights (with "vocab").
 
@@ -258,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-tokens", type=int, default=2048)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--unroll", action="store_true",
+                    help="also train on the head's own predicted features (a second pass; "
+                         "twice the cost; measured: held-out first-token agreement 0.286 "
+                         "instead of 0.335)")
     ap.add_argument("--out", help="where to write the head (default: the ServeLab cache)")
     ap.add_argument("--quick", action="store_true", help="a small head in a minute or two")
     ap.add_argument("--regenerate", action="store_true",
@@ -314,13 +318,14 @@ def main(argv: list[str] | None = None) -> int:
             bar.set_postfix(post)
         weights = train(engine.model, [seqs[i] for i in fit], [feats[i] for i in fit],
                         [labels[i] for i in fit], vocab, args.steps, args.seed, args.lr,
-                        args.batch_tokens, progress=tick)
+                        args.batch_tokens, unroll=args.unroll, progress=tick)
     agree = agreement(engine.model, weights, [seqs[i] for i in held], [feats[i] for i in held],
                       [prompt_lens[i] for i in held])
     answer_tokens = [t for s, p in zip(seqs, prompt_lens) for t in s[p:]]
     coverage = sum(t in set(vocab.tolist()) for t in answer_tokens) / max(len(answer_tokens), 1)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     meta = {"model": args.model, "seed": args.seed, "steps": args.steps, "vocab": vocab_size,
+            "unroll": args.unroll,
             "prompts": len(items), "train_tokens": sum(len(seqs[i]) for i in fit),
             "held_out_agreement": round(agree, 4), "vocab_coverage": round(coverage, 4),
             "wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
