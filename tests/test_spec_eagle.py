@@ -32,6 +32,10 @@ def test_training_prompts_are_disjoint_from_the_benchmark_prompts():
         for t in train:
             assert e != t and e not in t and t not in e, f"shared prompt: {e[:60]!r}"
             assert chat(e) != chat(t)
+    # the training answers are asked in the bench's chat markup
+    from engine.spec.train_draft import chat as train_chat
+
+    assert all(train_chat(t) == chat(t) for t in train[:5])
     # the data file is plain JSONL, one object per line
     for line in DATA.read_text(encoding="utf-8").splitlines():
         assert set(json.loads(line)) == {"kind", "prompt", "max_tokens"}

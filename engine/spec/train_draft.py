@@ -49,9 +49,14 @@ def load_prompts(path: Path = DATA) -> list[dict]:
     return items
 
 
+def chat(user: str) -> str:
+    """SmolLM2's chat markup around one user turn (as benchmarks/workloads.py writes it; the
+    engine does not import the benchmarks)."""
+    return f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+
+
 def generate(engine, items: list[dict], progress) -> list[list[int]]:
     """Greedy answers of the target: token ids of prompt + answer, in item order."""
-    from benchmarks.workloads import chat
     from engine.config import SamplingParams
 
     rids = [engine.add_request(chat(it["prompt"]), SamplingParams(max_tokens=it["max_tokens"]))
