@@ -10,8 +10,8 @@ and FR-Spec, Zhao et al. 2025, arXiv:2502.14856; see `engine/spec/eagle.py`):
    final-normed hidden state at every position, the features the head reads and predicts;
 3. vocabulary: the `--vocab` tokens that appear most often in those sequences (FR-Spec);
 4. train: the head predicts f_{j+1} from (f_j, embed(token_{j+1})), loss = smooth-L1 on the
-   feature + cross-entropy against the target's distribution over the reduced vocabulary
-   (both from the target's features), AdamW with a cosine schedule, seeded; a little noise on
+   feature + cross-entropy against the target's greedy token after j + 1 (over the reduced
+   vocabulary), AdamW with a cosine schedule, seeded; a little noise on
    the input features so the head tolerates its own imperfect predictions when it drafts
    several tokens in a row (EAGLE's data augmentation);
 5. write the weights (safetensors) to the ServeLab cache (`eagle.head_path()`), with the
