@@ -43,6 +43,12 @@ STRINGS: dict[str, dict[str, str]] = {
     "switch.spec.off": {"zh": "关闭", "en": "off"},
     "switch.spec.ngram": {"zh": "n-gram 查找", "en": "n-gram lookup"},
     "switch.spec.draft": {"zh": "草稿模型", "en": "draft model"},
+    "switch.spec.eagle": {"zh": "EAGLE 学徒", "en": "EAGLE apprentice"},
+    "side.eagle_missing": {"zh": "EAGLE 学徒（在目标模型特征上训练的一层草稿头）还没训练。在终端运行 "
+                                 "`{cmd}`（2 核 CPU 约 15 分钟），然后刷新页面。",
+                           "en": "The EAGLE apprentice (a one-layer draft head on the target's "
+                                 "features) is not trained yet. Build it with `{cmd}` in a "
+                                 "terminal (about 15 minutes on 2 CPU cores), then reload."},
     # lessons
     "lesson.try_links": {"zh": "一键设置开关：", "en": "Set the switches in one click:"},
     "lesson.step": {"zh": "第 {n} 步", "en": "Step {n}"},
@@ -360,6 +366,31 @@ STRINGS: dict[str, dict[str, str]] = {
                             "`{cmd}` on {date} on the development machine (not this one)."},
     "spec.undated": {"zh": "（文件未记日期）", "en": "(no date in the file)"},
     "spec.measured_now": {"zh": "刚刚在本机实测。", "en": "Measured just now on this machine."},
+    "spec.apprentice_header": {"zh": "学徒：准，还要便宜得多", "en": "The apprentice: accurate, and much cheaper"},
+    "spec.apprentice_caption": {
+        "zh": "草稿每走一步都要花时间。int4 孪生（目标模型自己的权重压成 int4）猜得准，但一步的耗时"
+              "接近目标模型一步；EAGLE 学徒只有一层，读目标模型自己的特征，只从最常见的 token 里挑，"
+              "一步只要目标模型的一小部分。下表是基准测得的数（1 个请求在跑）。",
+        "en": "Every draft step costs time. The int4 twin (the target's own weights in int4) "
+              "guesses well, but one of its steps costs nearly a target step; the EAGLE "
+              "apprentice is one layer over the target's own features, drafting from the most "
+              "frequent tokens only, and its step costs a small fraction of the target's. The "
+              "table is what the bench measured (1 request running)."},
+    "spec.apprentice_trained": {
+        "zh": "EAGLE 学徒：{params:.1f}M 参数 + {vocab} 个 token 的输出头；留出数据上逐 token 与目标一致 "
+              "{agree:.0%}（看真实特征）；训练用时 {wall:.1f} 分钟（墙钟），{cpu:.1f} 分钟 CPU。",
+        "en": "EAGLE apprentice: {params:.1f}M parameters + a {vocab}-token readout; agrees with "
+              "the target on {agree:.0%} of held-out tokens (from the target's true features); "
+              "trained in {wall:.1f} min wall, {cpu:.1f} min CPU."},
+    "spec.apprentice.who": {"zh": "学徒", "en": "apprentice"},
+    "spec.apprentice.int4": {"zh": "int4 孪生", "en": "int4 twin"},
+    "spec.apprentice.eagle": {"zh": "EAGLE 学徒", "en": "EAGLE head"},
+    "spec.apprentice.mb": {"zh": "每步读取 MB", "en": "MB read per step"},
+    "spec.apprentice.cost": {"zh": "一步 ÷ 目标一步", "en": "step ÷ target step"},
+    "spec.apprentice.acc_open": {"zh": "接受率 · 开放", "en": "acceptance · open"},
+    "spec.apprentice.acc_grounded": {"zh": "接受率 · 照抄", "en": "acceptance · grounded"},
+    "spec.apprentice.speed_open": {"zh": "加速 · 开放", "en": "speedup · open"},
+    "spec.apprentice.speed_grounded": {"zh": "加速 · 照抄", "en": "speedup · grounded"},
     "spec.no_bench": {"zh": "没有找到投机解码基准文件（assets/bench/），所以没有「加速 vs 并发」图。",
                       "en": "No speculation benchmark file (assets/bench/), so no speedup vs "
                             "concurrency chart."},

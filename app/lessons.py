@@ -33,7 +33,7 @@ PAGES, LESSON_PAGES = pagelist.PAGES, pagelist.LESSON_PAGES
 SWITCHES = {
     "batching": ["static", "continuous"],
     "kv_layout": ["contiguous", "paged"],
-    "spec": ["off", "ngram", "draft"],
+    "spec": ["off", "ngram", "draft", "eagle"],
 }
 
 # Every lesson ends with a section under this heading, then the try-it block.

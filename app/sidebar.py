@@ -109,13 +109,29 @@ def settings_from_widgets() -> Settings:
     )
 
 
+def eagle_trained() -> bool:
+    """Has the EAGLE draft head been trained into the cache (engine/spec/train_draft.py)?"""
+    from engine.spec.eagle import head_path
+
+    return head_path(st.session_state.get("sz_model") or MODELS[0]).is_file()
+
+
 def _switches() -> None:
     st.sidebar.subheader(t("side.switches"))
+    eagle_ready = eagle_trained()
     for name in ("batching", "kv_layout", "spec"):
-        labels = {v: switch_label(name, v) for v in SWITCHES[name]}
-        st.sidebar.radio(switch_label(name), SWITCHES[name], key=WIDGET_OF[name],
+        # the EAGLE apprentice is offered once `python -m engine.spec.train_draft` built it
+        options = [v for v in SWITCHES[name] if v != "eagle" or eagle_ready]
+        if st.session_state[WIDGET_OF[name]] not in options:
+            st.session_state[WIDGET_OF[name]] = options[0]
+        labels = {v: switch_label(name, v) for v in options}
+        st.sidebar.radio(switch_label(name), options, key=WIDGET_OF[name],
                          format_func=labels.__getitem__, horizontal=True,
                          on_change=_switch_flipped, args=(WIDGET_OF[name],))
+    if not eagle_ready:
+        from engine.spec.eagle import TRAIN_COMMAND
+
+        st.sidebar.caption(t("side.eagle_missing", cmd=TRAIN_COMMAND))
     if st.session_state.sw_spec != "off":
         st.sidebar.slider(t("side.k"), 1, 8, help=t("side.k.help"),
                           **_kept("sw_k"))

@@ -130,6 +130,28 @@ def speedup_rows(results: list) -> list[dict]:
     return rows
 
 
+def apprentice_rows(bench: dict | None) -> list[dict]:
+    """Per draft that has a model (the int4 twin "draft", the EAGLE head "eagle"), what the
+    spec bench measured: its step cost relative to the target's at batch 1 (`draft_step`),
+    its size, and at 1 running per workload its acceptance rate and speedup over off."""
+    steps = (bench or {}).get("draft_step") or {}
+    results = (bench or {}).get("results") or []
+    rows = []
+    for method in ("draft", "eagle"):
+        step = steps.get(method)
+        if not isinstance(step, dict):
+            continue
+        row = {"method": method, "step_vs_target": step.get("vs_target"),
+               "weight_mb": (step.get("weight_bytes") or 0) / 1e6}
+        for r in results:
+            if (isinstance(r, dict) and r.get("spec") == method and r.get("concurrency") == 1
+                    and r.get("workload") in ("open", "grounded")):
+                row[f"accept_{r['workload']}"] = r.get("acceptance_rate")
+                row[f"speedup_{r['workload']}"] = r.get("speedup_vs_off")
+        rows.append(row)
+    return rows
+
+
 SIDE_BY_SIDE_REQUESTS = 3
 SIDE_BY_SIDE_TOKENS = 24
 

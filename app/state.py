@@ -31,7 +31,7 @@ MAX_BATCHED_TOKENS = 256  # token budget of one step: bounds the slowest (prefil
 MAX_PROMPT_CHARS = 4000  # a custom prompt longer than this is refused before tokenizing
 HISTORY_LIMIT = 400  # reports kept per run
 MAX_RUNS = 4  # engines one browser session keeps (each holds ~150 MB of fused weights + KV)
-SPEC_MODES = ("off", "ngram", "draft")
+SPEC_MODES = ("off", "ngram", "draft", "eagle")
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class Settings:
 
     batching: str = "continuous"  # "static" | "continuous"
     kv_layout: str = "paged"  # "contiguous" | "paged"
-    spec: str = "off"  # "off" | "ngram" | "draft"
+    spec: str = "off"  # "off" | "ngram" | "draft" | "eagle" (the trained head, if built)
     k: int = 4  # drafted tokens per step
     seats: int = 8  # max_num_seqs
     num_blocks: int = 64  # KV budget in blocks

@@ -8,8 +8,13 @@ nearly free. Two measurements here:
 1. `forward_cost`: the target's forward time at batch 1 for 1, 2, 4, 8, 16 tokens per
    forward (with the logits of every row, as verification needs them). Flat means
    verification is free; where it bends upward the step stops being bound by weight reads.
-2. `results`: output tokens/s with speculation off, prompt lookup (`ngram`) and the draft
-   model (`draft`) on the `grounded` (copy-heavy) and `open` (creative) workloads with 1, 4,
+2. `draft_step`: one draft step at batch 1 (one token after 128 of context, with its
+   readout), relative to the target's one-token forward: the int4 twin (`draft`) and the
+   EAGLE head (`eagle`, engine/spec/eagle.py), the apprentice whose goal is <= 0.15x.
+3. `results`: output tokens/s with speculation off, prompt lookup (`ngram`), the int4 twin
+   (`draft`) and the EAGLE head (`eagle`; skipped with a note until `python -m
+   engine.spec.train_draft` has trained it) on the `grounded` (copy-heavy) and `open`
+   (creative) workloads with 1, 4,
    16 and 32 requests running at once, greedy, every request generating exactly
    `--max-tokens` tokens (EOS ignored) so every method does identical work. More requests
    per step make the step compute-bound and leave less idle bandwidth for drafts to use:
@@ -41,7 +46,7 @@ from benchmarks.workloads import get_workload
 from engine.config import EngineConfig, SamplingParams, SpecConfig
 from engine.metrics import RunMetrics
 
-METHODS = ("off", "ngram", "draft")
+METHODS = ("off", "ngram", "draft", "eagle")
 
 
 def forward_cost(model, pool, backend, device, tokens=(1, 2, 4, 8, 16), context: int = 128,
@@ -66,6 +71,31 @@ def forward_cost(model, pool, backend, device, tokens=(1, 2, 4, 8, 16), context:
             best[n] = min(best[n], seconds(forward, probe, device=device))
     one = best[tokens[0]]
     return [{"tokens": n, "ms": best[n] * 1e3, "vs_one_token": best[n] / one} for n in tokens]
+
+
+def head_cost(proposer, context: int = 128, reps: int = 7) -> float:
+    """Milliseconds of one EAGLE draft step at batch 1: one head forward of one token after
+    `context` positions of its own KV, plus the reduced readout and the argmax (what each
+    drafted token costs in `EagleProposer.propose`); the minimum over `reps`."""
+    import time
+
+    from engine.spec.eagle import HeadSeq
+
+    head = proposer.head
+    gen = torch.Generator().manual_seed(0)
+    seq = HeadSeq("probe")
+    assert proposer.allocator.ensure_slots(seq, context + 1), "pool too small for the probe"
+    feats = torch.randn(context + 1, head.cfg.hidden_size, generator=gen).to(head.dtype)
+    toks = torch.randint(0, 1000, (context + 1,), generator=gen).tolist()
+    proposer._forward([seq], [0], [feats[:context]], [toks[:context]])
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        h = proposer._forward([seq], [context], [feats[context:]], [toks[context:]])
+        int(head.logits(h).argmax(-1)[0])
+        best = min(best, time.perf_counter() - t0)
+    proposer.allocator.free(seq)
+    return best * 1e3
 
 
 def _run(engine, items, max_tokens: int) -> dict:
@@ -99,9 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", default="grounded,open")
     ap.add_argument("--concurrency", help="requests running at once (default 1,4,16,32; "
                                           "--quick: 1,4)")
-    ap.add_argument("--methods", default=",".join(METHODS), help="off, ngram, draft")
+    ap.add_argument("--methods", default=",".join(METHODS), help="off, ngram, draft, eagle")
     ap.add_argument("--k", type=int, default=SpecConfig().num_speculative_tokens,
                     help="num_speculative_tokens")
+    ap.add_argument("--min-confidence", type=float, default=SpecConfig().min_confidence,
+                    help="eagle: stop drafting below this head probability (dynamic k)")
     ap.add_argument("--max-tokens", type=int, help="output tokens per request (48; --quick: 16)")
     ap.add_argument("--min-requests", type=int,
                     help="requests per run: max(concurrency, this) (4; --quick: 2)")
@@ -127,9 +159,16 @@ def main(argv: list[str] | None = None) -> int:
     for m in methods:
         if m not in METHODS:
             ap.error(f"--methods: {m!r} is not one of {list(METHODS)}")
+    from engine.spec.eagle import TRAIN_COMMAND, head_info
+
+    eagle_info = head_info() if "eagle" in methods else None
+    if "eagle" in methods and eagle_info is None:
+        print(f"eagle: skipped, the draft head is not trained yet (run `{TRAIN_COMMAND}`)")
+        methods.remove("eagle")
 
     def config(method: str, seats: int) -> EngineConfig:
-        spec = None if method == "off" else SpecConfig(method, args.k)
+        spec = None if method == "off" else SpecConfig(
+            method, args.k, min_confidence=args.min_confidence if method == "eagle" else 0.0)
         return EngineConfig(max_num_seqs=seats, max_model_len=args.max_model_len,
                             max_num_batched_tokens=max(512, seats * (args.k + 1)),
                             dtype=args.dtype, device=args.device, spec=spec)
@@ -141,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     cost = forward_cost(probe.model, probe.pool, probe.backend, probe.device, reps=reps)
     print("target forward at batch 1: " + ", ".join(
         f"{c['tokens']} tok {c['ms']:.1f} ms ({c['vs_one_token']:.2f}x)" for c in cost))
-    draft_cost = None
+    draft_cost, draft_step = None, {}
     if probe.spec_decoder is not None:
         draft = probe.spec_decoder.draft
         roof["draft_weight_bytes"] = draft.model.weight_bytes
@@ -150,8 +189,27 @@ def main(argv: list[str] | None = None) -> int:
         print("draft forward at batch 1: " + ", ".join(
             f"{c['tokens']} tok {c['ms']:.1f} ms ({c['ms'] / cost[0]['ms']:.2f}x target's "
             f"1-token forward)" for c in draft_cost))
+        draft_step["draft"] = {"ms": draft_cost[0]["ms"],
+                               "vs_target": draft_cost[0]["ms"] / cost[0]["ms"],
+                               "weight_bytes": draft.model.weight_bytes}
     device_type = probe.device.type
     del probe
+    if "eagle" in methods:
+        eprobe = LLMEngine(config("eagle", 1))
+        head = eprobe.spec_decoder.draft.head
+        # the target's one-token forward again, interleaved with the head's, for the ratio
+        ms = min(head_cost(eprobe.spec_decoder.draft, reps=reps) for _ in range(2))
+        target_ms = forward_cost(eprobe.model, eprobe.pool, eprobe.backend, eprobe.device,
+                                 tokens=(1,), reps=reps)[0]["ms"]
+        ms = min(ms, head_cost(eprobe.spec_decoder.draft, reps=reps))
+        draft_step["eagle"] = {"ms": ms, "vs_target": ms / target_ms, "target_ms": target_ms,
+                               "weight_bytes": head.weight_bytes, "params": head.num_params,
+                               "readout_params": head.readout_params,
+                               "vocab": int(len(head.vocab)), "trained": eagle_info}
+        print(f"eagle head step at batch 1: {ms:.2f} ms ({ms / target_ms:.3f}x the target's "
+              f"{target_ms:.1f} ms one-token forward); {head.num_params / 1e6:.1f}M parameters "
+              f"+ a {len(head.vocab)}-token readout")
+        del eprobe
 
     results = []
     warm = get_workload("open", 1).items
@@ -179,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                                 methods.index(r["spec"] or "off")))
     print_table(results)
     write_json(args.json, device_type, args, roofline=roof, forward_cost=cost,
-               draft_forward_cost=draft_cost, results=results)
+               draft_forward_cost=draft_cost, draft_step=draft_step, results=results)
     return 0
 
 

@@ -4,13 +4,16 @@ Where the chapter's three fixes live (chapter 6.4: three leaks of naive serving)
   1. continuous batching (leak 1, idle seats)     scheduler.py: static "tour bus" vs "subway"
   2. paged KV (leak 2, reserved and scattered KV)  kv/paged.py vs kv/contiguous.py (+ kv/pool.py)
   3. speculative decoding (leak 3, idle compute)   spec/: ngram.py, draft.py, rejection.py,
-                                                   decoder.py (draft before, verify after)
+                                                   decoder.py (draft before, verify after),
+                                                   eagle.py + train_draft.py (the apprentice:
+                                                   a one-layer head on the target's features)
 
 How one `LLMEngine.step()` flows (engine.py):
   spec/decoder.propose    drafts k tokens for each decoding request (if speculation is on)
   Scheduler.schedule      who rides and how many tokens each computes; KV slots; preemption
   ModelRunner.run         the flat batch -> input ids, positions, slot mapping, block tables
-                          (runner.py) -> one forward of model/llama.py -> logits
+                          (runner.py) -> one forward of model/llama.py -> logits (and, for
+                          the EAGLE head, every token's hidden state: spec/decoder.observe)
   LLMEngine._sample       sampler.py (one token) or spec/decoder.verify (accepted drafts)
   Scheduler.update_from_output   the one place a request advances: computed tokens, new
                           tokens up to a stop (detokenizer.py), KV kept or rolled back, finish

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 BATCHING = ("static", "continuous")
 KV_LAYOUTS = ("contiguous", "paged")
-SPEC_METHODS = ("ngram", "draft")
+SPEC_METHODS = ("ngram", "draft", "eagle")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
@@ -34,9 +34,16 @@ def _int_at_least(name: str, value, low: int) -> None:
 class SpecConfig:
     """Speculative decoding: a cheap proposer drafts, the target verifies in one pass."""
 
-    method: str = "ngram"  # "ngram" (prompt lookup) or "draft" (a smaller model)
-    num_speculative_tokens: int = 4  # k: tokens drafted per step
-    draft_model: str | None = None  # for "draft": a model name or local HF folder; None = built-in
+    # "ngram" (prompt lookup), "draft" (a smaller model: by default the target's int4 twin) or
+    # "eagle" (the apprentice: a one-layer head on the target's features, engine/spec/eagle.py)
+    method: str = "ngram"
+    num_speculative_tokens: int = 4  # k: tokens drafted per step (at most)
+    # "draft": a model name or local HF folder, None = built-in; "eagle": a head's safetensors
+    # file, None = the one `python -m engine.spec.train_draft` wrote to the cache
+    draft_model: str | None = None
+    # "eagle", greedy requests: stop drafting when the head's probability of its token falls
+    # below this (dynamic k); 0 = always draft k
+    min_confidence: float = 0.0
     # n-gram: shortest suffix to match; 1 drafts often and wrongly, 3 rarely (README, Performance)
     prompt_lookup_min: int = 2
     prompt_lookup_max: int = 4  # n-gram: longest suffix to match (tried first)
@@ -50,6 +57,9 @@ class SpecConfig:
             )
         _int_at_least("spec.prompt_lookup_min", self.prompt_lookup_min, 1)
         _int_at_least("spec.prompt_lookup_max", self.prompt_lookup_max, self.prompt_lookup_min)
+        c = self.min_confidence
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not (0.0 <= c < 1.0):
+            raise ValueError(f"spec.min_confidence must be a number in [0, 1), got {c!r}")
 
 
 @dataclass

@@ -88,6 +88,8 @@ class LLMEngine:
             from engine.spec.decoder import SpecDecoder
 
             self.spec_decoder = SpecDecoder(self, cfg.spec)
+            # the EAGLE head reads the target's hidden state of every computed token
+            self.runner.keep_hidden = self.spec_decoder.wants_features
         self.requests: dict[str, Request] = {}
         self._aborted: list[str] = []  # aborted since the last step, for its report
         self.metrics = RunMetrics()
@@ -209,7 +211,10 @@ class LLMEngine:
         sched = self.scheduler.schedule()
         sampled, spec_records = {}, []
         if sched.scheduled:
-            sampled, spec_records = self._sample(self.runner.run(sched.scheduled))
+            fwd = self.runner.run(sched.scheduled)
+            if fwd.hidden is not None:
+                self.spec_decoder.observe(fwd)
+            sampled, spec_records = self._sample(fwd)
         now = time.perf_counter()
         advanced = self.scheduler.update_from_output(sched, sampled, now)
         emitted, finished = [], []

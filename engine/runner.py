@@ -8,6 +8,10 @@ step needs logits at its last position; one verifying a draft of k tokens needs 
 The engine's target model and the draft model (engine/spec/draft.py) each have a runner over
 their own model, KV pool and allocator: `run` takes the scheduler's batch, `forward` the
 `Chunk`s both build.
+
+With `keep_hidden` (the EAGLE draft head, engine/spec/eagle.py, reads the target's features)
+the result also carries the final hidden state of every computed token and where each
+request's tokens sit in it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ from engine.scheduler import ScheduledRequest
 class ForwardResult:
     logits: torch.Tensor  # [num_logit_rows, vocab] fp32, on the model's device
     rows: dict[str, tuple[int, int]]  # request id -> (first logit row, number of rows)
+    # keep_hidden only: [num_tokens, hidden] final hidden states of every computed token, and
+    # per request (request, first position, first row in hidden, number of tokens)
+    hidden: torch.Tensor | None = None
+    spans: list[tuple[object, int, int, int]] | None = None
 
 
 @dataclass
@@ -44,18 +52,22 @@ class ModelRunner:
     def __init__(self, model, pool, allocator: BlockAllocator, backend, device):
         self.model, self.pool, self.allocator = model, pool, allocator
         self.backend, self.device = backend, device
+        self.keep_hidden = False  # keep the last forward's hidden states (self.hidden)
+        self.hidden: torch.Tensor | None = None
 
     def run(self, batch: list[ScheduledRequest]) -> ForwardResult:
         """The scheduler's batch: each request's next num_tokens tokens (drafts included)."""
         chunks: list[Chunk] = []
         rows: dict[str, tuple[int, int]] = {}
-        num_rows = 0
+        spans: list[tuple[object, int, int, int]] = []
+        num_rows = num_tokens = 0
         for s in batch:
             req = s.req
             if s.idle:
                 # a finished static rider: recompute its last computed position, write nothing
                 pos = req.num_computed_tokens - 1
                 chunks.append(Chunk(req, pos, [req.all_token_ids[pos]], store=False))
+                num_tokens += 1
                 continue
             tokens = req.all_token_ids + req.spec_token_ids
             start, end = req.num_computed_tokens, req.num_computed_tokens + s.num_tokens
@@ -65,7 +77,12 @@ class ModelRunner:
                 rows[req.request_id] = (num_rows, n_rows)
                 num_rows += n_rows
             chunks.append(Chunk(req, start, tokens[start:end], n_rows))
-        return ForwardResult(self.forward(chunks), rows)
+            spans.append((req, start, num_tokens, end - start))
+            num_tokens += end - start
+        logits = self.forward(chunks)
+        if self.keep_hidden:
+            return ForwardResult(logits, rows, self.hidden, spans)
+        return ForwardResult(logits, rows)
 
     def forward(self, chunks: list[Chunk]) -> torch.Tensor:
         """One forward over the chunks -> fp32 logits [sum of num_logits, vocab] on the model's
@@ -94,6 +111,7 @@ class ModelRunner:
         ints = torch.from_numpy(host).to(self.device)
         ids, pos, idx = ints[:n], ints[n:2 * n], ints[2 * n:]
         hidden = self.model.forward(ids, pos, meta, self.pool.layers, self.backend)
+        self.hidden = hidden if self.keep_hidden else None
         if not logit_index:
             return torch.empty(0, 0, device=self.device)
         # the logits stay on the device: greedy rows come back as token ids only (sampler.py)

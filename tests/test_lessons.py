@@ -51,7 +51,7 @@ def test_pages_and_switches_are_the_apps():
     assert SWITCHES == {
         "batching": ["static", "continuous"],
         "kv_layout": ["contiguous", "paged"],
-        "spec": ["off", "ngram", "draft"],
+        "spec": ["off", "ngram", "draft", "eagle"],
     }
 
 

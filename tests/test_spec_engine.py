@@ -1,7 +1,9 @@
 """Speculative decoding in the engine: lossless, and every KV block comes back.
 
-Greedy: the tokens are the same with speculation off, with prompt lookup and with the draft
-model, alone and batched with sampling requests, in both KV layouts. Sampling: the joint
+Greedy: the tokens are the same with speculation off, with prompt lookup, with the draft
+model and with the EAGLE head, alone and batched with sampling requests, in both KV layouts.
+The EAGLE head here is trained for a few seconds (`eagle_head`): losslessness does not depend
+on the draft's quality, only on the verifier. Sampling: the joint
 distribution of the first generated tokens over many seeds matches the target's exact
 probabilities (chi-square), on a prompt where the drafts really are checked and often
 rejected (Leviathan et al. 2023: the rejection rule keeps the target's distribution).
@@ -153,6 +155,34 @@ def test_int4_draft_reproduces_q4_1_weights():
 MAX_TOKENS = [24, 16, 20]
 
 
+@pytest.fixture(scope="session")
+def eagle_head(tmp_path_factory) -> str:
+    """An EAGLE head trained for 30 steps (seeded, a few seconds) on the greedy prompts'
+    answers and the chi-square prompt: good enough that some drafts are accepted, bad enough
+    that many are rejected."""
+    from engine.spec.eagle import save_weights
+    from engine.spec.train_draft import choose_vocab, features, train
+    from tests.conftest import PROMPTS as _P
+
+    eng = LLMEngine(EngineConfig(dtype="float32", max_num_seqs=4))
+    seqs = [list(o.prompt_token_ids) + list(o.token_ids)
+            for o in eng.generate(_greedy_prompts() + [CHI_PROMPT, _P[0], _P[4]],
+                                  SamplingParams(max_tokens=24, ignore_eos=True))]
+    feats, labels = features(eng, seqs, lambda n: None)
+    vocab = choose_vocab(seqs, 1024, eng.model_config.vocab_size)
+    weights = train(eng.model, seqs, feats, labels, vocab, steps=30, seed=0, batch_tokens=512)
+    path = tmp_path_factory.mktemp("eagle") / "eagle-test.safetensors"
+    save_weights(weights, path)
+    return str(path)
+
+
+def _spec(request, method: str, k: int = 4, **kw) -> SpecConfig:
+    """SpecConfig for `method`; "eagle" reads the session's quickly trained head."""
+    if method == "eagle":
+        kw["draft_model"] = request.getfixturevalue("eagle_head")
+    return SpecConfig(method, num_speculative_tokens=k, **kw)
+
+
 @functools.lru_cache(maxsize=1)
 def _greedy_prompts() -> list[str]:
     return [get_workload("grounded", 1).items[0].prompt, PROMPTS[1], PROMPTS[3]]
@@ -202,18 +232,20 @@ def _check_all_free(eng: LLMEngine) -> None:
     draft = eng.spec_decoder.draft
     if draft is not None:
         assert not draft.seqs, f"draft state left for {sorted(draft.seqs)}"
+        assert not getattr(draft, "buffers", None), "EAGLE feature buffers left"
         assert draft.allocator.num_free_blocks == draft.allocator.num_blocks, "draft KV leaked"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layout", ["paged", "contiguous"])
-@pytest.mark.parametrize("method", ["ngram", "draft"])
-def test_greedy_identity_in_a_mixed_batch(method, layout):
+@pytest.mark.parametrize(("method", "layout"), [
+    ("ngram", "paged"), ("ngram", "contiguous"), ("draft", "paged"), ("draft", "contiguous"),
+    ("eagle", "paged"), ("eagle", "contiguous")])
+def test_greedy_identity_in_a_mixed_batch(method, layout, request):
     """Greedy requests of different lengths next to sampling requests: the greedy tokens are
     exactly the spec-off tokens; drafts were proposed and some accepted."""
     k = 4
     cfg = EngineConfig(dtype="float32", kv_layout=layout, max_num_seqs=8,
-                       spec=SpecConfig(method, num_speculative_tokens=k))
+                       spec=_spec(request, method, k))
     prompts = _greedy_prompts() + [PROMPTS[0], PROMPTS[4]]
     eng, outs, records, _ = _run(cfg, prompts, _greedy_params() + _sampling_params())
     for out, ref in zip(outs, _reference(layout)):
@@ -230,9 +262,9 @@ def test_greedy_identity_in_a_mixed_batch(method, layout):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["ngram", "draft"])
-def test_greedy_identity_alone(method):
-    cfg = EngineConfig(dtype="float32", max_num_seqs=1, spec=SpecConfig(method))
+@pytest.mark.parametrize("method", ["ngram", "draft", "eagle"])
+def test_greedy_identity_alone(method, request):
+    cfg = EngineConfig(dtype="float32", max_num_seqs=1, spec=_spec(request, method))
     eng, outs, records, _ = _run(cfg, _greedy_prompts()[:1], _greedy_params()[:1])
     assert tuple(outs[0].token_ids) == _reference("paged")[0]
     assert records
@@ -240,12 +272,14 @@ def test_greedy_identity_alone(method):
 
 
 @pytest.mark.slow
-def test_draft_model_through_chunked_prefill_and_preemption():
+@pytest.mark.parametrize("method", ["draft", "eagle"])
+def test_draft_model_through_chunked_prefill_and_preemption(method, request):
     """A pool too small for everyone and a small token budget: requests are preempted while
-    speculating; the draft's state follows (freed, rebuilt) and greedy output is unchanged."""
+    speculating; the draft's state follows (freed, rebuilt) and greedy output is unchanged.
+    The EAGLE head gets the target's features chunk by chunk and again after a preemption."""
     cfg = EngineConfig(dtype="float32", max_num_seqs=3, block_size=16, max_model_len=128,
                        num_kv_blocks=9, max_num_batched_tokens=32,
-                       spec=SpecConfig("draft", num_speculative_tokens=3))
+                       spec=_spec(request, method, 3))
     eng, outs, records, preempted = _run(cfg, _greedy_prompts(), _greedy_params())
     assert preempted > 0, "the pool was meant to force preemption"
     assert records
@@ -309,8 +343,8 @@ def _chi_square(observed: dict, expected: dict) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["ngram", "draft"])
-def test_sampled_tokens_follow_the_target_distribution(method, monkeypatch, tokenizer):
+@pytest.mark.parametrize("method", ["ngram", "draft", "eagle"])
+def test_sampled_tokens_follow_the_target_distribution(method, monkeypatch, tokenizer, request):
     """384 seeds, temperature 1, top-k 5, three tokens each. The first token comes from the
     prefill (no draft); the second is drafted (1 token, capped by max_tokens) and verified
     by the rejection rule; when accepted, the third is the bonus. The joint (t1, t2) counts
@@ -321,7 +355,7 @@ def test_sampled_tokens_follow_the_target_distribution(method, monkeypatch, toke
     if method == "draft":
         monkeypatch.setattr(draft_mod, "BUILTIN_RECIPE", DraftRecipe(8, 8, num_layers=24))
     cfg = EngineConfig(dtype="float32", max_num_seqs=32, max_model_len=64, block_size=16,
-                       enable_prefix_caching=True, spec=SpecConfig(method, 2))
+                       enable_prefix_caching=True, spec=_spec(request, method, 2))
     ids = tokenizer.encode(CHI_PROMPT, add_special_tokens=False)
     eng, outs, records, _ = _run(cfg, [ids] * NUM_SEEDS,
                                  [_chi_params(s) for s in range(NUM_SEEDS)])
@@ -361,7 +395,7 @@ def test_spec_bench_writes_the_main_bench_json_shape(tmp_path):
 
     out = tmp_path / "spec.json"
     assert main(["--quick", "--concurrency", "2", "--workloads", "grounded", "--max-tokens", "4",
-                 "--min-requests", "1", "--json", str(out)]) == 0
+                 "--min-requests", "1", "--methods", "off,ngram,draft", "--json", str(out)]) == 0
     import json
 
     data = json.loads(out.read_text())

@@ -45,6 +45,7 @@ from app.live import (  # noqa: E402
     step_header,
 )
 from app.spec_lab import (  # noqa: E402
+    apprentice_rows,
     bench_command,
     forward_cost,
     greedy_side_by_side,
@@ -157,6 +158,36 @@ def draw_forward_cost(bench: dict | None) -> None:
         st.caption(t("spec.no_bench"))
 
 
+def draw_apprentice(bench: dict | None) -> None:
+    """The apprentice: what the trained EAGLE head is and what it costs, next to the int4
+    twin, from the spec bench (recorded) and the head's own file (its training)."""
+    from engine.spec.eagle import TRAIN_COMMAND, head_info
+
+    st.subheader(t("spec.apprentice_header"))
+    st.caption(t("spec.apprentice_caption"))
+    info = head_info(model_name=get_session().settings.model)
+    if info is None:
+        st.info(t("side.eagle_missing", cmd=TRAIN_COMMAND))
+    else:
+        st.caption(t("spec.apprentice_trained", params=info["params"] / 1e6,
+                     vocab=info["vocab_size"], agree=float(info.get("held_out_agreement", 0)),
+                     wall=float(info.get("wall_s", 0)) / 60, cpu=float(info.get("cpu_s", 0)) / 60))
+    rows = apprentice_rows(bench)
+    if not rows:
+        return
+    names = {"draft": t("spec.apprentice.int4"), "eagle": t("spec.apprentice.eagle")}
+    table = [{t("spec.apprentice.who"): names[r["method"]],
+              t("spec.apprentice.mb"): f"{r['weight_mb']:.0f}",
+              t("spec.apprentice.cost"): _fmt(r["step_vs_target"]),
+              t("spec.apprentice.acc_open"): _fmt(r.get("accept_open")),
+              t("spec.apprentice.acc_grounded"): _fmt(r.get("accept_grounded")),
+              t("spec.apprentice.speed_open"): _fmt(r.get("speedup_open")),
+              t("spec.apprentice.speed_grounded"): _fmt(r.get("speedup_grounded"))}
+             for r in rows]
+    st.dataframe(table, hide_index=True, width="stretch")
+    st.caption(recorded(bench))
+
+
 def draw_lossless() -> None:
     st.subheader(t("spec.lossless_header"))
     st.caption(t("spec.lossless_caption"))
@@ -206,9 +237,12 @@ def extra() -> None:
     st.divider()
     draw_side_by_side()
     st.divider()
+    bench = load_bench()
+    draw_apprentice(bench)
+    st.divider()
     left, right = st.columns(2, gap="large")
     with left:
-        draw_forward_cost(load_bench())
+        draw_forward_cost(bench)
     with right:
         draw_lossless()
 

@@ -5,7 +5,9 @@ Speculative Decoding", arXiv:2211.17192; chapter 6.4, the third fix) in the engi
 
 1. `propose(running)`, called by `LLMEngine.step()` before scheduling: every request that is
    decoding gets up to k drafted tokens in `req.spec_token_ids`, from prompt lookup (Saxena
-   2023, "Prompt Lookup Decoding"; `ngram.py`) or a draft model (`draft.py`). The scheduler
+   2023, "Prompt Lookup Decoding"; `ngram.py`), a draft model (`draft.py`) or the EAGLE
+   head on the target's own features (`eagle.py`; the engine hands it the features of every
+   token the target computed, `observe`, after each forward). The scheduler
    then computes `[last token, *draft]` for it in the same batched forward as everyone
    else's prefill chunks and decodes.
 2. `verify(req, logits)`: the target's logits after `[last, x_1..x_k]` ([k + 1, vocab]):
@@ -38,6 +40,7 @@ import torch
 from engine.request import Request
 from engine.sampler import probabilities
 from engine.spec.draft import DraftProposer, Proposal
+from engine.spec.eagle import EagleProposer
 from engine.spec.ngram import NgramProposer
 from engine.spec.rejection import SpecDecision, greedy_decision, rejection_sample
 
@@ -48,8 +51,25 @@ class SpecDecoder:
         self.config = spec_config
         self.k = spec_config.num_speculative_tokens
         self.ngram = NgramProposer(spec_config) if spec_config.method == "ngram" else None
-        self.draft = DraftProposer(engine, spec_config) if spec_config.method == "draft" else None
+        # the proposer with a model ("draft" or "eagle"); None for prompt lookup
+        self.draft = None
+        if spec_config.method == "draft":
+            self.draft = DraftProposer(engine, spec_config)
+        elif spec_config.method == "eagle":
+            self.draft = EagleProposer(engine, spec_config)
         self.proposals: dict[str, Proposal] = {}  # this step's drafts, until verified
+
+    @property
+    def wants_features(self) -> bool:
+        """Does the proposer read the target's hidden states (the EAGLE head)?"""
+        return isinstance(self.draft, EagleProposer)
+
+    def observe(self, fwd) -> None:
+        """After the target's forward: hand each request's computed tokens' features to the
+        EAGLE head (fwd: a runner ForwardResult with hidden states)."""
+        for req, start, row, n in fwd.spans:
+            tokens = (req.all_token_ids + req.spec_token_ids)[start:start + n]
+            self.draft.observe(req, start, tokens, fwd.hidden[row:row + n])
 
     def max_draft_len(self, req: Request) -> int:
         """k, capped by the model length and the tokens the request may still emit."""

@@ -385,3 +385,36 @@ def test_a_class_plan_button_keeps_the_language():
     assert not at.exception, at.exception[0].value
     assert at.session_state["lang"] == "zh"
     assert any("先预测" in m.value for m in at.markdown), "the stop's page speaks Chinese"
+
+
+def test_the_apprentice_is_offered_once_trained_and_its_command_shown_until_then(
+        monkeypatch, tmp_path):
+    """Until `python -m engine.spec.train_draft` has written the EAGLE head, the sidebar does
+    not offer it and both the sidebar and the speculation page say how to build it; once the
+    file exists, the switch offers it and the page describes it."""
+    import torch
+
+    from engine.model.llama import LlamaModel
+    from engine.model.loader import load_model
+    from engine.spec import eagle
+
+    head = tmp_path / "eagle-smollm2-135m.safetensors"
+    monkeypatch.setattr(eagle, "head_path", lambda model_name="smollm2-135m": head)
+    at = goto(start(), "speculation")
+    assert not at.exception, at.exception[0].value
+    (radio,) = [r for r in at.radio if r.key == "sw_spec"]
+    assert "eagle" not in radio.options and "EAGLE apprentice" not in radio.options
+    assert any("python -m engine.spec.train_draft" in c.value for c in at.caption)
+    assert any("python -m engine.spec.train_draft" in i.value for i in at.info)
+
+    target = LlamaModel(load_model("smollm2-135m", torch.float32), torch.device("cpu"),
+                        torch.float32, 64)
+    eagle.save_weights(eagle.init_weights(target, torch.arange(256)), head,
+                       {"held_out_agreement": 0.5, "wall_s": 600, "cpu_s": 500})
+    at = goto(start(), "speculation")
+    assert not at.exception, at.exception[0].value
+    (radio,) = [r for r in at.radio if r.key == "sw_spec"]
+    assert "EAGLE apprentice" in radio.options or "eagle" in radio.options
+    assert any("EAGLE apprentice:" in c.value and "256-token readout" in c.value
+               for c in at.caption)
+    assert not any("python -m engine.spec.train_draft" in i.value for i in at.info)

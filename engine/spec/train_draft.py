@@ -1,0 +1,345 @@
+"""`python -m engine.spec.train_draft`: train the apprentice (the EAGLE draft head) here.
+
+Self-distillation on the target's own outputs (as EAGLE, Li et al. 2024, arXiv:2401.15077,
+and FR-Spec, Zhao et al. 2025, arXiv:2502.14856; see `engine/spec/eagle.py`):
+
+1. generate: the target answers the project's training prompts (`engine/spec/data/
+   train_prompts.jsonl`, disjoint from the benchmark's `grounded` and `open` prompts),
+   greedy, in batches, with the engine itself;
+2. features: one target forward over each whole sequence (prompt + answer) gives its
+   final-normed hidden state at every position, the features the head reads and predicts;
+3. vocabulary: the `--vocab` tokens that appear most often in those sequences (FR-Spec);
+4. train: the head predicts f_{j+1} from (f_j, embed(token_{j+1})), loss = smooth-L1 on the
+   feature + cross-entropy against the target's greedy token after j + 1 (over the reduced
+   vocabulary), AdamW with a cosine schedule, seeded; a little noise on
+   the input features so the head tolerates its own imperfect predictions when it drafts
+   several tokens in a row (EAGLE's data augmentation);
+5. write the weights (safetensors) to the ServeLab cache (`eagle.head_path()`), with the
+   held-out top-1 agreement in the file's metadata.
+
+Everything is seeded (`--seed`): the same command on the same machine writes the same head.
+About 15 minutes on 2 CPU cores; `--quick` trains a small one in a minute or two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import random
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+DATA = Path(__file__).parent / "data" / "train_prompts.jsonl"
+
+
+def load_prompts(path: Path = DATA) -> list[dict]:
+    """The training prompts: [{"kind", "prompt" (the user's text), "max_tokens"}]."""
+    items = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+             if line.strip()]
+    for i, it in enumerate(items):
+        if not isinstance(it.get("prompt"), str) or not isinstance(it.get("max_tokens"), int):
+            raise ValueError(f"{path.name} line {i + 1}: needs 'prompt' and 'max_tokens'")
+    return items
+
+
+def chat(user: str) -> str:
+    """SmolLM2's chat markup around one user turn (as benchmarks/workloads.py writes it; the
+    engine does not import the benchmarks)."""
+    return f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def generate(engine, items: list[dict], progress) -> list[list[int]]:
+    """Greedy answers of the target: token ids of prompt + answer, in item order."""
+    from engine.config import SamplingParams
+
+    rids = [engine.add_request(chat(it["prompt"]), SamplingParams(max_tokens=it["max_tokens"]))
+            for it in items]
+    done = 0
+    while engine.has_unfinished():
+        report = engine.step()
+        progress(len(report.finished))
+        done += len(report.finished)
+    seqs = []
+    for r in rids:
+        req = engine.requests[r]
+        seqs.append(list(req.prompt_token_ids) + list(req.output_token_ids))
+    return seqs
+
+
+@torch.inference_mode()
+def features(engine, seqs: list[list[int]], progress, batch_tokens: int = 2048,
+             ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """For each sequence: the target's final-normed hidden state at every position [T, H]
+    (bf16) and its greedy next token there [T] (the argmax of its logits), several sequences
+    per forward."""
+    from engine.kv import KVPool
+    from engine.model.attention import build_metadata
+
+    mc = engine.model_config
+    bs = engine.config.block_size
+    blocks = [-(-len(s) // bs) for s in seqs]
+    feats: list[torch.Tensor] = [None] * len(seqs)
+    argmax: list[torch.Tensor] = [None] * len(seqs)
+    i = 0
+    while i < len(seqs):
+        group = [i]
+        while (group[-1] + 1 < len(seqs)
+               and sum(len(seqs[j]) for j in group) + len(seqs[group[-1] + 1]) <= batch_tokens):
+            group.append(group[-1] + 1)
+        pool = KVPool(mc.num_layers, sum(blocks[j] for j in group), bs, mc.num_kv_heads,
+                      mc.head_dim, engine.dtype, engine.device)
+        tables, slots, first = [], [], 0
+        for j in group:
+            table = list(range(first, first + blocks[j]))
+            first += blocks[j]
+            tables.append(table)
+            slots.extend(table[p // bs] * bs + p % bs for p in range(len(seqs[j])))
+        lens = [len(seqs[j]) for j in group]
+        meta = build_metadata(lens, lens, tables, slots, bs, engine.device)
+        ids = torch.tensor([t for j in group for t in seqs[j]], device=engine.device)
+        pos = torch.tensor([p for n in lens for p in range(n)], device=engine.device)
+        h = engine.model.forward(ids, pos, meta, pool.layers, engine.backend)  # [N, H]
+        top = engine.model.logits(h).argmax(-1).cpu()  # [N]
+        h = h.to(torch.bfloat16).cpu()
+        off = 0
+        for j, n in zip(group, lens):
+            feats[j], argmax[j] = h[off:off + n], top[off:off + n]
+            off += n
+        progress(len(group))
+        i = group[-1] + 1
+    return feats, argmax
+
+
+def choose_vocab(seqs: list[list[int]], size: int, vocab_size: int) -> torch.Tensor:
+    """FR-Spec's reduced vocabulary: the `size` most frequent tokens of the sequences; ties and
+    the remainder by token id (BPE ids follow merge order, roughly corpus frequency)."""
+    counts = Counter(t for s in seqs for t in s)
+    ranked = sorted(counts, key=lambda t: (-counts[t], t))[:size]
+    chosen = set(ranked)
+    t = 0
+    while len(ranked) < size and t < vocab_size:
+        if t not in chosen:
+            ranked.append(t)
+        t += 1
+    return torch.tensor(sorted(ranked), dtype=torch.long)
+
+
+def batches(lengths: list[int], max_tokens: int, rng: random.Random) -> list[list[int]]:
+    """Sequence indices grouped by similar length, about max_tokens (padded) per batch."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    out, cur = [], []
+    for i in order:
+        if cur and (len(cur) + 1) * max(lengths[j] for j in cur + [i]) > max_tokens:
+            out.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        out.append(cur)
+    rng.shuffle(out)
+    return out
+
+
+def train(target, seqs: list[list[int]], feats: list[torch.Tensor], labels: list[torch.Tensor],
+          vocab: torch.Tensor, steps: int, seed: int = 0, lr: float = 2e-3,
+          batch_tokens: int = 2048, noise: float = 0.05, reg_weight: float = 1.0,
+          unroll: bool = False, progress=None) -> dict[str, torch.Tensor]:
+    """Train a head on sequences, their target features [T, H] and the target's greedy next
+    token at each position [T] (`features`); returns its fp32 weights (with "vocab").
+
+    Row j of a sequence reads (f_j, token j + 1) and is trained to give f_{j+1} (smooth L1)
+    and, through the reduced readout, the target's greedy token after position j + 1 (cross
+    entropy; rows whose token is outside the reduced vocabulary only count for the feature)."""
+    from engine.spec.eagle import WEIGHT_NAMES, init_weights, rope_tables, train_forward
+
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    cfg = target.cfg
+    weights = init_weights(target, vocab, seed)
+    params = {n: weights[n].clone().requires_grad_(True) for n in WEIGHT_NAMES}
+    embed = target.loaded.weights["embed_tokens.weight"].float()  # [V, H], frozen
+    readout = target.loaded.weights.get("lm_head.weight", target.loaded.weights[
+        "embed_tokens.weight"]).float()[vocab]  # [V', H], frozen
+    to_sub = torch.full((cfg.vocab_size,), -100, dtype=torch.long)  # token id -> readout row
+    to_sub[vocab] = torch.arange(len(vocab))
+    longest = max(len(s) for s in seqs)
+    cos, sin = rope_tables(cfg, longest)
+    opt = torch.optim.AdamW(params.values(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    lengths = [len(s) - 1 for s in seqs]
+    plan: list[list[int]] = []
+    warmup = max(1, steps // 20)
+    for step in range(steps):
+        if not plan:
+            plan = batches(lengths, batch_tokens, rng)
+        idx = plan.pop()
+        t = max(lengths[i] for i in idx)
+        f_in = torch.zeros(len(idx), t, cfg.hidden_size)
+        f_out = torch.zeros(len(idx), t, cfg.hidden_size)
+        nxt = torch.zeros(len(idx), t, dtype=torch.long)
+        want = torch.full((len(idx), t), -100, dtype=torch.long)
+        mask = torch.zeros(len(idx), t)
+        for b, i in enumerate(idx):
+            n = lengths[i]
+            f = feats[i].float()
+            f_in[b, :n], f_out[b, :n] = f[:n], f[1:n + 1]
+            nxt[b, :n] = torch.tensor(seqs[i][1:n + 1])
+            want[b, :n] = to_sub[labels[i][1:n + 1]]
+            mask[b, :n] = 1
+        scale = lr * min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * step / steps))
+        for g in opt.param_groups:
+            g["lr"] = scale
+        if noise:
+            f_in = f_in + torch.randn_like(f_in) * noise * f_in.std()
+        m = mask.bool()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            pred_all = train_forward(params, cfg, f_in, embed[nxt], cos[:t], sin[:t])
+            pred = pred_all[m]
+            logits = pred @ readout.T  # [N, V']
+        reg = F.smooth_l1_loss(pred.float(), f_out[m])
+        ce = F.cross_entropy(logits.float(), want[m], ignore_index=-100)
+        loss = ce + reg_weight * reg
+        if unroll:
+            # the second drafted token: at serving time the head reads its OWN prediction
+            # f^_j in place of f_j (training-time test, as EAGLE-3 / HASS): a second pass whose
+            # input at row j is the first pass's prediction from row j - 1
+            f_in2 = torch.cat([f_in[:, :1], pred_all[:, :-1].float()], dim=1)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                pred2 = train_forward(params, cfg, f_in2, embed[nxt], cos[:t], sin[:t])[m]
+                logits2 = pred2 @ readout.T
+            ce2 = F.cross_entropy(logits2.float(), want[m], ignore_index=-100)
+            loss = loss + ce2 + reg_weight * F.smooth_l1_loss(pred2.float(), f_out[m])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
+        opt.step()
+        if progress is not None:
+            progress(1, {"ce": f"{ce.item():.3f}", "reg": f"{reg.item():.4f}"})
+    out = {n: p.detach().clone() for n, p in params.items()}
+    out["vocab"] = vocab
+    return out
+
+
+@torch.no_grad()
+def agreement(target, weights: dict, seqs: list[list[int]], feats: list[torch.Tensor],
+              prompt_lens: list[int]) -> float:
+    """Teacher-forced top-1 agreement on the answers: the head's argmax token (from the
+    target's true features) equals the target's next token."""
+    from engine.spec.eagle import WEIGHT_NAMES, rope_tables, train_forward
+
+    cfg = target.cfg
+    embed = target.loaded.weights["embed_tokens.weight"].float()
+    readout = embed[weights["vocab"]] if cfg.tie_word_embeddings else target.loaded.weights[
+        "lm_head.weight"].float()[weights["vocab"]]
+    w = {n: weights[n].float() for n in WEIGHT_NAMES}
+    hit = total = 0
+    for s, f, p in zip(seqs, feats, prompt_lens):
+        n = len(s) - 1
+        cos, sin = rope_tables(cfg, n)
+        pred = train_forward(w, cfg, f[:n].float()[None], embed[torch.tensor(s[1:])][None],
+                             cos, sin)[0]  # [n, H]; row j predicts f_{j+1} -> token j + 2
+        tok = weights["vocab"][(pred @ readout.T).argmax(-1)]  # [n]
+        want = torch.tensor(s[2:])  # token j + 2 for j = 0 .. n - 2
+        sel = slice(max(p - 2, 0), n - 1)  # predictions of answer tokens
+        hit += int((tok[:-1][sel] == want[sel]).sum())
+        total += len(want[sel])
+    return hit / max(total, 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m engine.spec.train_draft",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--steps", type=int, default=200, help="optimizer steps (200)")
+    ap.add_argument("--vocab", type=int, default=None, help="reduced vocabulary size (8192)")
+    ap.add_argument("--prompts", type=int, default=0, help="use only the first N prompts")
+    ap.add_argument("--max-tokens", type=int, default=128,
+                    help="cap each answer (128; 0: the file's max_tokens)")
+    ap.add_argument("--batch-tokens", type=int, default=2048)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--unroll", action="store_true",
+                    help="also train on the head's own predicted features (a second pass; "
+                         "twice the cost; measured: held-out first-token agreement 0.286 "
+                         "instead of 0.335)")
+    ap.add_argument("--out", help="where to write the head (default: the ServeLab cache)")
+    ap.add_argument("--quick", action="store_true", help="a small head in a minute or two")
+    ap.add_argument("--regenerate", action="store_true",
+                    help="recompute the target's answers and features even if kept")
+    args = ap.parse_args(argv)
+    from tqdm.auto import tqdm
+
+    from engine.config import EngineConfig
+    from engine.engine import LLMEngine
+    from engine.spec.eagle import VOCAB_SIZE, head_path, save_weights
+
+    if args.quick:
+        args.steps = min(args.steps, 60)
+        args.prompts = args.prompts or 48
+        args.max_tokens = min(args.max_tokens or 64, 64)
+    if args.steps < 1:
+        ap.error("--steps must be >= 1")
+    vocab_size = args.vocab or VOCAB_SIZE
+    torch.manual_seed(args.seed)
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    items = load_prompts()
+    if args.prompts:
+        items = items[:args.prompts]
+    if args.max_tokens:
+        items = [dict(it, max_tokens=min(it["max_tokens"], args.max_tokens)) for it in items]
+    # every prompt at once: a decode step over 200 requests costs little more than over 30
+    seats = min(len(items), 256)
+    engine = LLMEngine(EngineConfig(model=args.model, max_num_seqs=seats, max_model_len=512,
+                                    max_num_batched_tokens=max(2048, seats), seed=args.seed))
+    # the target's answers and features depend only on the prompts: kept beside the head, so
+    # a second training run (another seed, more steps) skips steps 1 and 2
+    data_key = json.dumps([args.model, engine.describe(), items], sort_keys=True)
+    data_file = head_path(args.model).parent / (
+        "train-data-" + hashlib.sha256(data_key.encode()).hexdigest()[:16] + ".pt")
+    if data_file.is_file() and not args.regenerate:
+        seqs, prompt_lens, feats, labels = torch.load(data_file)
+        print(f"reusing the target's answers and features from {data_file}")
+    else:
+        with tqdm(total=len(items), desc="1/3 target answers", unit="answer") as bar:
+            seqs = generate(engine, items, bar.update)
+        prompt_lens = [len(engine.requests[f"r{i}"].prompt_token_ids)
+                       for i in range(len(items))]
+        with tqdm(total=len(seqs), desc="2/3 target features", unit="seq") as bar:
+            feats, labels = features(engine, seqs, bar.update)
+        data_file.parent.mkdir(parents=True, exist_ok=True)
+        torch.save((seqs, prompt_lens, feats, labels), data_file)
+    vocab = choose_vocab(seqs, vocab_size, engine.model_config.vocab_size)
+    # hold out every 10th sequence to report agreement on answers the head never saw
+    held = [i for i in range(len(seqs)) if i % 10 == 9]
+    fit = [i for i in range(len(seqs)) if i % 10 != 9]
+    with tqdm(total=args.steps, desc="3/3 training the head", unit="step") as bar:
+        def tick(n, post):
+            bar.update(n)
+            bar.set_postfix(post)
+        weights = train(engine.model, [seqs[i] for i in fit], [feats[i] for i in fit],
+                        [labels[i] for i in fit], vocab, args.steps, args.seed, args.lr,
+                        args.batch_tokens, unroll=args.unroll, progress=tick)
+    agree = agreement(engine.model, weights, [seqs[i] for i in held], [feats[i] for i in held],
+                      [prompt_lens[i] for i in held])
+    answer_tokens = [t for s, p in zip(seqs, prompt_lens) for t in s[p:]]
+    coverage = sum(t in set(vocab.tolist()) for t in answer_tokens) / max(len(answer_tokens), 1)
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    meta = {"model": args.model, "seed": args.seed, "steps": args.steps, "vocab": vocab_size,
+            "unroll": args.unroll,
+            "prompts": len(items), "train_tokens": sum(len(seqs[i]) for i in fit),
+            "held_out_agreement": round(agree, 4), "vocab_coverage": round(coverage, 4),
+            "wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
+    out = Path(args.out) if args.out else head_path(args.model)
+    save_weights(weights, out, meta)
+    print(f"wrote {out}: held-out teacher-forced agreement {agree:.3f}, reduced vocabulary "
+          f"covers {coverage:.1%} of answer tokens; {wall:.0f} s wall, {cpu:.0f} s CPU")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

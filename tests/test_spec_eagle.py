@@ -1,0 +1,144 @@
+"""The EAGLE draft head (engine/spec/eagle.py) and its training (engine/spec/train_draft.py).
+
+Losslessness with the head is in tests/test_spec_engine.py (greedy identity, chi-square), with
+a head trained for a few seconds here (`tiny_head`): losslessness does not depend on how good
+the draft is, so no test waits for the 15-minute training.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from benchmarks.workloads import GROUNDED, OPEN, chat
+from engine.spec import eagle
+from engine.spec.train_draft import DATA, batches, choose_vocab, load_prompts
+
+# ---------------------------------------------------------------------------------------------
+# Fast: no model
+
+
+def test_training_prompts_are_disjoint_from_the_benchmark_prompts():
+    """The head is evaluated (python -m engine.bench --spec) on the `grounded` and `open`
+    workloads: none of their prompts, nor their task text, is in the training set."""
+    train = [it["prompt"] for it in load_prompts()]
+    assert len(train) >= 150 and len(set(train)) == len(train), "too few or repeated prompts"
+    kinds = {it["kind"] for it in load_prompts()}
+    assert kinds == {"open", "grounded", "chat"}
+    evaluated = [p for p, _ in GROUNDED] + [p for p, _ in OPEN]
+    for e in evaluated:
+        for t in train:
+            assert e != t and e not in t and t not in e, f"shared prompt: {e[:60]!r}"
+            assert chat(e) != chat(t)
+    # the training answers are asked in the bench's chat markup
+    from engine.spec.train_draft import chat as train_chat
+
+    assert all(train_chat(t) == chat(t) for t in train[:5])
+    # the data file is plain JSONL, one object per line
+    for line in DATA.read_text(encoding="utf-8").splitlines():
+        assert set(json.loads(line)) == {"kind", "prompt", "max_tokens"}
+
+
+def test_reduced_vocabulary_is_the_most_frequent_tokens():
+    seqs = [[5, 5, 5, 9, 9, 2], [9, 7, 5]]
+    v = choose_vocab(seqs, 3, vocab_size=20)
+    assert v.tolist() == [2, 5, 9], "5 (4x) and 9 (3x), then the tie 2 / 7 by id"
+    v = choose_vocab(seqs, 8, vocab_size=20)  # more than seen: padded by the lowest ids
+    assert v.tolist() == sorted(set(v.tolist())) and len(v) == 8
+    assert set(v.tolist()) >= {2, 5, 7, 9} and set(v.tolist()) >= {0, 1, 3}
+
+
+def test_batches_cover_every_sequence_once():
+    import random
+
+    lengths = [5, 50, 7, 300, 12, 12, 90]
+    got = batches(lengths, 128, random.Random(0))
+    assert sorted(i for b in got for i in b) == list(range(len(lengths)))
+    for b in got:
+        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 128
+
+
+# ---------------------------------------------------------------------------------------------
+# The real target (fp32): the engine's head forward is the training forward
+
+
+@pytest.fixture(scope="module")
+def target():
+    from engine.model.llama import shared_model
+    from engine.model.loader import load_model
+
+    loaded = load_model("smollm2-135m", torch.float32)
+    return shared_model(loaded, torch.device("cpu"), torch.float32, 256)
+
+
+def test_missing_head_names_the_command(target):
+    with pytest.raises(ValueError, match="python -m engine.spec.train_draft"):
+        eagle.load_head(target, None, "no-such-model")
+    with pytest.raises(ValueError, match="no such EAGLE head file"):
+        eagle.load_head(target, "/nonexistent/head.safetensors", "smollm2-135m")
+
+
+def test_a_wrong_file_is_refused(target, tmp_path):
+    w = eagle.init_weights(target, torch.arange(64))
+    del w["fc"]
+    path = tmp_path / "bad.safetensors"
+    eagle.save_weights(w, path)
+    with pytest.raises(ValueError, match="missing"):
+        eagle.load_head(target, path, "smollm2-135m")
+
+
+def test_engine_head_forward_equals_the_training_forward(target):
+    """EagleHead.forward through the paged KV cache (a prefix in one chunk, then one token at
+    a time, as propose runs it) gives the features train_forward computes for the whole
+    sequence at once: training and drafting see the same function."""
+    from engine.kv import KVPool, PagedAllocator
+    from engine.model.attention import build_metadata, get_backend
+
+    torch.manual_seed(0)
+    w = eagle.init_weights(target, torch.arange(512), seed=3)
+    w["fc"][:, 576:] = torch.randn(576, 576) * 0.05  # make the token half matter
+    head = eagle.EagleHead(target, w)
+    cfg, n, bs = target.cfg, 21, 4
+    feats = torch.randn(n, cfg.hidden_size)
+    toks = torch.randint(0, 5000, (n,))
+    cos, sin = eagle.rope_tables(cfg, n)
+    ref = eagle.train_forward({k: w[k] for k in eagle.WEIGHT_NAMES}, cfg, feats[None],
+                              target.embed[toks][None], cos, sin)[0]  # [n, H]
+    pool = KVPool(1, 8, bs, cfg.num_kv_heads, cfg.head_dim, torch.float32, torch.device("cpu"))
+    alloc = PagedAllocator(8, bs)
+    seq = eagle.HeadSeq("t")
+    assert alloc.ensure_slots(seq, n)
+    backend = get_backend("torch")
+
+    def run(start: int, stop: int) -> torch.Tensor:
+        slots = [seq.block_table[p // bs] * bs + p % bs for p in range(start, stop)]
+        meta = build_metadata([stop - start], [stop], [seq.block_table], slots, bs, "cpu")
+        return head.forward(feats[start:stop], toks[start:stop], torch.arange(start, stop),
+                            meta, pool.layers[0], backend)
+
+    got = [run(0, 15)] + [run(p, p + 1) for p in range(15, n)]
+    got = torch.cat(got)
+    assert torch.allclose(got, ref, atol=2e-4, rtol=1e-4), (got - ref).abs().max()
+    logits = head.logits(got[-1:])  # [1, 512]: the reduced readout is the lm_head's rows
+    assert torch.allclose(logits, got[-1:] @ target.plain_lm_head[:512].T, atol=1e-4)
+
+
+def test_training_is_seeded_and_lowers_the_loss(target):
+    """Two runs with one seed give the same weights; a few steps already fit a tiny set."""
+    from engine.spec.train_draft import train
+
+    gen = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(0, 300, (n,), generator=gen).tolist() for n in (24, 17, 30)]
+    feats = [torch.randn(len(s), 576, generator=gen).to(torch.bfloat16) for s in seqs]
+    labels = [torch.tensor(s[1:] + [0]) for s in seqs]  # "the next token" as the target's
+    vocab = choose_vocab(seqs, 256, 49152)
+    losses: list[float] = []
+    a = train(target, seqs, feats, labels, vocab, steps=4, seed=7, batch_tokens=128,
+              progress=lambda n, post: losses.append(float(post["ce"])))
+    b = train(target, seqs, feats, labels, vocab, steps=4, seed=7, batch_tokens=128)
+    for name in eagle.WEIGHT_NAMES:
+        assert torch.equal(a[name], b[name]), f"{name} differs between two seeded runs"
+    assert torch.equal(a["vocab"], vocab)
+    assert len(losses) == 4 and all(x > 0 for x in losses)
