@@ -30,7 +30,8 @@ VIEWPORTS = ((1920, 1080), (1280, 800))
 # the framework's base-path discovery, not an app error.
 BASE_PATH_PROBE = re.compile(r"/[a-z-]+/_stcore/(health|host-config)$")
 TIMEOUT_MS = 180_000
-STEP_BUTTON = ".st-key-ctl_step button"  # the sidebar's Step, in either language
+# the sidebar's language choice: every page draws it (after the model, on the live pages)
+SIDEBAR_READY = ".st-key-lang"
 BUSY_JS = """() => !!document.querySelector('[data-testid="stSpinner"]')
   || document.querySelector('[data-testid="stApp"]')?.getAttribute('data-test-script-state')
      === 'running'"""
@@ -89,7 +90,7 @@ class Tab:
     def settle(self) -> None:
         """Wait until the sidebar is there and the script run is over (no spinner, and the
         app has not said "running" for a second)."""
-        self.page.wait_for_selector(STEP_BUTTON)
+        self.page.wait_for_selector(SIDEBAR_READY)
         quiet_since = None
         deadline = time.time() + TIMEOUT_MS / 1000
         while time.time() < deadline:
