@@ -193,6 +193,7 @@ def test_step_and_play_work_by_clicking(browser, server):
         assert tab.exceptions() == 0 and tab.errors == [], tab.errors
 
 
+@pytest.mark.screenshots
 def test_screenshots_of_the_main_pages(browser, server):
     """The README's pictures: each live page some way into the same run, at 1920x1080."""
     with Tab(browser, server, 1920, 1080) as tab:
@@ -244,6 +245,7 @@ def predict_and_reveal(tab: Tab, suffix: str, measured: str) -> None:
     tab.screenshot(f"summary{suffix}")
 
 
+@pytest.mark.screenshots
 def test_screenshots_of_the_class_plan_a_prediction_and_the_summary(browser, server):
     """The class in both languages: the plan, a prediction locked before Play and revealed
     after it, and the summary that lists it."""
