@@ -376,6 +376,12 @@ STRINGS: dict[str, dict[str, str]] = {
               "apprentice is one layer over the target's own features, drafting from the most "
               "frequent tokens only, and its step costs a small fraction of the target's. The "
               "table is what the bench measured (1 request running)."},
+    "spec.apprentice_cuda": {
+        "zh": "在 GPU（CUDA）上，int4 孪生并不便宜：它用的 int4/int8 压缩核只在 CPU 上有，所以在 GPU 上"
+              "它以 bf16 副本运行，一步就是目标模型的一步（仍然无损）。GPU 上便宜的学徒是 EAGLE 学徒。",
+        "en": "On a GPU (CUDA) the int4 twin is not cheaper: its packed int4/int8 kernels exist "
+              "only for CPUs, so there it runs as a bf16 copy and one of its steps costs a "
+              "target step (still lossless). On a GPU the cheap apprentice is the EAGLE head."},
     "spec.apprentice_trained": {
         "zh": "EAGLE 学徒：{params:.1f}M 参数 + {vocab} 个 token 的输出头；留出数据上逐 token 与目标一致 "
               "{agree:.0%}（看真实特征）；训练用时 {wall:.1f} 分钟（墙钟），{cpu:.1f} 分钟 CPU。",

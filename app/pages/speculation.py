@@ -186,6 +186,7 @@ def draw_apprentice(bench: dict | None) -> None:
              for r in rows]
     st.dataframe(table, hide_index=True, width="stretch")
     st.caption(recorded(bench))
+    st.caption(t("spec.apprentice_cuda"))
 
 
 def draw_lossless() -> None:
