@@ -63,6 +63,9 @@ class Settings:
             max_num_seqs=self.seats, block_size=self.block_size, num_kv_blocks=self.num_blocks,
             max_model_len=max_model_len, max_num_batched_tokens=MAX_BATCHED_TOKENS,
             enable_prefix_caching=self.prefix_caching and self.kv_layout == "paged",
+            # the class steps one step at a time and waits on the page, not on kernel
+            # launches: CUDA graphs would only add a capture to the first steps
+            cuda_graphs=False,
         )
 
 

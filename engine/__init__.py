@@ -13,7 +13,8 @@ How one `LLMEngine.step()` flows (engine.py):
   Scheduler.schedule      who rides and how many tokens each computes; KV slots; preemption
   ModelRunner.run         the flat batch -> input ids, positions, slot mapping, block tables
                           (runner.py) -> one forward of model/llama.py -> logits (and, for
-                          the EAGLE head, every token's hidden state: spec/decoder.observe)
+                          the EAGLE head, every token's hidden state: spec/decoder.observe);
+                          a decode-only step may replay a CUDA graph instead (graphs.py)
   LLMEngine._sample       sampler.py (one token) or spec/decoder.verify (accepted drafts)
   Scheduler.update_from_output   the one place a request advances: computed tokens, new
                           tokens up to a stop (detokenizer.py), KV kept or rolled back, finish

@@ -93,6 +93,10 @@ class EngineConfig:
     pack_weights: bool = True  # CPU + bf16: reorder linear weights once, for AMX or oneDNN
     cpu_kernels: bool = True  # CPU: norms, rotary, SwiGLU, KV writes as C++ kernels if they build
     gpu_memory_utilization: float = 0.5  # CUDA: the most of the free memory the KV pool may take
+    # decode-only steps replay a captured CUDA graph (engine/graphs.py; vLLM's enforce_eager,
+    # inverted). None = on for CUDA, off elsewhere; True on a CPU runs the same path with a
+    # stand-in that calls the forward again (for tests: no speedup)
+    cuda_graphs: bool | None = None
     seed: int = 0  # default seed for requests that give none
     extra: dict = field(default_factory=dict)  # free-form notes (e.g. workload name) for reports
 
@@ -117,6 +121,8 @@ class EngineConfig:
             raise ValueError(f"pack_weights must be True or False, got {self.pack_weights!r}")
         if not isinstance(self.cpu_kernels, bool):
             raise ValueError(f"cpu_kernels must be True or False, got {self.cpu_kernels!r}")
+        if self.cuda_graphs is not None and not isinstance(self.cuda_graphs, bool):
+            raise ValueError(f"cuda_graphs must be None, True or False, got {self.cuda_graphs!r}")
         if self.enable_prefix_caching and self.kv_layout != "paged":
             raise ValueError("enable_prefix_caching needs kv_layout='paged'")
         if not (0.0 < self.gpu_memory_utilization <= 1.0):

@@ -16,6 +16,7 @@ import torch
 
 from engine.config import EngineConfig, SamplingParams
 from engine.detokenizer import Detokenizer
+from engine.graphs import DecodeGraphs
 from engine.kv import ContiguousAllocator, KVPool, PagedAllocator
 from engine.metrics import RunMetrics, tpot, ttft
 from engine.model.attention import get_backend
@@ -75,14 +76,25 @@ class LLMEngine:
                 f"num_kv_blocks={num_blocks} is too small: one request of max_model_len="
                 f"{cfg.max_model_len} needs {cfg.blocks_per_seq} blocks of block_size="
                 f"{cfg.block_size}")
-        self.pool = KVPool(mcfg.num_layers, num_blocks, cfg.block_size, mcfg.num_kv_heads,
-                           mcfg.head_dim, self.dtype, self.device)
+        # CUDA graphs for decode steps (engine/graphs.py): on for CUDA unless switched off
+        self.uses_graphs = (cfg.cuda_graphs if cfg.cuda_graphs is not None
+                            else self.device.type == "cuda")
+        # with graphs the pool has one more block, which no request owns: padding rows write there
+        self.pool = KVPool(mcfg.num_layers, num_blocks + self.uses_graphs, cfg.block_size,
+                           mcfg.num_kv_heads, mcfg.head_dim, self.dtype, self.device)
         if cfg.kv_layout == "paged":
             self.allocator = PagedAllocator(num_blocks, cfg.block_size, cfg.enable_prefix_caching)
         else:
             self.allocator = ContiguousAllocator(num_blocks, cfg.block_size, cfg.max_model_len)
         self.scheduler = Scheduler(cfg, self.allocator, self.eos_ids)
-        self.runner = ModelRunner(self.model, self.pool, self.allocator, self.backend, self.device)
+        graphs = None
+        if self.uses_graphs:
+            graphs = DecodeGraphs(self.model, self.pool, self.backend, self.device,
+                                  cfg.block_size, cfg.max_num_seqs,
+                                  max_blocks=-(-(cfg.max_model_len + k) // cfg.block_size),
+                                  dummy_block=num_blocks)
+        self.runner = ModelRunner(self.model, self.pool, self.allocator, self.backend,
+                                  self.device, graphs)
         self.spec_decoder = None
         if cfg.spec is not None:
             from engine.spec.decoder import SpecDecoder
@@ -282,4 +294,5 @@ class LLMEngine:
     def describe(self) -> str:
         return (f"{self.config.model} on {self.device.type} ({str(self.dtype).removeprefix('torch.')}"
                 f", attention: {self.backend_name}, weights: {self.model.layout}"
-                f"{', C++ layer ops' if self.uses_cpu_kernels else ''})")
+                f"{', C++ layer ops' if self.uses_cpu_kernels else ''}"
+                f"{', CUDA graphs' if self.uses_graphs else ''})")

@@ -12,17 +12,21 @@ their own model, KV pool and allocator: `run` takes the scheduler's batch, `forw
 With `keep_hidden` (the EAGLE draft head, engine/spec/eagle.py, reads the target's features)
 the result also carries the final hidden state of every computed token and where each
 request's tokens sit in it.
+
+A step's integers (token ids, positions, logit rows, slot mapping, context lengths, block
+tables) are laid out in one host buffer and cross to the device in one copy (`build_step`;
+pinned on CUDA). With `graphs` (engine/graphs.py, the `cuda_graphs` switch) a decode-only step
+replays a captured graph instead of launching the forward's kernels one by one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from engine.kv.allocator import BlockAllocator
-from engine.model.attention import build_metadata
+from engine.model.attention import Staging, build_step
 from engine.scheduler import ScheduledRequest
 
 
@@ -49,9 +53,11 @@ class Chunk:
 
 
 class ModelRunner:
-    def __init__(self, model, pool, allocator: BlockAllocator, backend, device):
+    def __init__(self, model, pool, allocator: BlockAllocator, backend, device, graphs=None):
         self.model, self.pool, self.allocator = model, pool, allocator
         self.backend, self.device = backend, device
+        self.graphs = graphs  # engine/graphs.py DecodeGraphs: decode-only steps, or None
+        self.staging = Staging(device)  # the step's one host buffer (pinned on CUDA)
         self.keep_hidden = False  # keep the last forward's hidden states (self.hidden)
         self.hidden: torch.Tensor | None = None
 
@@ -102,15 +108,16 @@ class ModelRunner:
             seq_lens.append(end)
             tables.append(c.seq.block_table)
             logit_index.extend(range(first_row + n - c.num_logits, first_row + n))
-        meta = build_metadata(query_lens, seq_lens, tables, slots, self.allocator.block_size,
-                              self.device)
-        # token ids, positions and the logit rows cross to the device in one copy
-        n = len(input_ids)
-        host = np.empty(2 * n + len(logit_index), np.int64)
-        host[:n], host[n:2 * n], host[2 * n:] = input_ids, positions, logit_index
-        ints = torch.from_numpy(host).to(self.device)
-        ids, pos, idx = ints[:n], ints[n:2 * n], ints[2 * n:]
-        hidden = self.model.forward(ids, pos, meta, self.pool.layers, self.backend)
+        if self.graphs is not None and self.graphs.fits(query_lens, tables):
+            hidden, idx = self.graphs.forward(input_ids, positions, slots, tables, logit_index)
+            if self.keep_hidden:  # the graph's output buffer is overwritten by the next replay
+                hidden = hidden.clone()
+        else:
+            # token ids, positions and logit rows travel in the metadata's one copy
+            meta, (ids, pos, idx) = build_step(
+                query_lens, seq_lens, tables, slots, self.allocator.block_size, self.device,
+                (input_ids, positions, logit_index), self.staging)
+            hidden = self.model.forward(ids, pos, meta, self.pool.layers, self.backend)
         self.hidden = hidden if self.keep_hidden else None
         if not logit_index:
             return torch.empty(0, 0, device=self.device)

@@ -10,7 +10,9 @@
                      parts by `benchmarks.phases.StepPhases`
   * cuda_graphs      one decode step's forward replayed from a CUDA graph against eager (the
                      launch overhead graphs remove, as nano-vllm's capture_cudagraph does), and
-                     the engine's own switch when EngineConfig has one
+                     the engine's own switch (EngineConfig.cuda_graphs, engine/graphs.py): greedy
+                     tokens with graphs on equal those with graphs off, and decode tok/s on and
+                     off at a few batch sizes (on the CPU dry run "on" is the replay stand-in)
 
 Every engine gets an explicit `num_kv_blocks` for its requests: on CUDA the default pool takes a
 share of the free memory. `save_tiny_llama` makes the random model the CPU dry run uses.
@@ -101,8 +103,8 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
                 None if len(a) == len(b) else min(len(a), len(b)))
 
 
-def _generate(c, prompts, max_tokens: int, **cfg) -> list[list[int]]:
-    eng = _engine(engine_config(c, max_num_seqs=len(prompts), **cfg))
+def _generate(c, prompts, max_tokens: int, seats: int | None = None, **cfg) -> list[list[int]]:
+    eng = _engine(engine_config(c, max_num_seqs=seats or len(prompts), **cfg))
     outs = eng.generate(prompts, SamplingParams(max_tokens=max_tokens, temperature=0.0,
                                                 ignore_eos=True))
     held = eng.allocator.num_blocks - eng.allocator.num_free_blocks
@@ -318,18 +320,31 @@ def cuda_graphs(c) -> dict:
     else:
         from benchmarks.bench import decode_rate
 
+        prompts = prompt_ids(c, 3)  # 3 running in 8 seats: the size-4 graph, one padding row
+        toks = {on: _generate(c, prompts, c.sizes.hf_tokens, seats=8, dtype="float32",
+                              **{flag: on if flag == "cuda_graphs" else not on})
+                for on in (True, False)}
+        div = [first_divergence(a, b) for a, b in zip(toks[True], toks[False])]
+        res["tokens_equal"] = all(d is None for d in div)
+        res["first_divergence"] = div
+        res["ok"] = res["ok"] and res["tokens_equal"]
+        print(f"   engine greedy tokens, graphs on vs off (fp32): equal {res['tokens_equal']} "
+              f"{div}", flush=True)
         res["engine"] = []
         for batch in c.sizes.graph_batches:
-            rates = {}
+            rates, replays = {}, None
             for on in (True, False):
                 value = on if flag == "cuda_graphs" else not on
                 eng = _engine(engine_config(c, max_num_seqs=batch, dtype=_dtype(c),
                                             **{flag: value}))
                 rates["graphs_on" if on else "graphs_off"] = round(
                     decode_rate(eng, batch, steps=8 if c.dry else 32, windows=2), 1)
+                if on and getattr(eng.runner, "graphs", None) is not None:
+                    replays = dict(eng.runner.graphs.replays)  # padded size -> steps replayed
                 del eng
                 _free(c)
             rates["gain"] = round(rates["graphs_on"] / rates["graphs_off"], 2)
-            res["engine"].append({"running": batch, "decode_tok_per_s": rates})
-            print(f"   engine decode, {batch} running: {rates}", flush=True)
+            res["engine"].append({"running": batch, "decode_tok_per_s": rates,
+                                  "graph_replays": replays})
+            print(f"   engine decode, {batch} running: {rates}, replays {replays}", flush=True)
     return res

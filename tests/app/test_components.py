@@ -358,6 +358,7 @@ def test_settings_map_onto_the_engine_config():
         "static", "contiguous", "ngram", 3)
     assert cfg.enable_prefix_caching is False, "prefix caching is for the paged layout only"
     assert Settings().engine_config(256).spec is None
+    assert cfg.cuda_graphs is False, "the class's stepping gains nothing from CUDA graphs"
 
 
 def test_a_session_keeps_only_the_most_recently_drawn_runs(monkeypatch):

@@ -1,7 +1,8 @@
 """Attention backends behind one interface, chosen by name (mini-sglang's attention package).
 
-  base.py           `AttentionMetadata` + `build_metadata` (the step's slot mapping and block
-                    tables as tensors) and `AttentionBackend` (store_kv, forward)
+  base.py           `AttentionMetadata` + `build_metadata` / `build_step` (the step's slot
+                    mapping and block tables as tensors, in one host buffer and one copy) and
+                    `AttentionBackend` (store_kv, forward)
   torch_backend.py  "torch": gather through the block tables + SDPA; the reference
   ../cpu/attention.py   "cpu": the torch backend with the C++ paged-attention kernel
   kernels/backend.py    "triton": the Triton kernels (CUDA, or the interpreter in tests)
@@ -14,7 +15,13 @@ from __future__ import annotations
 
 import importlib
 
-from engine.model.attention.base import AttentionBackend, AttentionMetadata, build_metadata
+from engine.model.attention.base import (
+    AttentionBackend,
+    AttentionMetadata,
+    Staging,
+    build_metadata,
+    build_step,
+)
 from engine.model.attention.torch_backend import TorchAttention
 
 # name -> (module, class)
@@ -42,5 +49,5 @@ def get_backend(name: str) -> AttentionBackend:
     return backend
 
 
-__all__ = ["AttentionBackend", "AttentionMetadata", "BACKENDS", "TorchAttention",
-           "build_metadata", "get_backend", "register_backend"]
+__all__ = ["AttentionBackend", "AttentionMetadata", "BACKENDS", "Staging", "TorchAttention",
+           "build_metadata", "build_step", "get_backend", "register_backend"]

@@ -57,6 +57,53 @@ class AttentionMetadata:
         return all(q == 1 for q in self.query_lens)
 
 
+class Staging:
+    """The host buffer a step's integers are laid out in before their one copy to the device.
+
+    On CUDA it is pinned and reused, so the copy is asynchronous; before it is filled again we
+    wait for the previous copy out of it (an event, normally long finished). On a CPU every step
+    gets a fresh array, which the "device" tensors then simply share."""
+
+    def __init__(self, device: torch.device | str = "cpu"):
+        self.device = torch.device(device)
+        self._pinned: torch.Tensor | None = None
+        self._copied = None  # CUDA event recorded after the last copy out of _pinned
+        self._host: np.ndarray | None = None
+
+    def host(self, n: int) -> np.ndarray:
+        """A zeroed int32 array of n to fill (valid until the next call)."""
+        if self.device.type != "cuda":
+            self._host = np.zeros(n, np.int32)
+            return self._host
+        if self._copied is not None:
+            self._copied.synchronize()
+        if self._pinned is None or self._pinned.numel() < n:
+            self._pinned = torch.empty(max(n, 1024), dtype=torch.int32, pin_memory=True)
+        self._host = self._pinned[:n].numpy()
+        self._host.fill(0)
+        return self._host
+
+    def send(self, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The last `host` array on the device, in one copy (into `out` when given)."""
+        src = torch.from_numpy(self._host)
+        if self.device.type != "cuda":
+            return src if out is None else out.copy_(src)
+        out = torch.empty(src.shape, dtype=src.dtype, device=self.device) if out is None else out
+        out.copy_(src, non_blocking=True)
+        self._copied = torch.cuda.Event()
+        self._copied.record()
+        return out
+
+
+def fill_tables(dst: np.ndarray, block_tables: list[list[int]]) -> None:
+    """Each row's blocks, left-aligned, into dst [len(block_tables), max_blocks] (already
+    zeroed): the True cells of the mask, in row-major order, are exactly the concatenated
+    tables, so this is one array operation, not one per request."""
+    lens = np.fromiter(map(len, block_tables), np.int64, len(block_tables))
+    dst[np.arange(dst.shape[1]) < lens[:, None]] = np.fromiter(
+        itertools.chain.from_iterable(block_tables), np.int32, int(lens.sum()))
+
+
 def build_metadata(
     query_lens: list[int],
     seq_lens: list[int],
@@ -65,39 +112,62 @@ def build_metadata(
     block_size: int,
     device: torch.device | str = "cpu",
 ) -> AttentionMetadata:
-    """Host lists -> device tensors. block_tables may be ragged; they are padded with 0.
+    """Host lists -> device tensors. block_tables may be ragged; they are padded with 0."""
+    return build_step(query_lens, seq_lens, block_tables, slot_mapping, block_size, device)[0]
 
-    The integers are laid out in numpy arrays and cross to the device as two tensors (the
-    int32 ones share one buffer), so the host cost is a few array operations per step, not a
-    tensor per request."""
+
+def build_step(
+    query_lens: list[int],
+    seq_lens: list[int],
+    block_tables: list[list[int]],
+    slot_mapping: list[int],
+    block_size: int,
+    device: torch.device | str = "cpu",
+    int64_arrays: tuple = (),
+    staging: Staging | None = None,
+) -> tuple[AttentionMetadata, list[torch.Tensor]]:
+    """`build_metadata`, plus the step's other integer arrays (the runner's token ids,
+    positions and logit rows) as int64 device tensors, all in ONE host buffer and one copy.
+
+    The buffer is int32: first the int64 arrays as pairs of int32 (slot_mapping, the
+    int64_arrays, the stored rows when some slot is -1), then query_start_loc (n + 1), seq_lens
+    (n) and the block tables (n x max_blocks). On the device the first part is viewed as int64
+    again, so the host cost is a few array operations per step and one transfer."""
     n = len(query_lens)
     assert n == len(seq_lens) == len(block_tables)
-    table_lens = np.fromiter(map(len, block_tables), np.int64, n)  # [num_seqs]
-    max_blocks = max(int(table_lens.max()) if n else 0, 1)
-    # one int32 buffer: [query_start_loc (n + 1) | seq_lens (n) | block_tables (n * max_blocks)]
-    ints = np.zeros(2 * n + 1 + n * max_blocks, np.int32)
+    slots = np.asarray(slot_mapping, dtype=np.int64).reshape(-1)  # [num_tokens]
+    longs = [slots, *(np.asarray(a, dtype=np.int64).reshape(-1) for a in int64_arrays)]
+    has_skips = bool(slots.size and slots.min() < 0)
+    if has_skips:  # idle static rows: the rows that do store, known here rather than per layer
+        longs.append(np.flatnonzero(slots >= 0))
+    n64 = sum(a.size for a in longs)
+    max_blocks = max(max(map(len, block_tables), default=0), 1)
+    host = (staging or Staging()).host(2 * n64 + 2 * n + 1 + n * max_blocks)
+    wide, ints = host[:2 * n64].view(np.int64), host[2 * n64:]
+    at = 0
+    for a in longs:
+        wide[at:at + a.size] = a
+        at += a.size
     np.cumsum(query_lens, out=ints[1:n + 1])
     ints[n + 1:2 * n + 1] = seq_lens
-    tables = ints[2 * n + 1:].reshape(n, max_blocks)
-    # each row's blocks, left-aligned: the True cells of this mask, in row-major order, are
-    # exactly the concatenated tables
-    tables[np.arange(max_blocks) < table_lens[:, None]] = np.fromiter(
-        itertools.chain.from_iterable(block_tables), np.int32, int(table_lens.sum()))
-    ints_dev = torch.from_numpy(ints).to(device)
-    slots = np.asarray(slot_mapping, dtype=np.int64).reshape(-1)  # [num_tokens]
-    stored_rows = None
-    if slots.size and slots.min() < 0:
-        stored_rows = torch.from_numpy(np.flatnonzero(slots >= 0)).to(device)
-    return AttentionMetadata(
-        slot_mapping=torch.from_numpy(slots).to(device),
-        query_start_loc=ints_dev[:n + 1],
-        seq_lens=ints_dev[n + 1:2 * n + 1],
-        block_tables=ints_dev[2 * n + 1:].view(n, max_blocks),
+    fill_tables(ints[2 * n + 1:].reshape(n, max_blocks), block_tables)
+    dev = staging.send() if staging is not None else torch.from_numpy(host).to(device)
+    dev64, dev32 = dev[:2 * n64].view(torch.int64), dev[2 * n64:]
+    parts, at = [], 0
+    for a in longs:
+        parts.append(dev64[at:at + a.size])
+        at += a.size
+    meta = AttentionMetadata(
+        slot_mapping=parts[0],
+        query_start_loc=dev32[:n + 1],
+        seq_lens=dev32[n + 1:2 * n + 1],
+        block_tables=dev32[2 * n + 1:].view(n, max_blocks),
         block_size=block_size,
         query_lens=list(query_lens),
         seq_lens_host=list(seq_lens),
-        stored_rows=stored_rows,
+        stored_rows=parts[-1] if has_skips else None,
     )
+    return meta, parts[1:len(parts) - has_skips]
 
 
 class AttentionBackend(ABC):
