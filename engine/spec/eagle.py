@@ -40,7 +40,9 @@ The layer: RMSNorm -> attention (GQA, RoPE, its own one-layer paged KV cache) ->
 SwiGLU, the target's layer shape, initialized from the target's last layer; an input
 projection fc: [f_j ; embed(token_{j+1})] (2 x 576) -> 576 before it and an RMSNorm after it.
 Training (`train_draft.py`): self-distillation, smooth-L1 on the predicted feature plus
-cross-entropy against the target's own greedy token, over the reduced vocabulary.
+cross-entropy against the target's own greedy token, over the reduced vocabulary, for the
+first draft step (the target's true feature) and, unrolled (`unrolled_forward`, EAGLE-3's
+training-time test), for the next ones (the head's own predicted feature).
 
 How it runs in the engine (`EagleProposer`): the target's verification forward hands every
 computed token's feature to the proposer (`observe`); at the next `propose` the head catches

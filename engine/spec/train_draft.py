@@ -5,17 +5,22 @@ and FR-Spec, Zhao et al. 2025, arXiv:2502.14856; see `engine/spec/eagle.py`):
 
 1. generate: the target answers the project's training prompts (`engine/spec/data/
    train_prompts.jsonl`, disjoint from the benchmark's `grounded` and `open` prompts),
-   greedy, in batches, with the engine itself;
+   greedy, in batches, with the engine itself; and once more sampled (`--samples`, at
+   temperature 0.8, seeded): more text in the target's own style, still labelled with its
+   greedy next token (step 2), as data is what this head lacks most;
 2. features: one target forward over each whole sequence (prompt + answer) gives its
    final-normed hidden state at every position, the features the head reads and predicts;
 3. vocabulary: the `--vocab` tokens that appear most often in those sequences (FR-Spec);
 4. train: the head predicts f_{j+1} from (f_j, embed(token_{j+1})), loss = smooth-L1 on the
    feature + cross-entropy against the target's greedy token after j + 1 (over the reduced
-   vocabulary), AdamW with a cosine schedule, seeded; a little noise on
-   the input features so the head tolerates its own imperfect predictions when it drafts
-   several tokens in a row (EAGLE's data augmentation);
+   vocabulary), AdamW with a cosine schedule, seeded; a little noise on the input features
+   (EAGLE's data augmentation), and the training-time test (`--depth`, EAGLE-3): each
+   position is also unrolled a further draft step on the head's OWN predicted feature, with
+   the attention the drafting chain has (`eagle.unrolled_forward`), because from the second
+   drafted token on that is what the head reads;
 5. write the weights (safetensors) to the ServeLab cache (`eagle.head_path()`), with the
-   held-out top-1 agreement in the file's metadata.
+   held-out agreement per draft position in the file's metadata (`held_out_chain`: the
+   fraction of answer positions where the first 1, 2, 3, 4 drafts are all right).
 
 Everything is seeded (`--seed`): the same command on the same machine writes the same head.
 About 15 minutes on 2 CPU cores; `--quick` trains a small one in a minute or two.
@@ -37,7 +42,9 @@ import torch
 import torch.nn.functional as F
 
 DATA = Path(__file__).parent / "data" / "train_prompts.jsonl"
-DEPTH = 3  # draft steps trained per position (the training-time test)
+DEPTH = 2  # draft steps trained per position (the training-time test)
+SAMPLES = 1  # sampled answers per prompt besides the greedy one
+TEMPERATURE = 0.8
 
 
 def load_prompts(path: Path = DATA) -> list[dict]:
@@ -56,12 +63,19 @@ def chat(user: str) -> str:
     return f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
 
 
-def generate(engine, items: list[dict], progress) -> list[list[int]]:
-    """Greedy answers of the target: token ids of prompt + answer, in item order."""
+def generate(engine, items: list[dict], progress, temperature: float = 0.0, seed: int = 0,
+             ) -> list[list[int]]:
+    """The target's answers (greedy, or sampled at `temperature` with per-item seeds): token
+    ids of prompt + answer, in item order."""
     from engine.config import SamplingParams
 
-    rids = [engine.add_request(chat(it["prompt"]), SamplingParams(max_tokens=it["max_tokens"]))
-            for it in items]
+    def params(i: int, it: dict) -> SamplingParams:
+        if not temperature:
+            return SamplingParams(max_tokens=it["max_tokens"])
+        return SamplingParams(max_tokens=it["max_tokens"], temperature=temperature,
+                              seed=seed * 100003 + i)
+
+    rids = [engine.add_request(chat(it["prompt"]), params(i, it)) for i, it in enumerate(items)]
     done = 0
     while engine.has_unfinished():
         report = engine.step()
@@ -150,7 +164,7 @@ def batches(lengths: list[int], max_tokens: int, rng: random.Random) -> list[lis
 def train(target, seqs: list[list[int]], feats: list[torch.Tensor], labels: list[torch.Tensor],
           vocab: torch.Tensor, steps: int, seed: int = 0, lr: float = 2e-3,
           batch_tokens: int = 2048, noise: float = 0.05, reg_weight: float = 1.0,
-          depth: int = 1, decay: float = 0.8, soft: bool = True, progress=None,
+          depth: int = 1, decay: float = 0.8, soft: bool = False, progress=None,
           ) -> dict[str, torch.Tensor]:
     """Train a head on sequences, their target features [T, H] and the target's greedy next
     token at each position [T] (`features`); returns its fp32 weights (with "vocab").
@@ -296,8 +310,12 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"draft steps trained per position ({DEPTH}): 1 = the target's true "
                          "features only; more also trains steps 2.. on the head's own "
                          "predicted features (the training-time test; cost grows with it)")
-    ap.add_argument("--hard", action="store_true",
-                    help="cross-entropy on the target's greedy token instead of its softmax")
+    ap.add_argument("--soft", action="store_true",
+                    help="cross-entropy on the target's softmax instead of its greedy token")
+    ap.add_argument("--samples", type=int, default=SAMPLES,
+                    help=f"sampled answers per prompt besides the greedy one ({SAMPLES}; "
+                         f"temperature {TEMPERATURE}): more text for the head to read, always "
+                         "labelled with the target's greedy next token")
     ap.add_argument("--out", help="where to write the head (default: the ServeLab cache)")
     ap.add_argument("--quick", action="store_true", help="a small head in a minute or two")
     ap.add_argument("--regenerate", action="store_true",
@@ -329,40 +347,47 @@ def main(argv: list[str] | None = None) -> int:
                                     max_num_batched_tokens=max(2048, seats), seed=args.seed))
     # the target's answers and features depend only on the prompts: kept beside the head, so
     # a second training run (another seed, more steps) skips steps 1 and 2
-    data_key = json.dumps([args.model, engine.describe(), items], sort_keys=True)
+    data_key = json.dumps([args.model, engine.describe(), items]
+                          + ([args.samples, TEMPERATURE, args.seed] if args.samples else []),
+                          sort_keys=True)
     data_file = head_path(args.model).parent / (
         "train-data-" + hashlib.sha256(data_key.encode()).hexdigest()[:16] + ".pt")
     if data_file.is_file() and not args.regenerate:
         seqs, prompt_lens, feats, labels = torch.load(data_file)
         print(f"reusing the target's answers and features from {data_file}")
     else:
-        with tqdm(total=len(items), desc="1/3 target answers", unit="answer") as bar:
+        with tqdm(total=len(items) * (1 + args.samples), desc="1/3 target answers",
+                  unit="answer") as bar:
             seqs = generate(engine, items, bar.update)
-        prompt_lens = [len(engine.requests[f"r{i}"].prompt_token_ids)
-                       for i in range(len(items))]
+            prompt_lens = [len(engine.requests[f"r{i}"].prompt_token_ids)
+                           for i in range(len(items))]
+            for r in range(args.samples):  # sequence i + (r + 1) * len(items): item i again
+                seqs += generate(engine, items, bar.update, TEMPERATURE, args.seed + r + 1)
+                prompt_lens += prompt_lens[:len(items)]
         with tqdm(total=len(seqs), desc="2/3 target features", unit="seq") as bar:
             feats, labels = features(engine, seqs, bar.update)
         data_file.parent.mkdir(parents=True, exist_ok=True)
         torch.save((seqs, prompt_lens, feats, labels), data_file)
     vocab = choose_vocab(seqs, vocab_size, engine.model_config.vocab_size)
     # hold out every 10th sequence to report agreement on answers the head never saw
-    held = [i for i in range(len(seqs)) if i % 10 == 9]
-    fit = [i for i in range(len(seqs)) if i % 10 != 9]
+    # (greedy answers only; a held-out prompt's sampled answers are not trained on either)
+    held = [i for i in range(len(items)) if i % 10 == 9]
+    fit = [i for i in range(len(seqs)) if i % len(items) % 10 != 9]
     with tqdm(total=args.steps, desc="3/3 training the head", unit="step") as bar:
         def tick(n, post):
             bar.update(n)
             bar.set_postfix(post)
         weights = train(engine.model, [seqs[i] for i in fit], [feats[i] for i in fit],
                         [labels[i] for i in fit], vocab, args.steps, args.seed, args.lr,
-                        args.batch_tokens, depth=args.depth, soft=not args.hard,
+                        args.batch_tokens, depth=args.depth, soft=args.soft,
                         progress=tick)
     chain = agreement(engine.model, weights, [seqs[i] for i in held], [feats[i] for i in held],
                       [prompt_lens[i] for i in held])
-    answer_tokens = [t for s, p in zip(seqs, prompt_lens) for t in s[p:]]
+    answer_tokens = [t for s, p in zip(seqs[:len(items)], prompt_lens) for t in s[p:]]
     coverage = sum(t in set(vocab.tolist()) for t in answer_tokens) / max(len(answer_tokens), 1)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     meta = {"model": args.model, "seed": args.seed, "steps": args.steps, "vocab": vocab_size,
-            "depth": args.depth, "soft": not args.hard,
+            "depth": args.depth, "soft": args.soft, "samples": args.samples,
             "prompts": len(items), "train_tokens": sum(len(seqs[i]) for i in fit),
             "held_out_agreement": round(chain[0], 4),
             "held_out_chain": " ".join(f"{c:.4f}" for c in chain), "vocab_coverage": round(coverage, 4),
