@@ -8,6 +8,8 @@ the draft is, so no test waits for the 15-minute training.
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -125,6 +127,105 @@ def test_engine_head_forward_equals_the_training_forward(target):
     assert torch.allclose(logits, got[-1:] @ target.plain_lm_head[:512].T, atol=1e-4)
 
 
+def test_unrolled_forward_is_the_drafting_chain(target):
+    """Block r of the training-time test equals the head run as propose runs it: the
+    target's features through position j into the paged KV, then r steps each reading the
+    head's own previous prediction. Block 0 is train_forward."""
+    from engine.kv import KVPool, PagedAllocator
+    from engine.model.attention import build_metadata, get_backend
+
+    torch.manual_seed(1)
+    w = eagle.init_weights(target, torch.arange(512), seed=5)
+    w["fc"][:, 576:] = torch.randn(576, 576) * 0.05
+    W = {k: w[k] for k in eagle.WEIGHT_NAMES}
+    head = eagle.EagleHead(target, w)
+    cfg, n, depth, bs = target.cfg, 9, 3, 4
+    feats = torch.randn(n, cfg.hidden_size)
+    toks = torch.randint(0, 5000, (n + depth,))
+    cos, sin = eagle.rope_tables(cfg, n + depth)
+    blocks = eagle.unrolled_forward(W, cfg, feats[None],
+                                    [target.embed[toks[1 + r:1 + r + n]][None]
+                                     for r in range(depth)], cos, sin)
+    ref = eagle.train_forward(W, cfg, feats[None], target.embed[toks[1:n + 1]][None],
+                              cos[:n], sin[:n])
+    assert torch.allclose(blocks[0], ref, atol=1e-5)
+    backend = get_backend("torch")
+    for j in (0, 4, n - 1):
+        pool = KVPool(1, 8, bs, cfg.num_kv_heads, cfg.head_dim, torch.float32,
+                      torch.device("cpu"))
+        alloc = PagedAllocator(8, bs)
+        seq = eagle.HeadSeq("t")
+        assert alloc.ensure_slots(seq, j + depth)
+
+        def run(start, f, ids):
+            stop = start + len(ids)
+            slots = [seq.block_table[p // bs] * bs + p % bs for p in range(start, stop)]
+            meta = build_metadata([stop - start], [stop], [seq.block_table], slots, bs, "cpu")
+            return head.forward(f, torch.tensor(ids), torch.arange(start, stop), meta,
+                                pool.layers[0], backend)[-1:]
+
+        h = run(0, feats[:j + 1], toks[1:j + 2].tolist())  # true features 0..j
+        for r in range(depth):
+            assert torch.allclose(h[0], blocks[r][0, j], atol=2e-4), (j, r)
+            if r + 1 < depth:  # the next step reads its own prediction at position j + r + 1
+                h = run(j + r + 1, h, [int(toks[j + r + 2])])
+
+
+@pytest.mark.slow
+def test_engine_drafts_are_the_training_forwards_argmax(target):
+    """Every chain the engine drafts (EagleProposer.propose over the target's features as the
+    verification forwards hand them over) is the argmax chain of the training-time forward
+    (`unrolled_forward`) on the target's features of the same tokens: same feature (final
+    normed, the right position), same token offset, the head's own feature for steps 2..k.
+    An off-by-one anywhere between training and drafting would make them disagree."""
+    from engine.config import EngineConfig, SamplingParams, SpecConfig
+    from engine.engine import LLMEngine
+    from engine.spec.train_draft import features
+
+    w = eagle.init_weights(target, torch.arange(2048), seed=2)
+    w["fc"][:, 576:] = torch.randn(576, 576, generator=torch.Generator().manual_seed(2)) * 0.05
+    path = Path(tempfile.mkdtemp()) / "eagle-test.safetensors"
+    eagle.save_weights(w, path)
+    k = 3
+    eng = LLMEngine(EngineConfig(dtype="float32", max_num_seqs=2,
+                                 spec=SpecConfig("eagle", k, draft_model=str(path))))
+    prop = eng.spec_decoder.draft
+    log, propose = [], prop.propose
+
+    def spy(reqs, ks):
+        out = propose(reqs, ks)
+        log.extend((r.request_id, list(r.all_token_ids), list(p.token_ids))
+                   for r, p in zip(reqs, out))
+        return out
+
+    prop.propose = spy
+    rids = [eng.add_request(chat(p), SamplingParams(max_tokens=12, ignore_eos=True))
+            for p in ("Name three colours.", "Write the word cat twice.")]
+    while eng.has_unfinished():
+        eng.step()
+    W = {n: w[n] for n in eagle.WEIGHT_NAMES}
+    readout = target.plain_lm_head[w["vocab"]]
+    same = total = 0
+    for rid in rids:
+        o = eng.output(rid)
+        full = list(o.prompt_token_ids) + list(o.token_ids)
+        (f,), _ = features(eng, [full], lambda n: None)
+        for r_id, ctx, drafted in log:
+            if r_id != rid or not drafted:
+                continue
+            m = len(ctx)  # features of positions 0..m - 2 are known; row m - 2 drafts
+            assert full[:m] == ctx
+            toks = torch.tensor(ctx + drafted + [0] * k)
+            cos, sin = eagle.rope_tables(target.cfg, m + k)
+            blocks = eagle.unrolled_forward(
+                W, target.cfg, f[:m - 1].float()[None],
+                [target.embed[toks[1 + r:m + r]][None] for r in range(len(drafted))], cos, sin)
+            want = [int(w["vocab"][(b[0, -1] @ readout.T).argmax()]) for b in blocks]
+            same += sum(a == b for a, b in zip(want, drafted))
+            total += len(drafted)
+    assert total >= 10 and same >= 0.95 * total, (same, total)
+
+
 def test_training_is_seeded_and_lowers_the_loss(target):
     """Two runs with one seed give the same weights; a few steps already fit a tiny set."""
     from engine.spec.train_draft import train
@@ -135,9 +236,9 @@ def test_training_is_seeded_and_lowers_the_loss(target):
     labels = [torch.tensor(s[1:] + [0]) for s in seqs]  # "the next token" as the target's
     vocab = choose_vocab(seqs, 256, 49152)
     losses: list[float] = []
-    a = train(target, seqs, feats, labels, vocab, steps=4, seed=7, batch_tokens=128,
-              progress=lambda n, post: losses.append(float(post["ce"])))
-    b = train(target, seqs, feats, labels, vocab, steps=4, seed=7, batch_tokens=128)
+    a = train(target, seqs, feats, labels, vocab, steps=4, seed=7, batch_tokens=128, depth=2,
+              progress=lambda n, post: losses.append(float(post["ce"].split("/")[0])))
+    b = train(target, seqs, feats, labels, vocab, steps=4, seed=7, batch_tokens=128, depth=2)
     for name in eagle.WEIGHT_NAMES:
         assert torch.equal(a[name], b[name]), f"{name} differs between two seeded runs"
     assert torch.equal(a["vocab"], vocab)

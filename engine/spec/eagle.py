@@ -40,7 +40,9 @@ The layer: RMSNorm -> attention (GQA, RoPE, its own one-layer paged KV cache) ->
 SwiGLU, the target's layer shape, initialized from the target's last layer; an input
 projection fc: [f_j ; embed(token_{j+1})] (2 x 576) -> 576 before it and an RMSNorm after it.
 Training (`train_draft.py`): self-distillation, smooth-L1 on the predicted feature plus
-cross-entropy against the target's own greedy token, over the reduced vocabulary.
+cross-entropy against the target's own greedy token, over the reduced vocabulary, for the
+first draft step (the target's true feature) and, unrolled (`unrolled_forward`, EAGLE-3's
+training-time test), for the next ones (the head's own predicted feature).
 
 How it runs in the engine (`EagleProposer`): the target's verification forward hands every
 computed token's feature to the proposer (`observe`); at the next `propose` the head catches
@@ -183,6 +185,58 @@ def train_forward(w: dict[str, Tensor], cfg, feats: Tensor, next_emb: Tensor, co
     gate, up = F.linear(m, w["gate_up"]).chunk(2, dim=-1)
     x = x + F.linear(F.silu(gate) * up, w["down"])
     return F.rms_norm(x, (h,), eps=eps) * w["out_norm"]
+
+
+def unrolled_forward(w: dict[str, Tensor], cfg, feats: Tensor, next_embs: list[Tensor],
+                     cos: Tensor, sin: Tensor) -> list[Tensor]:
+    """The training-time test (EAGLE-3, Li et al. 2025, arXiv:2503.01840; HASS): the head run
+    as `EagleProposer.propose` runs it, `depth = len(next_embs)` draft steps after every
+    position at once.
+
+    feats: [B, T, H] the target's features f_0..f_{T-1}; next_embs[r]: [B, T, H] the
+    embeddings of tokens r + 1 .. r + T; cos, sin: [T + depth, d] -> depth predictions
+    [B, T, H]: block r row j is the (r + 1)-th draft step after the target's feature f_j, so it
+    predicts f_{j+1+r} (and, through the readout, token j + 2 + r). Block 0 is
+    `train_forward`. Block r >= 1 reads block r - 1's prediction (the head's own feature, as
+    when drafting) at position j + r and attends, as the head's paged KV does when drafting,
+    to the target-fed positions 0..j (block 0's keys) and to its own chain (blocks 1..r,
+    row j)."""
+    b, t, h = feats.shape
+    hq, hkv, d, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
+    i = torch.arange(t, device=feats.device)
+    causal = i[:, None] >= i[None, :]
+    diag = i[:, None] == i[None, :]
+    keys: list[Tensor] = []
+    values: list[Tensor] = []
+    outs: list[Tensor] = []
+    f = feats
+    for r, emb in enumerate(next_embs):
+        c, s = cos[r:r + t, None], sin[r:r + t, None]
+        x = F.linear(torch.cat([f, emb], dim=-1), w["fc"])  # [B, T, H]
+        a = F.rms_norm(x, (h,), eps=eps) * w["in_norm"]
+        qkv = F.linear(a, w["qkv"])
+        q = qkv[..., : hq * d].view(b, t, hq, d)
+        k = qkv[..., hq * d: (hq + hkv) * d].view(b, t, hkv, d)
+        v = qkv[..., (hq + hkv) * d:].view(b, t, hkv, d)
+        q, k = _rope(q, c, s), _rope(k, c, s)
+        keys.append(k.transpose(1, 2))
+        values.append(v.transpose(1, 2))
+        q = q.transpose(1, 2)  # [B, heads, T, d]
+        if r == 0:
+            att = F.scaled_dot_product_attention(q, keys[0], values[0], is_causal=True,
+                                                 enable_gqa=True)
+        else:
+            mask = torch.cat([causal] + [diag] * r, dim=1)  # [T, (r + 1) T]
+            att = F.scaled_dot_product_attention(q, torch.cat(keys, dim=2),
+                                                 torch.cat(values, dim=2), attn_mask=mask,
+                                                 enable_gqa=True)
+        x = x + F.linear(att.transpose(1, 2).reshape(b, t, hq * d), w["o"])
+        m = F.rms_norm(x, (h,), eps=eps) * w["post_norm"]
+        gate, up = F.linear(m, w["gate_up"]).chunk(2, dim=-1)
+        x = x + F.linear(F.silu(gate) * up, w["down"])
+        f = F.rms_norm(x, (h,), eps=eps) * w["out_norm"]
+        outs.append(f)
+    return outs
 
 
 # ---------------------------------------------------------------------------------------------
