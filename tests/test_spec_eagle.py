@@ -157,7 +157,7 @@ def test_unrolled_forward_is_the_drafting_chain(target):
         seq = eagle.HeadSeq("t")
         assert alloc.ensure_slots(seq, j + depth)
 
-        def run(start, f, ids):
+        def run(start, f, ids, seq=seq, pool=pool):
             stop = start + len(ids)
             slots = [seq.block_table[p // bs] * bs + p % bs for p in range(start, stop)]
             meta = build_metadata([stop - start], [stop], [seq.block_table], slots, bs, "cpu")
