@@ -17,6 +17,9 @@
 share of each weight format's memory floor for dense bf16 (AMX when the CPU has it, our
 matmul on AVX-512 and AVX2) and weights="gguf" (AVX-512, AVX2, portable), then the long-tail
 workload with 16 requests at once through the dense and GGUF engines; `--json` saves it.
+It starts with where a GGUF step's time goes (`bench_gguf_matmuls`: each kind of matmul against
+its bytes, then the rest of the step); `--weights --matmuls-only` runs only that, and
+`--one-thread` runs it on one thread timed in CPU time (usable on a busy shared machine).
 
 Each figure is the best of several rounds, and the rounds of the two sides alternate, so a
 slow moment of this shared machine hits both. README's Performance section quotes a run.
@@ -165,7 +168,78 @@ def _dense_engine(layout: str, **kw):
     return eng
 
 
-def bench_weights(longtail_seats: int = 16, rounds: int = 2) -> dict:
+def bench_gguf_matmuls(gguf, isas: list[str], bw: float, rounds: int = 5,
+                       one_thread: bool = False) -> list[dict]:
+    """Where a batch-1 GGUF decode step's time goes: every layer's weight of one kind (30 x qkv,
+    o, gate_up, down) and the lm_head through torch.ops.servelab.matmul at one row, per
+    instruction set, against the bytes they read (ms per step, GB/s, share of the floor);
+    then the whole step, whose remainder is everything but the matmuls (attention, norms,
+    rope, the layer loop, Python, sampling). Each kind streams 30 distinct weights, so it
+    reads memory as a step does rather than a cache-resident copy.
+
+    one_thread: torch on one thread, timed by that thread's CPU time (time.thread_time), so
+    that other jobs on a shared machine, which take the core away for a while, do not count
+    (they still share the memory's bandwidth); the wall clock otherwise."""
+    from engine.config import SamplingParams
+
+    clock = time.thread_time if one_thread else time.perf_counter
+    model = gguf.model
+    kinds = {name: [layer[name] for layer in model.layers] for name in model.LINEAR_WEIGHTS}
+    kinds["lm_head"] = [model.lm_head]
+    xs = {k: torch.randn(1, k) for k in {model.cfg.hidden_size, model.cfg.intermediate_size}}
+    k_of = {"down": model.cfg.intermediate_size}
+
+    def timed(fn, reps: int) -> float:
+        t = clock()
+        for _ in range(reps):
+            fn()
+        return (clock() - t) / reps
+
+    def run(ws, x, isa):
+        for w in ws:
+            torch.ops.servelab.matmul(x, w, "auto", isa)
+
+    threads = torch.get_num_threads()
+    print(f"GGUF matmuls at batch 1, one step's worth of each, {threads} thread(s), "
+          f"{'CPU' if one_thread else 'wall'} time (ms; GB/s; floor: read bandwidth)")
+    rows = []
+    for isa in isas:
+        if isa == "portable":
+            continue
+        ways = {name: partial(run, ws, xs[k_of.get(name, model.cfg.hidden_size)], isa)
+                for name, ws in kinds.items()}
+        times = dict.fromkeys(ways, float("inf"))
+        for _ in range(rounds):  # the kinds take turns, the best of the rounds counts
+            for name, fn in ways.items():
+                times[name] = min(times[name], timed(fn, 3))
+        with _isa(isa):
+            gguf.add_request("Count slowly from 1 upwards:",
+                             SamplingParams(max_tokens=4 + 16 * rounds, ignore_eos=True))
+            for _ in range(3):
+                gguf.step()  # the prefill and the first decodes
+            step = min(timed(gguf.step, 16) for _ in range(rounds - 1))
+            while gguf.has_unfinished():
+                gguf.step()
+        total_mm = sum(times.values())
+        cells = []
+        for name, t in times.items():
+            nbytes = sum(w.numel() for w in kinds[name])
+            rows.append({"isa": isa, "kind": name, "ms": t * 1e3, "mb": nbytes / 1e6,
+                         "gb_s": nbytes / t / 1e9, "floor_frac": nbytes / bw / t})
+            cells.append(f"{name} {t * 1e3:.2f} ({nbytes / t / 1e9:4.1f} GB/s, "
+                         f"{nbytes / bw / t:3.0%})")
+        all_bytes = sum(w.numel() for ws in kinds.values() for w in ws)
+        print(f"  {isa:7s} " + "  ".join(cells))
+        print(f"  {isa:7s} matmuls {total_mm * 1e3:.2f} ms ({all_bytes / bw / total_mm:3.0%} of "
+              f"floor)  whole step {step * 1e3:.2f} ms  -> the rest {(step - total_mm) * 1e3:.2f}"
+              " ms")
+        rows.append({"isa": isa, "kind": "step", "threads": threads, "cpu_time": one_thread,
+                     "ms": step * 1e3, "matmul_ms": total_mm * 1e3})
+    return rows
+
+
+def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool = False,
+                  one_thread: bool = False) -> dict:
     from benchmarks.bench import decode_rate, run_engine
     from benchmarks.common import memory_read_bandwidth
     from benchmarks.workloads import get_workload
@@ -175,6 +249,23 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2) -> dict:
 
     isas = library.supported_isas()
     kw = dict(max_num_seqs=longtail_seats, max_model_len=512)
+    if only_matmuls:
+        if one_thread:
+            torch.set_num_threads(1)
+        gguf = LLMEngine(EngineConfig(dtype="bfloat16", weights="gguf", **kw))
+        if one_thread:  # one thread's read bandwidth, in its CPU time, as the matmuls are timed
+            ones = torch.ones(128 * 2**20 // 4)
+            best = float("inf")
+            for _ in range(5):
+                t = time.thread_time()
+                ones.sum()
+                best = min(best, time.thread_time() - t)
+            bw = ones.numel() * 4 / best
+        else:
+            bw = memory_read_bandwidth(torch.device("cpu"))
+        print(f"[{gguf.describe()}] read bandwidth {bw / 1e9:.1f} GB/s")
+        return {"read_bandwidth_gb_s": bw / 1e9,
+                "gguf_matmuls": bench_gguf_matmuls(gguf, isas, bw, one_thread=one_thread)}
     engines = {}
     if library.amx_available():
         engines["dense bf16, AMX kernel"] = (_dense_engine("amx", **kw), None)
@@ -188,6 +279,7 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2) -> dict:
     bw = memory_read_bandwidth(torch.device("cpu"))
     print(f"[{gguf.describe()}] read bandwidth {bw / 1e9:.1f} GB/s; matmul paths here: "
           f"{', '.join(isas)}")
+    breakdown = bench_gguf_matmuls(gguf, isas, bw)
     rates = dict.fromkeys(engines, 0.0)
     for _ in range(rounds):  # the ways take turns, the best of the rounds counts
         for name, (eng, isa) in engines.items():
@@ -216,7 +308,8 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2) -> dict:
         res.update(way=name, wall_s=time.perf_counter() - t)
         longtail.append(res)
         print(f"  {name:32s} {res['output_tok_per_s']:7.1f} output tok/s")
-    return {"read_bandwidth_gb_s": bw / 1e9, "batch1": rows, "longtail": longtail}
+    return {"read_bandwidth_gb_s": bw / 1e9, "gguf_matmuls": breakdown, "batch1": rows,
+            "longtail": longtail}
 
 
 def long_prompts_to_sdpa():
@@ -282,10 +375,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.kernel_bench")
     ap.add_argument("--weights", action="store_true",
                     help="dense bf16 vs GGUF weights on every matmul path (batch 1, long tail)")
+    ap.add_argument("--matmuls-only", action="store_true",
+                    help="with --weights: only the GGUF per-matmul breakdown (quick)")
+    ap.add_argument("--one-thread", action="store_true",
+                    help="with --matmuls-only: one torch thread, timed in its CPU time (for a "
+                    "shared machine)")
     ap.add_argument("--json", help="write the --weights results here")
     args = ap.parse_args(argv)
     if args.weights:
-        write_json(args.json, "cpu", args, **bench_weights())
+        write_json(args.json, "cpu", args, **bench_weights(only_matmuls=args.matmuls_only,
+                                                          one_thread=args.one_thread))
         return 0
     engine = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=16, max_model_len=512))
     print(f"[{engine.describe()}]")

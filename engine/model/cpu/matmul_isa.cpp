@@ -14,8 +14,12 @@
 //   Q8_0  GGUF blocks of 32 weights: fp16 d, 32 int8 q            (34 bytes); w = d * q
 //   Q4_1  GGUF blocks of 32 weights: fp16 d, fp16 m, 16 bytes q  (20 bytes); w = d * q + m,
 //         weight j < 16 in the low nibble of byte j, weight j >= 16 in the high nibble of j - 16
-// A weight is dequantized in registers exactly as gguf-py's numpy code does in fp32 (d * q, then
-// + m: two roundings; no fused multiply-add, -ffp-contract=off), and multiplied with x in fp32.
+// A weight is dequantized in registers to exactly gguf-py's fp32 value (d * q, then + m: two
+// roundings), and multiplied with x in fp32. The vector paths compute d * q + m as one fused
+// multiply-add, which is the same bits: d * q is exact in fp32 (an 11-bit fp16 significand times
+// a 4-bit q, subnormal d included), so its rounding changes nothing and only the sum rounds,
+// once in either form; tests/test_cpu_matmul.py checks every path's weights bitwise against
+// gguf-py, edge scales included. Elsewhere no fused multiply-add (-ffp-contract=off).
 //
 // Batch invariance: y[m, n] is the same bits whatever the other rows and columns of the call.
 // Every (row, column) pair has its own accumulator, which always sees the same sequence of
@@ -86,13 +90,33 @@ inline float half_to_float(uint16_t h) {
 #endif
 }
 
+// The first two fp16 numbers of `count` (at most kScaleRun) blocks `stride` bytes apart, as fp32:
+// out[2 i] and out[2 i + 1] for block i (Q4_1: d and m; Q8_0: d, then two q bytes read as a
+// half, never used). Converted for a run of blocks before the block loop, four blocks per
+// conversion, so that loop broadcasts d and m from memory, which costs it no vector uop (it
+// is bound by them; converting per block cost a third of its time). The four 4-byte loads
+// and two unpacks never read past the last block's first 4 bytes, nor wait on a store.
+constexpr int kScaleRun = 64;
+inline void block_scales(const uint8_t* blk, int64_t stride, int64_t count, float* out) {
 #if SERVELAB_ISA >= 1
-// The block's first two fp16 numbers (Q4_1: d and m; Q8_0: d and two q bytes) as fp32 lanes
-// 0 and 1: one 4-byte load and one conversion for both (the loop is bound by vector uops)
-inline __m128 load_two_halves(const uint8_t* blk) {
-  return _mm_cvtph_ps(_mm_loadu_si32(blk));
-}
+  int64_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+    const uint8_t* p = blk + i * stride;
+    const __m128i a = _mm_unpacklo_epi32(_mm_loadu_si32(p), _mm_loadu_si32(p + stride));
+    const __m128i b = _mm_unpacklo_epi32(_mm_loadu_si32(p + 2 * stride),
+                                         _mm_loadu_si32(p + 3 * stride));
+    _mm256_storeu_ps(out + 2 * i, _mm256_cvtph_ps(_mm_unpacklo_epi64(a, b)));
+  }
+  for (; i < count; ++i)
+    _mm_storel_pi(reinterpret_cast<__m64*>(out + 2 * i),
+                  _mm_cvtph_ps(_mm_loadu_si32(blk + i * stride)));
+#else
+  for (int64_t i = 0; i < count; ++i) {
+    out[2 * i] = half_to_float(load_u16(blk + i * stride));
+    out[2 * i + 1] = half_to_float(load_u16(blk + i * stride + 2));
+  }
 #endif
+}
 
 // The 32 weights of one block as fp32, in order (the portable path and the tests' dequantize).
 template <int FMT>
@@ -117,7 +141,7 @@ inline void dequant_block_scalar(const uint8_t* blk, float* out) {
 #if SERVELAB_ISA == 2
 // ---- AVX-512: a block is two vectors of 16 (weights 0-15, 16-31); one accumulator per pair
 using Vec = __m512;
-constexpr int kLanes = 16, kRowTile = 4, kColTile = 4;
+constexpr int kLanes = 16, kRowTile = 4, kColTile = 4, kDecodeColTile = 4;
 inline Vec vzero() { return _mm512_setzero_ps(); }
 inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
 inline void vstore(float* p, Vec v) { _mm512_storeu_ps(p, v); }
@@ -130,15 +154,16 @@ inline float vsum(Vec v) {  // a fixed tree: 16 -> 8 -> 4 -> 2 -> 1
   b = _mm_add_ss(b, _mm_movehdup_ps(b));
   return _mm_cvtss_f32(b);
 }
+// w[0..1]: weights 0-15, 16-31 of the block at blk; dm: its d and m as fp32 (block_scales)
 template <int FMT>
-inline void load_block(const uint8_t* blk, Vec* w) {  // w[0..1]: weights 0-15, 16-31
+inline void load_block(const uint8_t* blk, const float* dm, Vec* w) {
   if constexpr (FMT == kFormatBf16) {
     const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)blk));
     const __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(blk + 32)));
     w[0] = _mm512_castsi512_ps(_mm512_slli_epi32(lo, 16));
     w[1] = _mm512_castsi512_ps(_mm512_slli_epi32(hi, 16));
   } else if constexpr (FMT == kFormatQ8_0) {
-    const Vec d = _mm512_broadcastss_ps(load_two_halves(blk));
+    const Vec d = _mm512_set1_ps(dm[0]);
     const __m512i lo = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(blk + 2)));
     const __m512i hi = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(blk + 18)));
     w[0] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(lo));
@@ -146,12 +171,11 @@ inline void load_block(const uint8_t* blk, Vec* w) {  // w[0..1]: weights 0-15, 
   } else {
     // the block's 16 possible weights d * q + m (q = 0..15) in one vector, then each weight
     // looked up by its nibble: vpermps reads only an index's low 4 bits, so the low nibbles
-    // need no mask
-    const __m512 dm = _mm512_castps128_ps512(load_two_halves(blk));
-    const Vec d = _mm512_broadcastss_ps(_mm512_castps512_ps128(dm));
-    const Vec m = _mm512_permutexvar_ps(_mm512_set1_epi32(1), dm);
+    // need no mask. One fused multiply-add builds the table, bit for bit the two roundings
+    // of gguf-py's d * q + m: d * q is exact in fp32 (an 11-bit significand times a 4-bit
+    // integer), so rounding it first changes nothing, and the sum is rounded once either way.
     const Vec iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const Vec table = _mm512_add_ps(_mm512_mul_ps(d, iota), m);
+    const Vec table = _mm512_fmadd_ps(iota, _mm512_set1_ps(dm[0]), _mm512_set1_ps(dm[1]));
     const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(blk + 4)));
     w[0] = _mm512_permutexvar_ps(q, table);
     w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table);
@@ -161,7 +185,9 @@ inline void load_block(const uint8_t* blk, Vec* w) {  // w[0..1]: weights 0-15, 
 #elif SERVELAB_ISA == 1
 // ---- AVX2 + FMA + F16C: a block is four vectors of 8 (weights 0-7, 8-15, 16-23, 24-31)
 using Vec = __m256;
-constexpr int kLanes = 8, kRowTile = 4, kColTile = 2;
+// a decode step (one row) takes 4 columns per x load, as AVX-512 does (0.93-0.97x the time of a
+// step's matmuls on one thread); more rows keep 2, or their 4 x 4 accumulators would spill
+constexpr int kLanes = 8, kRowTile = 4, kColTile = 2, kDecodeColTile = 4;
 inline Vec vzero() { return _mm256_setzero_ps(); }
 inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
 inline void vstore(float* p, Vec v) { _mm256_storeu_ps(p, v); }
@@ -172,28 +198,29 @@ inline float vsum(Vec v) {  // a fixed tree: 8 -> 4 -> 2 -> 1
   b = _mm_add_ss(b, _mm_movehdup_ps(b));
   return _mm_cvtss_f32(b);
 }
+// w[0..3]: weights 0-7, ..., 24-31 of the block at blk; dm: its d and m as fp32 (block_scales)
 template <int FMT>
-inline void load_block(const uint8_t* blk, Vec* w) {  // w[0..3]: weights 0-7, ..., 24-31
+inline void load_block(const uint8_t* blk, const float* dm, Vec* w) {
   if constexpr (FMT == kFormatBf16) {
     for (int c = 0; c < 4; ++c) {
       const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(blk + 16 * c)));
       w[c] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
     }
   } else if constexpr (FMT == kFormatQ8_0) {
-    const Vec d = _mm256_broadcastss_ps(load_two_halves(blk));
+    const Vec d = _mm256_set1_ps(dm[0]);
     for (int c = 0; c < 4; ++c) {
       const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(blk + 2 + 8 * c)));
       w[c] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(v));
     }
   } else {
-    const __m128 dm = load_two_halves(blk);
-    const Vec d = _mm256_broadcastss_ps(dm);
-    const Vec m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+    // d * q + m as one fused multiply-add: the same bits as gguf-py's two roundings, since
+    // d * q is exact in fp32 (see the AVX-512 table)
+    const Vec d = _mm256_set1_ps(dm[0]), m = _mm256_set1_ps(dm[1]);
     const __m256i mask = _mm256_set1_epi32(0xf);
     for (int c = 0; c < 2; ++c) {
       const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(blk + 4 + 8 * c)));
-      w[c] = _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(q, mask))), m);
-      w[c + 2] = _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srli_epi32(q, 4))), m);
+      w[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(q, mask)), d, m);
+      w[c + 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(q, 4)), d, m);
     }
   }
 }
@@ -203,7 +230,7 @@ inline void load_block(const uint8_t* blk, Vec* w) {  // w[0..3]: weights 0-7, .
 struct Vec {
   float v[8];
 };
-constexpr int kLanes = 8, kRowTile = 4, kColTile = 1;
+constexpr int kLanes = 8, kRowTile = 4, kColTile = 1, kDecodeColTile = 1;
 inline Vec vzero() { return Vec{}; }
 inline Vec vload(const float* p) {
   Vec r;
@@ -221,7 +248,7 @@ inline float vsum(Vec a) {  // a fixed tree: 8 -> 4 -> 2 -> 1
   return (b[0] + b[2]) + (b[1] + b[3]);
 }
 template <int FMT>
-inline void load_block(const uint8_t* blk, Vec* w) {
+inline void load_block(const uint8_t* blk, const float*, Vec* w) {
   float f[32];
   dequant_block_scalar<FMT>(blk, f);
   for (int c = 0; c < 4; ++c) w[c] = vload(f + 8 * c);
@@ -229,25 +256,31 @@ inline void load_block(const uint8_t* blk, Vec* w) {
 #endif
 
 constexpr int kPerBlock = 32 / kLanes;  // vectors per block of 32 weights
+constexpr int64_t kAheadRows = 16;      // how far ahead column_group prefetches (rows of W)
 
 // Rows [m0, m0 + RR) x columns [n0, n0 + CR): every accumulator runs over all K/32 blocks,
 // taking its block's weights from `wblock(c, b, w)` (dequantized from the GGUF rows, or read
-// from a column buffer dequantized before: the same values either way).
-template <int RR, int CR, typename WBlock>
+// from a column buffer dequantized before: the same values either way). `run(b0, b1)` is
+// called before blocks [b0, b1) (runs of kScaleRun), for the scales that run needs.
+template <int RR, int CR, typename WBlock, typename Run>
 inline void tile(const float* x, int64_t K, int64_t m0, int64_t n0, float* y, int64_t N,
-                 WBlock wblock) {
+                 WBlock wblock, Run run) {
   Vec acc[RR][CR];
   for (int r = 0; r < RR; ++r)
     for (int c = 0; c < CR; ++c) acc[r][c] = vzero();
   const int64_t nb = K / 32;
-  for (int64_t b = 0; b < nb; ++b) {
-    Vec w[CR][kPerBlock];
-    for (int c = 0; c < CR; ++c) wblock(c, b, w[c]);
-    for (int r = 0; r < RR; ++r) {
-      const float* xb = x + (m0 + r) * K + b * 32;
-      for (int p = 0; p < kPerBlock; ++p) {
-        const Vec xv = vload(xb + p * kLanes);
-        for (int c = 0; c < CR; ++c) acc[r][c] = vfma(xv, w[c][p], acc[r][c]);
+  for (int64_t b0 = 0; b0 < nb; b0 += kScaleRun) {
+    const int64_t b1 = b0 + kScaleRun < nb ? b0 + kScaleRun : nb;
+    run(b0, b1);
+    for (int64_t b = b0; b < b1; ++b) {
+      Vec w[CR][kPerBlock];
+      for (int c = 0; c < CR; ++c) wblock(c, b, w[c]);
+      for (int r = 0; r < RR; ++r) {
+        const float* xb = x + (m0 + r) * K + b * 32;
+        for (int p = 0; p < kPerBlock; ++p) {
+          const Vec xv = vload(xb + p * kLanes);
+          for (int c = 0; c < CR; ++c) acc[r][c] = vfma(xv, w[c][p], acc[r][c]);
+        }
       }
     }
   }
@@ -255,14 +288,38 @@ inline void tile(const float* x, int64_t K, int64_t m0, int64_t n0, float* y, in
     for (int c = 0; c < CR; ++c) y[(m0 + r) * N + n0 + c] = vsum(acc[r][c]);
 }
 
+// Rows [n0, n0 + CR) of W, each `row_bytes` long, dequantized block by block: `scales(b0, b1)`
+// converts the d and m of blocks [b0, b1) < kScaleRun apart, `block(c, b, w)` then dequantizes
+// block b of row c into registers.
+template <int FMT, int CR>
+struct RowBlocks {
+  const uint8_t* w0;
+  int64_t row_bytes;
+  int64_t first = 0;
+  alignas(64) float dm[CR][2 * kScaleRun];  // left uninitialized: scales() fills it
+  RowBlocks(const uint8_t* w0_, int64_t row_bytes_) : w0(w0_), row_bytes(row_bytes_) {}
+  void scales(int64_t b0, int64_t b1) {
+    first = b0;
+    if constexpr (FMT != kFormatBf16)
+      for (int c = 0; c < CR; ++c)
+        block_scales(w0 + c * row_bytes + b0 * block_bytes(FMT), block_bytes(FMT),
+                     b1 - b0, dm[c]);
+  }
+  void block(int c, int64_t b, Vec* w) const {
+    load_block<FMT>(w0 + c * row_bytes + b * block_bytes(FMT), dm[c] + 2 * (b - first), w);
+  }
+};
+
 // all rows for columns [n0, n0 + CR)
 template <int FMT, int CR>
 void column_group(const MatmulJob& job, int64_t n0, float* buffer) {
   const int64_t K = job.K, M = job.M, BB = block_bytes(FMT), row_bytes = K / 32 * BB;
-  const uint8_t* w0 = job.w + n0 * row_bytes;
-  // while this group's CR rows stream in, ask for the next group's (CR rows further on,
-  // CR * BB bytes per block step: at most two 64-byte lines per block for these formats)
-  const char* ahead = reinterpret_cast<const char*>(w0 + CR * row_bytes);
+  RowBlocks<FMT, CR> rows(job.w + n0 * row_bytes, row_bytes);
+  // while this group's CR rows stream in, ask for the rows kAheadRows further on, a block
+  // step's CR * BB bytes at a time (at most two 64-byte lines for these formats): 16 rows
+  // (6-15 KB for this model's weights) stay ahead of the memory's latency, where the next
+  // group's rows alone (1-4 KB) did not: 0.82x the time of a step's matmuls on one thread
+  const char* ahead = reinterpret_cast<const char*>(rows.w0 + kAheadRows * row_bytes);
   const char* ahead_end = reinterpret_cast<const char*>(job.w + job.N * row_bytes);
   auto direct = [&](int c, int64_t b, Vec* w) {
     if (c == 0) {
@@ -272,35 +329,41 @@ void column_group(const MatmulJob& job, int64_t n0, float* buffer) {
       if (p + 64 < ahead_end && CR * BB > 64) _mm_prefetch(p + 64, _MM_HINT_T0);
 #endif
     }
-    load_block<FMT>(w0 + c * row_bytes + b * BB, w);
+    rows.block(c, b, w);
   };
+  auto scales = [&](int64_t b0, int64_t b1) { rows.scales(b0, b1); };
   auto buffered = [&](int c, int64_t b, Vec* w) {
     const float* src = buffer + c * K + b * 32;
     for (int p = 0; p < kPerBlock; ++p) w[p] = vload(src + p * kLanes);
   };
+  auto none = [](int64_t, int64_t) {};
   if (M <= kRowTile) {  // a decode step: dequantize each block in registers, once
     switch (M) {
-      case 1: tile<1, CR>(job.x, K, 0, n0, job.y, job.N, direct); break;
-      case 2: tile<2, CR>(job.x, K, 0, n0, job.y, job.N, direct); break;
-      case 3: tile<3, CR>(job.x, K, 0, n0, job.y, job.N, direct); break;
-      default: tile<kRowTile, CR>(job.x, K, 0, n0, job.y, job.N, direct); break;
+      case 1: tile<1, CR>(job.x, K, 0, n0, job.y, job.N, direct, scales); break;
+      case 2: tile<2, CR>(job.x, K, 0, n0, job.y, job.N, direct, scales); break;
+      case 3: tile<3, CR>(job.x, K, 0, n0, job.y, job.N, direct, scales); break;
+      default: tile<kRowTile, CR>(job.x, K, 0, n0, job.y, job.N, direct, scales); break;
     }
     return;
   }
   // many rows: dequantize the columns once into the buffer (in cache), then every row tile
-  for (int c = 0; c < CR; ++c)
-    for (int64_t b = 0; b < K / 32; ++b) {
-      Vec w[kPerBlock];
-      load_block<FMT>(w0 + c * row_bytes + b * BB, w);
-      for (int p = 0; p < kPerBlock; ++p) vstore(buffer + c * K + b * 32 + p * kLanes, w[p]);
-    }
+  for (int64_t b0 = 0; b0 < K / 32; b0 += kScaleRun) {
+    const int64_t b1 = b0 + kScaleRun < K / 32 ? b0 + kScaleRun : K / 32;
+    rows.scales(b0, b1);
+    for (int c = 0; c < CR; ++c)
+      for (int64_t b = b0; b < b1; ++b) {
+        Vec w[kPerBlock];
+        rows.block(c, b, w);
+        for (int p = 0; p < kPerBlock; ++p) vstore(buffer + c * K + b * 32 + p * kLanes, w[p]);
+      }
+  }
   int64_t m = 0;
   for (; m + kRowTile <= M; m += kRowTile)
-    tile<kRowTile, CR>(job.x, K, m, n0, job.y, job.N, buffered);
+    tile<kRowTile, CR>(job.x, K, m, n0, job.y, job.N, buffered, none);
   switch (M - m) {
-    case 1: tile<1, CR>(job.x, K, m, n0, job.y, job.N, buffered); break;
-    case 2: tile<2, CR>(job.x, K, m, n0, job.y, job.N, buffered); break;
-    case 3: tile<3, CR>(job.x, K, m, n0, job.y, job.N, buffered); break;
+    case 1: tile<1, CR>(job.x, K, m, n0, job.y, job.N, buffered, none); break;
+    case 2: tile<2, CR>(job.x, K, m, n0, job.y, job.N, buffered, none); break;
+    case 3: tile<3, CR>(job.x, K, m, n0, job.y, job.N, buffered, none); break;
     default: break;
   }
 }
@@ -311,6 +374,9 @@ void columns(const MatmulJob& job, int64_t n0, int64_t n1) {
                       ? static_cast<float*>(std::malloc(sizeof(float) * kColTile * job.K))
                       : nullptr;
   int64_t n = n0;
+  if (job.M == 1)
+    for (; n + kDecodeColTile <= n1; n += kDecodeColTile)
+      column_group<FMT, kDecodeColTile>(job, n, buffer);
   for (; n + kColTile <= n1; n += kColTile) column_group<FMT, kColTile>(job, n, buffer);
   for (; n < n1; ++n) column_group<FMT, 1>(job, n, buffer);
   std::free(buffer);
@@ -318,13 +384,19 @@ void columns(const MatmulJob& job, int64_t n0, int64_t n1) {
 
 template <int FMT>
 void dequant_rows(const uint8_t* w, int64_t K, int64_t n0, int64_t n1, float* out) {
-  const int64_t BB = block_bytes(FMT), row_bytes = K / 32 * BB;
-  for (int64_t n = n0; n < n1; ++n)
-    for (int64_t b = 0; b < K / 32; ++b) {
-      Vec v[kPerBlock];
-      load_block<FMT>(w + n * row_bytes + b * BB, v);
-      for (int p = 0; p < kPerBlock; ++p) vstore(out + n * K + b * 32 + p * kLanes, v[p]);
+  const int64_t row_bytes = K / 32 * block_bytes(FMT);
+  for (int64_t n = n0; n < n1; ++n) {
+    RowBlocks<FMT, 1> row(w + n * row_bytes, row_bytes);
+    for (int64_t b0 = 0; b0 < K / 32; b0 += kScaleRun) {
+      const int64_t b1 = b0 + kScaleRun < K / 32 ? b0 + kScaleRun : K / 32;
+      row.scales(b0, b1);
+      for (int64_t b = b0; b < b1; ++b) {
+        Vec v[kPerBlock];
+        row.block(0, b, v);
+        for (int p = 0; p < kPerBlock; ++p) vstore(out + n * K + b * 32 + p * kLanes, v[p]);
+      }
     }
+  }
 }
 
 }  // namespace
