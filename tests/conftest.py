@@ -17,6 +17,21 @@ PROMPTS = [
 ]
 
 
+def pytest_configure(config):
+    """Every AppTest scans all installed packages for streamlit "v2" component manifests
+    (importlib.metadata over the whole venv, on a thread pool), once per AppTest: ~0.4 s alone,
+    and many times that late in a full run. The installed packages do not change during a test
+    session, so scan once and hand the same list to every AppTest (the app has no v2
+    components; the same manifests are registered either way)."""
+    try:
+        from streamlit.components.v2 import manifest_scanner
+    except ImportError:  # another streamlit: nothing to cache
+        return
+    scan = manifest_scanner.scan_component_manifests
+    if not hasattr(scan, "cache_info"):
+        manifest_scanner.scan_component_manifests = functools.lru_cache(maxsize=1)(scan)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     from engine.model.loader import hf_folder, load_tokenizer
