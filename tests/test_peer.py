@@ -76,7 +76,11 @@ class Handler(BaseHTTPRequestHandler):
         if self.path != "/v1/completions" or bad or not isinstance(body.get("max_tokens"), int):
             return self.send(400, {"error": {"message": f"unexpected request: {bad}",
                                              "code": 400}})
-        print(json.dumps({"request": {k: body[k] for k in ("max_tokens", "user")}}), flush=True)
+        # one write per line: print's text and its newline are two writes, which the server's
+        # handler threads can interleave into one line holding two objects
+        sys.stdout.write(json.dumps({"request": {k: body[k] for k in ("max_tokens", "user")}})
+                         + "\n")
+        sys.stdout.flush()
         n = body["max_tokens"]
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
