@@ -172,7 +172,9 @@ def test_engines_with_and_without_the_kernels_give_the_same_tokens(dtype):
     (tests/test_attention.py checks it); every other small kernel must change nothing. In
     bf16 the kernels also bring the AMX matmul, which adds in a different order from
     oneDNN's once a prefill has more than 16 rows (test_amx_linear_rounds_the_exact_product;
-    test_packing.py compares the two models' logits): here both sides use oneDNN's."""
+    test_packing.py compares the two models' logits), and without AMX our own bf16 matmul
+    (layout "bf16") adds in yet another order: here both sides use oneDNN's (with AMX) or
+    plain F.linear (without)."""
     params = SamplingParams(max_tokens=24, ignore_eos=True)
     runs = {}
     for kernels in (True, False):
@@ -180,9 +182,10 @@ def test_engines_with_and_without_the_kernels_give_the_same_tokens(dtype):
                                      attention_backend="torch"))
         assert eng.uses_cpu_kernels is kernels
         assert eng.model.ops.name == ("cpu" if kernels else "torch")
-        if eng.model.layout == "amx":
+        if eng.model.layout in ("amx", "bf16"):
+            layout = "onednn" if eng.model.layout == "amx" else "plain"
             eng.model = eng.runner.model = LlamaModel(eng.model.loaded, eng.device, eng.dtype,
-                                                      1024, cpu_kernels=True, layout="onednn")
+                                                      1024, cpu_kernels=True, layout=layout)
         runs[kernels] = [o.token_ids for o in eng.generate(PROMPTS, params)]
     assert runs[True] == runs[False]
 

@@ -368,6 +368,169 @@ void column_group(const MatmulJob& job, int64_t n0, float* buffer) {
   }
 }
 
+#if SERVELAB_ISA == 1
+// ---- AVX2, Q4_1: the block's sum factored, sum_j (d q_j + m) x_j = d (sum_j q_j x_j) + m X_b
+// with X_b = sum_j x_j of the block. Per block and column that is 4 conversions and 5 fused
+// multiply-adds instead of 4 conversions and 8 (4 to dequantize, 4 with x): the loop is bound
+// by those, not by bytes. The m X_b terms of a column are one more dot product over blocks,
+// 8 blocks per vector. Not gguf-py's rounding of each weight, but fp32 arithmetic on the same
+// d, m and q, within accumulation-order error of it (tests/test_cpu_matmul.py's bound for this
+// form); batch invariance holds as before: every (row, column) pair runs the same sequence
+// (q as fp32 is exact either way, in registers or from the column buffer).
+
+// xs[r * stride + 2 b + 1] = X_b of row r (a fixed 4-vector sum, then the fixed tree);
+// xs[..2 b] = 0 and the tail up to stride is 0, so a run's d, m pairs (interleaved, as
+// block_scales writes them) times xs is exactly the sum over its blocks of m X_b
+inline int64_t xs_stride(int64_t K) { return (2 * (K / 32) + 7) / 8 * 8; }
+inline void block_sums(const float* x, int64_t M, int64_t K, float* xs) {
+  const int64_t stride = xs_stride(K);
+  for (int64_t r = 0; r < M; ++r) {
+    float* o = xs + r * stride;
+    for (int64_t j = 0; j < stride; ++j) o[j] = 0.0f;
+    for (int64_t b = 0; b < K / 32; ++b) {
+      const float* xb = x + r * K + b * 32;
+      const Vec s = _mm256_add_ps(_mm256_add_ps(vload(xb), vload(xb + 8)),
+                                  _mm256_add_ps(vload(xb + 16), vload(xb + 24)));
+      o[2 * b + 1] = vsum(s);
+    }
+  }
+}
+
+// q of block b as exact fp32, in the order load_block gives its weights
+inline void load_q4(const uint8_t* blk, Vec* q) {
+  const __m256i mask = _mm256_set1_epi32(0xf);
+  for (int c = 0; c < 2; ++c) {
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(blk + 4 + 8 * c)));
+    q[c] = _mm256_cvtepi32_ps(_mm256_and_si256(v, mask));
+    q[c + 2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+  }
+}
+
+// rows [m0, m0 + RR) x columns [n0, n0 + CR), factored. `run(b0, b1)` readies blocks
+// [b0, b1) (a run of at most kScaleRun), `dm(c, b0)` is then their d, m pairs (zero-padded to
+// a multiple of 8 floats), `qblock(c, b, q)` gives block b's q.
+template <int RR, int CR, typename QBlock, typename Run, typename Dm>
+inline void tile_q4(const float* x, const float* xs, int64_t K, int64_t m0, int64_t n0,
+                    float* y, int64_t N, QBlock qblock, Run run, Dm dm) {
+  const int64_t stride = xs_stride(K);
+  Vec acc[RR][CR], macc[RR][CR];
+  for (int r = 0; r < RR; ++r)
+    for (int c = 0; c < CR; ++c) acc[r][c] = macc[r][c] = vzero();
+  const int64_t nb = K / 32;
+  for (int64_t b0 = 0; b0 < nb; b0 += kScaleRun) {
+    const int64_t b1 = b0 + kScaleRun < nb ? b0 + kScaleRun : nb;
+    run(b0, b1);
+    for (int64_t b = b0; b < b1; ++b) {
+      for (int c = 0; c < CR; ++c) {
+        Vec q[4];
+        qblock(c, b, q);
+        const Vec d = _mm256_broadcast_ss(dm(c, b0) + 2 * (b - b0));
+        for (int r = 0; r < RR; ++r) {
+          const float* xb = x + (m0 + r) * K + b * 32;
+          Vec s = _mm256_mul_ps(vload(xb), q[0]);
+          s = vfma(vload(xb + 8), q[1], s);
+          s = vfma(vload(xb + 16), q[2], s);
+          s = vfma(vload(xb + 24), q[3], s);
+          acc[r][c] = vfma(d, s, acc[r][c]);
+        }
+      }
+    }
+    const int64_t pairs = (2 * (b1 - b0) + 7) / 8 * 8;
+    for (int c = 0; c < CR; ++c)
+      for (int r = 0; r < RR; ++r) {
+        const float* xr = xs + (m0 + r) * stride + 2 * b0;
+        for (int64_t j = 0; j < pairs; j += 8)
+          macc[r][c] = vfma(vload(dm(c, b0) + j), vload(xr + j), macc[r][c]);
+      }
+  }
+  for (int r = 0; r < RR; ++r)
+    for (int c = 0; c < CR; ++c) y[(m0 + r) * N + n0 + c] = vsum(acc[r][c]) + vsum(macc[r][c]);
+}
+
+// columns [n0, n0 + CR) for all rows, factored; buffer: kColTile * (K + xs_stride(K)) floats
+template <int CR>
+void column_group_q4(const MatmulJob& job, int64_t n0, const float* xs, float* buffer) {
+  constexpr int FMT = kFormatQ4_1;
+  const int64_t K = job.K, M = job.M, BB = block_bytes(FMT), row_bytes = K / 32 * BB;
+  const int64_t nb = K / 32, stride = xs_stride(K);
+  RowBlocks<FMT, CR> rows(job.w + n0 * row_bytes, row_bytes);
+  const char* ahead = reinterpret_cast<const char*>(rows.w0 + kAheadRows * row_bytes);
+  const char* ahead_end = reinterpret_cast<const char*>(job.w + job.N * row_bytes);
+  // a run's scales, zero-padded so the m X_b dot product may read whole vectors
+  auto scales = [&](int64_t b0, int64_t b1) {
+    rows.scales(b0, b1);
+    for (int c = 0; c < CR; ++c)
+      for (int64_t j = 2 * (b1 - b0); j < (2 * (b1 - b0) + 7) / 8 * 8; ++j) rows.dm[c][j] = 0.0f;
+  };
+  auto direct = [&](int c, int64_t b, Vec* q) {
+    if (c == 0) {
+      const char* p = ahead + b * CR * BB;
+      if (p < ahead_end) _mm_prefetch(p, _MM_HINT_T0);
+      if (p + 64 < ahead_end && CR * BB > 64) _mm_prefetch(p + 64, _MM_HINT_T0);
+    }
+    load_q4(rows.w0 + c * row_bytes + b * BB, q);
+  };
+  auto run_dm = [&](int c, int64_t) -> const float* { return rows.dm[c]; };
+  if (M <= kRowTile) {  // a decode step: each block's q straight from the GGUF rows
+    switch (M) {
+      case 1: tile_q4<1, CR>(job.x, xs, K, 0, n0, job.y, job.N, direct, scales, run_dm); break;
+      case 2: tile_q4<2, CR>(job.x, xs, K, 0, n0, job.y, job.N, direct, scales, run_dm); break;
+      case 3: tile_q4<3, CR>(job.x, xs, K, 0, n0, job.y, job.N, direct, scales, run_dm); break;
+      default:
+        tile_q4<kRowTile, CR>(job.x, xs, K, 0, n0, job.y, job.N, direct, scales, run_dm);
+    }
+    return;
+  }
+  // many rows: the columns' q (as fp32) and all their d, m pairs into the buffer once
+  float* qbuf = buffer;
+  float* dmbuf = buffer + kColTile * K;
+  for (int64_t b0 = 0; b0 < nb; b0 += kScaleRun) {
+    const int64_t b1 = b0 + kScaleRun < nb ? b0 + kScaleRun : nb;
+    scales(b0, b1);
+    for (int c = 0; c < CR; ++c) {
+      for (int64_t j = 0; j < (2 * (b1 - b0) + 7) / 8 * 8; ++j)
+        dmbuf[c * stride + 2 * b0 + j] = rows.dm[c][j];
+      for (int64_t b = b0; b < b1; ++b) {
+        Vec q[4];
+        load_q4(rows.w0 + c * row_bytes + b * BB, q);
+        for (int p = 0; p < 4; ++p) vstore(qbuf + c * K + b * 32 + p * kLanes, q[p]);
+      }
+    }
+  }
+  auto buffered = [&](int c, int64_t b, Vec* q) {
+    for (int p = 0; p < 4; ++p) q[p] = vload(qbuf + c * K + b * 32 + p * kLanes);
+  };
+  auto none = [](int64_t, int64_t) {};
+  auto all_dm = [&](int c, int64_t b0) -> const float* { return dmbuf + c * stride + 2 * b0; };
+  int64_t m = 0;
+  for (; m + kRowTile <= M; m += kRowTile)
+    tile_q4<kRowTile, CR>(job.x, xs, K, m, n0, job.y, job.N, buffered, none, all_dm);
+  switch (M - m) {
+    case 1: tile_q4<1, CR>(job.x, xs, K, m, n0, job.y, job.N, buffered, none, all_dm); break;
+    case 2: tile_q4<2, CR>(job.x, xs, K, m, n0, job.y, job.N, buffered, none, all_dm); break;
+    case 3: tile_q4<3, CR>(job.x, xs, K, m, n0, job.y, job.N, buffered, none, all_dm); break;
+    default: break;
+  }
+}
+
+void columns_q4(const MatmulJob& job, int64_t n0, int64_t n1) {
+  const int64_t stride = xs_stride(job.K);
+  float* xs = static_cast<float*>(std::malloc(sizeof(float) * job.M * stride));
+  block_sums(job.x, job.M, job.K, xs);
+  float* buffer = job.M > kRowTile ? static_cast<float*>(std::malloc(
+                                         sizeof(float) * kColTile * (job.K + stride)))
+                                   : nullptr;
+  int64_t n = n0;
+  if (job.M == 1)
+    for (; n + kDecodeColTile <= n1; n += kDecodeColTile)
+      column_group_q4<kDecodeColTile>(job, n, xs, buffer);
+  for (; n + kColTile <= n1; n += kColTile) column_group_q4<kColTile>(job, n, xs, buffer);
+  for (; n < n1; ++n) column_group_q4<1>(job, n, xs, buffer);
+  std::free(buffer);
+  std::free(xs);
+}
+#endif
+
 template <int FMT>
 void columns(const MatmulJob& job, int64_t n0, int64_t n1) {
   float* buffer = job.M > kRowTile
@@ -405,7 +568,11 @@ void matmul_columns(const MatmulJob& job, int64_t n0, int64_t n1) {
   switch (job.format) {
     case kFormatBf16: columns<kFormatBf16>(job, n0, n1); break;
     case kFormatQ8_0: columns<kFormatQ8_0>(job, n0, n1); break;
+#if SERVELAB_ISA == 1
+    default: columns_q4(job, n0, n1); break;
+#else
     default: columns<kFormatQ4_1>(job, n0, n1); break;
+#endif
   }
 }
 

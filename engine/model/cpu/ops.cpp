@@ -241,7 +241,14 @@ at::Tensor silu_mul(const at::Tensor& gu_in) {
   at::Tensor gu = gu_in.contiguous();
   TORCH_CHECK(gu.dim() == 2 && gu.size(1) % 2 == 0, "servelab silu_mul: gate_up must be [n, 2I]");
   const int64_t n = gu.size(0), I = gu.size(1) / 2;
-  if (n * I >= 32768) {  // a prefill: ATen's kernels (same arithmetic) use every core
+  // a prefill: ATen's kernels (same arithmetic) use every core. Below AVX-512 always ATen's:
+  // its AVX2 silu does not round as Vectorized<float>'s exp does here (measured on a Zen 3,
+  // tests/test_cpu_ops.py), and the two loops must give the same bits
+#if defined(CPU_CAPABILITY_AVX512)
+  if (n * I >= 32768) {
+#else
+  if (true) {
+#endif
     const at::Tensor gate = gu.narrow(1, 0, I), up_ = gu.narrow(1, I, I);
     return at::silu(gate) * up_;
   }
@@ -348,8 +355,8 @@ inline void sum_lanes(const fVec* v, float* sums) {
 }
 
 // One query row of `group` heads (q, heads q_head_stride apart) against ctx positions, for
-// head dim D = DV * 16: each K and V row is converted into registers once and used by every
-// head of the group; the group's V sums stay in registers. rows(ctx, fn) calls
+// head dim D = DV * fVec::size() (the vector width): each K and V row is converted into
+// registers once and used by every head of the group; the group's V sums stay in registers. rows(ctx, fn) calls
 // fn(j, k_row, v_row) for j = 0 .. ctx - 1. scores: group * len floats of scratch.
 template <typename T, int DV, typename Rows>
 void attend(const T* q, int64_t q_head_stride, int64_t group, int64_t ctx, float scale,
@@ -500,10 +507,14 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
           const int64_t t = sp[b] + i, ctx = len - m + i + 1;  // this query sees ctx positions
           const scalar_t* qh = qp + t * qs0 + g * group * qs1;
           scalar_t* o = op + (t * Hq + g * group) * D;
+          // DV vectors per head: 4 / 8 with AVX-512's 16 lanes, 8 / 16 with AVX2's 8
+          constexpr int kV = fVec::size();
           if (D == 64)
-            attend<scalar_t, 4>(qh, qs1, group, ctx, scale, scores.data(), len, o, kv_rows);
+            attend<scalar_t, 64 / kV>(qh, qs1, group, ctx, scale, scores.data(), len, o,
+                                      kv_rows);
           else
-            attend<scalar_t, 8>(qh, qs1, group, ctx, scale, scores.data(), len, o, kv_rows);
+            attend<scalar_t, 128 / kV>(qh, qs1, group, ctx, scale, scores.data(), len, o,
+                                       kv_rows);
         }
       }
     });
