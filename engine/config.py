@@ -88,7 +88,8 @@ class EngineConfig:
     #            Q8_0 blocks, dequantized in registers by the C++ matmul (a CPU, cpu_kernels;
     #            dtype float32 or bfloat16 activations): 3.5x fewer bytes a step than bf16, and
     #            the shipped values themselves. A local Hugging Face folder has no GGUF file.
-    #   "auto":  "dense" (engine/model/hardware.py resolve_weights)
+    #   "auto":  "gguf" on a CPU whose bf16 weights would not run on AMX (AVX2, AVX-512 without
+    #            AMX), else "dense" (engine/model/hardware.py resolve_weights)
     weights: str = "auto"
     pack_weights: bool = True  # CPU + bf16: reorder linear weights once, for AMX or oneDNN
     cpu_kernels: bool = True  # CPU: norms, rotary, SwiGLU, KV writes as C++ kernels if they build

@@ -59,11 +59,21 @@ def resolve_backend(name: str, device: torch.device, cpu_kernels: bool) -> str:
 
 
 def resolve_weights(name: str, model: str, device: torch.device, dtype: torch.dtype,
-                    cpu_kernels: bool) -> str:
-    """'auto': "dense" (the weights="gguf" path is a choice for now: README, Performance,
-    compares the two). "gguf" is checked here: a model shipped as GGUF, a CPU, the C++ kernels,
-    float32 or bfloat16 activations; else a ValueError saying which."""
-    if name in ("auto", "dense"):
+                    cpu_kernels: bool, pack: bool = True) -> str:
+    """'auto': "gguf" on a CPU whose bf16 weights would not run on AMX, else "dense".
+
+    On such CPUs (AVX2 laptops, AVX-512 without AMX) the dense alternative streams 269 MB
+    (bf16) or 538 MB (fp32) of weights a step through PyTorch's or our matmul, where the GGUF
+    blocks are 97 MB, the shipped values themselves, multiplied batch-invariantly (README,
+    Performance, measures both side by side on such a CPU). "auto" keeps "dense" for models
+    without a GGUF file, on GPUs, without the C++ kernels or a vector matmul path (the portable
+    one is there for correctness), with pack_weights=False (the plain PyTorch reference), in
+    float16, and in bf16 where the CPU has AMX (its tile matmul leads at serving loads).
+    "gguf" asked for explicitly is checked here: a model shipped as GGUF, a CPU, the C++
+    kernels, float32 or bfloat16 activations; else a ValueError saying which."""
+    if name == "auto":
+        return "gguf" if _gguf_by_default(model, device, dtype, cpu_kernels, pack) else "dense"
+    if name == "dense":
         return "dense"
     from engine.model.loader import BUNDLED_MODELS
 
@@ -83,3 +93,20 @@ def resolve_weights(name: str, model: str, device: torch.device, dtype: torch.dt
 
     library.matmul_isa()  # a ValueError now if SERVELAB_CPU_ISA names a set this CPU lacks
     return name
+
+
+def _gguf_by_default(model: str, device: torch.device, dtype: torch.dtype, cpu_kernels: bool,
+                     pack: bool) -> bool:
+    from engine.model.loader import BUNDLED_MODELS
+
+    if (model not in BUNDLED_MODELS or device.type != "cpu" or not cpu_kernels or not pack
+            or dtype not in (torch.float32, torch.bfloat16)):
+        return False
+    from engine.model.cpu import library
+
+    try:
+        if library.matmul_isa() == "portable":
+            return False
+    except ValueError:  # SERVELAB_CPU_ISA names a set this CPU lacks: said when asked for it
+        return False
+    return not (dtype == torch.bfloat16 and library.amx_available())
