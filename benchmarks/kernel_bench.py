@@ -160,7 +160,7 @@ def _dense_engine(layout: str, **kw):
     from engine.engine import LLMEngine
     from engine.model.llama import LlamaModel
 
-    eng = LLMEngine(EngineConfig(dtype="bfloat16", **kw))
+    eng = LLMEngine(EngineConfig(dtype="bfloat16", weights="dense", **kw))
     if eng.model.layout != layout:
         eng.model = eng.runner.model = LlamaModel(
             eng.model.loaded, eng.device, eng.dtype, eng.config.max_model_len + 1,
@@ -266,6 +266,9 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool 
         print(f"[{gguf.describe()}] read bandwidth {bw / 1e9:.1f} GB/s")
         return {"read_bandwidth_gb_s": bw / 1e9,
                 "gguf_matmuls": bench_gguf_matmuls(gguf, isas, bw, one_thread=one_thread)}
+    from engine.model.hardware import resolve_dtype
+
+    fp32_default = resolve_dtype("auto", torch.device("cpu")) == torch.float32
     engines = {}
     if library.amx_available():
         engines["dense bf16, AMX kernel"] = (_dense_engine("amx", **kw), None)
@@ -276,6 +279,13 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool 
     gguf = LLMEngine(EngineConfig(dtype="bfloat16", weights="gguf", **kw))
     for isa in isas:
         engines[f"gguf Q4_1/Q8_0, matmul {isa}"] = (gguf, isa)
+    if fp32_default:  # a CPU without bf16 units runs fp32: the dense engine before, GGUF now
+        engines["dense fp32, PyTorch F.linear"] = (
+            LLMEngine(EngineConfig(dtype="float32", weights="dense", **kw)), None)
+        gguf32 = LLMEngine(EngineConfig(dtype="float32", weights="gguf", **kw))
+        for isa in isas:
+            if isa != "portable":
+                engines[f"gguf, fp32 activations, {isa}"] = (gguf32, isa)
     bw = memory_read_bandwidth(torch.device("cpu"))
     print(f"[{gguf.describe()}] read bandwidth {bw / 1e9:.1f} GB/s; matmul paths here: "
           f"{', '.join(isas)}")
@@ -291,6 +301,7 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool 
         mb = eng.model.weight_bytes / 1e6
         floor = bw / eng.model.weight_bytes
         rows.append({"way": name, "isa": isa, "layout": eng.model.layout, "weight_mb": mb,
+                     "dtype": str(eng.dtype).removeprefix("torch."),
                      "decode_tok_per_s": rates[name], "floor_tok_per_s": floor,
                      "floor_frac": rates[name] / floor})
         print(f"  {name:32s} {rates[name]:7.1f} tok/s  weights {mb:5.0f} MB  floor "
@@ -298,9 +309,11 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool 
     longtail = []
     work = get_workload("longtail", longtail_seats)
     print(f"long-tail workload, {longtail_seats} requests at once, {longtail_seats} seats")
-    ways = {"dense bf16 (engine default)": (EngineConfig(dtype="bfloat16", **kw), None),
-            f"gguf, matmul {isas[0]}": (EngineConfig(dtype="bfloat16", weights="gguf", **kw),
-                                        isas[0])}
+    default = LLMEngine(EngineConfig(**kw))
+    dtype = str(default.dtype).removeprefix("torch.")
+    other = "dense" if default.weights == "gguf" else "gguf"
+    ways = {f"engine default ({dtype}, weights {default.weights})": (EngineConfig(**kw), None),
+            f"{dtype}, weights {other}": (EngineConfig(dtype=dtype, weights=other, **kw), None)}
     for name, (cfg, isa) in ways.items():
         with _isa(isa):
             t = time.perf_counter()

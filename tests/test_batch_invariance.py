@@ -238,7 +238,8 @@ def _engine(layout: str, **kw) -> LLMEngine:
         assert eng.model.layout == "gguf" and eng.model.dtype == torch.bfloat16
         return eng
     with forced_layout(layout):
-        eng = LLMEngine(EngineConfig(dtype="bfloat16", **{"max_model_len": 512, **kw}))
+        eng = LLMEngine(EngineConfig(dtype="bfloat16", weights="dense",
+                                     **{"max_model_len": 512, **kw}))
     assert eng.model.layout == layout and eng.model.dtype == torch.bfloat16
     return eng
 

@@ -85,7 +85,8 @@ def test_quick_bench_writes_valid_json(tmp_path):
     # with no policy in the environment, the bench re-ran itself with spinning threads
     assert data["machine"]["omp_wait_policy"] == "ACTIVE"
     roof = data["roofline"]
-    assert roof["weight_bytes"] > 100e6 and roof["read_bandwidth_gb_s"] > 0
+    # the weights a step streams: 97 MB of GGUF blocks, 269 MB in bf16, 538 MB in fp32
+    assert roof["weight_bytes"] > 90e6 and roof["read_bandwidth_gb_s"] > 0
     assert roof["decode_floor_tok_per_s"] > 0 and len(roof["decode_scaling"]) >= 2
     systems = {(r["system"], r["batching"], r["kv_layout"]) for r in data["results"]}
     assert ("naive", "static", "contiguous") in systems

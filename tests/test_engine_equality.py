@@ -22,8 +22,11 @@ def _params():
 
 
 def test_one_at_a_time(references):
+    """The dense fp32 weights (GPUs, Hugging Face folders, pack_weights=False); the other
+    tests run weights="auto", on most CPUs the GGUF blocks (tests/test_cpu_matmul.py runs
+    those one at a time)."""
     ids, refs = references
-    eng = LLMEngine(EngineConfig(dtype="float32", max_num_seqs=1))
+    eng = LLMEngine(EngineConfig(dtype="float32", weights="dense", max_num_seqs=1))
     for prompt_ids, ref in zip(ids, refs):
         (out,) = eng.generate([prompt_ids], _params())
         assert out.token_ids == ref, f"prompt {prompt_ids[:8]}..."

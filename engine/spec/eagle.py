@@ -254,7 +254,10 @@ class EagleHead:
         w = {n: weights[n].to(device=dev, dtype=dt).contiguous() for n in WEIGHT_NAMES}
         self.vocab = weights["vocab"].to(device=dev, dtype=torch.long)  # [V']
         readout = target.plain_lm_head[self.vocab].contiguous()  # [V', H], frozen, shared rows
-        pack, self.linear = PACKERS[target.layout]
+        layout = target.layout
+        if layout == "gguf":  # the head's own weights are dense: in bf16 our matmul reads them
+            layout = "bf16" if dt == torch.bfloat16 else "plain"
+        pack, self.linear = PACKERS[layout]
         if pack is not None:
             for n in LINEAR_NAMES:
                 w[n] = pack(w[n])
