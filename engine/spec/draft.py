@@ -71,13 +71,22 @@ _HAS_INT4_CPU = hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")
 # Quantized weights and the linear function that reads them
 
 
+def dense_dtype() -> torch.dtype:
+    """The many-row copy's dtype: bf16 where the CPU has bf16 units (or on CUDA), else fp32
+    holding the same bf16-rounded values: a CPU without them emulates a bf16 GEMM many times
+    slower than its fp32 one (an AVX2 Zen 3: the draft's chi-square test 178 s)."""
+    from engine.model.hardware import cpu_prefers_bf16
+
+    return torch.bfloat16 if torch.cuda.is_available() or cpu_prefers_bf16() else torch.float32
+
+
 class QuantWeight(NamedTuple):
-    """One linear layer's weight, compressed; `dense` is the dequantized bf16 copy."""
+    """One linear layer's weight, compressed; `dense` is the dequantized copy (bf16 values)."""
 
     bits: int  # 4 or 8
     packed: Tensor  # int4: [out, in / 2] uint8 packed codes; int8: [out, in] int8
     scales: Tensor  # int4: [in / GROUP, out, 2] bf16 (scale, zero); int8: [out] bf16
-    dense: Tensor  # [out, in] bf16, for many-row calls
+    dense: Tensor  # [out, in] bf16 values (stored in dense_dtype()), for many-row calls
 
 
 def quantize_int4(w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -97,14 +106,14 @@ def quant_weight(w: Tensor, bits: int) -> QuantWeight:
     """w: [out, in] float -> QuantWeight with the packed kernel's layout."""
     if bits == 8:
         w8, scale = quantize_linear_weight(w)  # [out, in] int8, [out]
-        dense = (w8.float() * scale[:, None]).to(torch.bfloat16)
+        dense = (w8.float() * scale[:, None]).to(torch.bfloat16).to(dense_dtype())
         return QuantWeight(8, w8, scale.to(torch.bfloat16), dense)
     assert bits == 4 and w.shape[1] % GROUP == 0, (bits, w.shape)
     codes, scale, lo = quantize_int4(w)
     out_f, in_f = w.shape
     dense = codes.view(out_f, -1, GROUP).float()  # [out, groups, 32]
     dense = dense.mul_(scale[..., None]).add_(lo[..., None]).reshape(out_f, in_f)
-    dense = dense.to(torch.bfloat16)
+    dense = dense.to(torch.bfloat16).to(dense_dtype())
     # the kernel computes w = (code - 8) * scale + zero, so zero = min + 8 * scale
     scale_zero = torch.stack([scale, lo + 8 * scale], dim=-1)  # [out, groups, 2]
     scale_zero = scale_zero.transpose(0, 1).contiguous().to(torch.bfloat16)  # [groups, out, 2]
@@ -127,7 +136,7 @@ def quant_linear(x: Tensor, w: Tensor | QuantWeight, bias: Tensor | None = None)
         else:
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(xb, w.packed, GROUP, w.scales)
     else:
-        y = F.linear(x2d.to(torch.bfloat16), w.dense)  # [M, out]
+        y = F.linear(x2d.to(w.dense.dtype), w.dense)  # [M, out]
     y = y.to(x.dtype).reshape(*x.shape[:-1], -1)
     return y if bias is None else y + bias
 
