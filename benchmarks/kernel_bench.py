@@ -266,7 +266,7 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool 
         print(f"[{gguf.describe()}] read bandwidth {bw / 1e9:.1f} GB/s")
         return {"read_bandwidth_gb_s": bw / 1e9,
                 "gguf_matmuls": bench_gguf_matmuls(gguf, isas, bw, one_thread=one_thread)}
-    from engine.model.hardware import resolve_dtype
+    from engine.model.hardware import resolve_dtype, resolve_weights
 
     fp32_default = resolve_dtype("auto", torch.device("cpu")) == torch.float32
     engines = {}
@@ -309,10 +309,11 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool 
     longtail = []
     work = get_workload("longtail", longtail_seats)
     print(f"long-tail workload, {longtail_seats} requests at once, {longtail_seats} seats")
-    default = LLMEngine(EngineConfig(**kw))
-    dtype = str(default.dtype).removeprefix("torch.")
-    other = "dense" if default.weights == "gguf" else "gguf"
-    ways = {f"engine default ({dtype}, weights {default.weights})": (EngineConfig(**kw), None),
+    cpu, model = torch.device("cpu"), EngineConfig().model
+    weights = resolve_weights("auto", model, cpu, resolve_dtype("auto", cpu), library.load())
+    dtype = str(resolve_dtype("auto", cpu)).removeprefix("torch.")
+    other = "dense" if weights == "gguf" else "gguf"
+    ways = {f"engine default ({dtype}, weights {weights})": (EngineConfig(**kw), None),
             f"{dtype}, weights {other}": (EngineConfig(dtype=dtype, weights=other, **kw), None)}
     for name, (cfg, isa) in ways.items():
         with _isa(isa):
