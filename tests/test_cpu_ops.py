@@ -179,7 +179,7 @@ def test_engines_with_and_without_the_kernels_give_the_same_tokens(dtype):
     runs = {}
     for kernels in (True, False):
         eng = LLMEngine(EngineConfig(dtype=dtype, cpu_kernels=kernels, max_num_seqs=8,
-                                     attention_backend="torch"))
+                                     attention_backend="torch", weights="dense"))
         assert eng.uses_cpu_kernels is kernels
         assert eng.model.ops.name == ("cpu" if kernels else "torch")
         if eng.model.layout in ("amx", "bf16"):
