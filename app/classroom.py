@@ -168,7 +168,9 @@ class ClassServer:
         admin_key = secrets.token_urlsafe(24)
         log = tempfile.NamedTemporaryFile("w", prefix="servelab-class-", suffix=".log",
                                           delete=False)
-        env = dict(os.environ, SERVELAB_ADMIN_KEY=admin_key, PYTHONPATH=str(ROOT))
+        from engine import server_env
+
+        env = dict(server_env(os.environ), SERVELAB_ADMIN_KEY=admin_key, PYTHONPATH=str(ROOT))
         proc = subprocess.Popen(serve_args(switches, host, port, join_code, seats),
                                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)

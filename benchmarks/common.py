@@ -35,17 +35,23 @@ RESULT_KEYS = ("system", "batching", "kv_layout", "spec", "output_tokens", "wall
 
 
 def spin_openmp_threads(module: str) -> None:
-    """Run this command again with OMP_WAIT_POLICY=ACTIVE, unless the environment sets a policy.
+    """Run this command again with OMP_WAIT_POLICY=ACTIVE and the engine's GOMP_SPINCOUNT,
+    unless the environment sets a policy.
 
     Between two ops, OpenMP's worker threads either spin (ACTIVE) or go to sleep (PASSIVE), and
     a decode step is hundreds of small ops. A benchmark owns the machine, as a server does,
-    so its threads spin; the app shares two cores with its web server and keeps PASSIVE
+    so its threads spin between the ops of a step, as an engine server's do (engine/__init__.py:
+    SPINCOUNT rounds, then sleep, so a bench's idle threads do not take a core from the
+    servers it measures); the app shares two cores with its web server and keeps PASSIVE
     (app/main.py). The policy is read once, when torch loads OpenMP, hence the re-exec of
     `python -m module`. README's performance section gives `python -m benchmarks.bench` under
     both policies."""
     if "OMP_WAIT_POLICY" in os.environ:
         return
+    from engine import SPINCOUNT
+
     os.environ["OMP_WAIT_POLICY"] = "ACTIVE"
+    os.environ.setdefault("GOMP_SPINCOUNT", SPINCOUNT)
     sys.stdout.flush()
     os.execv(sys.executable, [sys.executable, "-m", module, *sys.argv[1:]])
 
@@ -55,7 +61,8 @@ def machine_info(device: str = "cpu") -> dict:
     info = {"platform": platform.platform(), "python": platform.python_version(),
             "torch": torch.__version__, "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "device": device,
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)")}
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)"),
+            "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", "(unset)")}
     if device == "cuda" and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
