@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     with tqdm(total=wl.total_max_tokens * (len(runs) + (not args.skip_naive)), unit="tok",
               desc=f"{wl.name}: {len(wl)} requests") as bar:
         if not args.skip_naive:
-            dtype = resolve_dtype(args.dtype, device)
+            dtype = resolve_dtype(args.dtype, device, weights=args.weights)
             results.append({**run_naive(wl, args.seats, dtype, bar.update),
                             "workload": wl.name})
         for batching, layout, caching in runs:

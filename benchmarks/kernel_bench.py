@@ -279,7 +279,7 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool 
     gguf = LLMEngine(EngineConfig(dtype="bfloat16", weights="gguf", **kw))
     for isa in isas:
         engines[f"gguf Q4_1/Q8_0, matmul {isa}"] = (gguf, isa)
-    if fp32_default:  # a CPU without bf16 units runs fp32: the dense engine before, GGUF now
+    if fp32_default:  # the default runs fp32 activations here (GGUF blocks, or no bf16 units)
         engines["dense fp32, PyTorch F.linear"] = (
             LLMEngine(EngineConfig(dtype="float32", weights="dense", **kw)), None)
         gguf32 = LLMEngine(EngineConfig(dtype="float32", weights="gguf", **kw))
@@ -313,8 +313,10 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool 
     weights = resolve_weights("auto", model, cpu, resolve_dtype("auto", cpu), library.load())
     dtype = str(resolve_dtype("auto", cpu)).removeprefix("torch.")
     other = "dense" if weights == "gguf" else "gguf"
+    other_dtype = str(resolve_dtype("auto", cpu, weights=other)).removeprefix("torch.")
     ways = {f"engine default ({dtype}, weights {weights})": (EngineConfig(**kw), None),
-            f"{dtype}, weights {other}": (EngineConfig(dtype=dtype, weights=other, **kw), None)}
+            f"{other_dtype}, weights {other}": (
+                EngineConfig(dtype=other_dtype, weights=other, **kw), None)}
     for name, (cfg, isa) in ways.items():
         with _isa(isa):
             t = time.perf_counter()

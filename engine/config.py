@@ -78,7 +78,8 @@ class EngineConfig:
     enable_prefix_caching: bool = False  # share full prompt blocks between requests (paged only)
     device: str = "auto"  # "auto", "cpu" or "cuda"
     # "auto": bfloat16 on CUDA and on CPUs with bf16 matrix units (AMX or AVX512-BF16), else
-    # float32 (engine/model/hardware.py resolve_dtype)
+    # float32; float32 too where the weights are the GGUF blocks, whose matmul computes in fp32
+    # (every CPU but one with AMX, by default; engine/model/hardware.py resolve_dtype)
     dtype: str = "auto"
     attention_backend: str = "auto"  # "auto" (triton on CUDA, cpu on CPU), "torch", "cpu", "triton"
     # Which copy of the weights the linear layers multiply:

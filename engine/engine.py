@@ -49,7 +49,8 @@ class LLMEngine:
     def __init__(self, config: EngineConfig | None = None, progress: Progress | None = None):
         self.config = cfg = config or EngineConfig()
         self.device = resolve_device(cfg.device)
-        self.dtype = resolve_dtype(cfg.dtype, self.device)
+        self.dtype = resolve_dtype(cfg.dtype, self.device, model=cfg.model, weights=cfg.weights,
+                                   cpu_kernels=cfg.cpu_kernels, pack=cfg.pack_weights)
         loaded = load_model(cfg.model, self.dtype, progress)
         self.tokenizer = loaded.tokenizer
         mcfg = self.model_config = loaded.config
