@@ -32,10 +32,10 @@ import os
 # then sleep: long enough to stay awake between the ops of one step, short enough to give the
 # core back between steps, when a server's HTTP thread has tokens to send. libgomp's default
 # spins 100x longer, and OMP_WAIT_POLICY=ACTIVE alone never stops (a benchmark's choice): with
-# that, an engine.serve on 2 cores decoded 37 tok/s at batch 1, against 104 with this (README,
-# Performance). ACTIVE keeps the count whole where more OpenMP threads than cores exist (two
-# threads that run torch ops each have a team); without it libgomp cuts the count to 1,000,
-# and the server decoded 54 tok/s. Read once, when torch loads; an explicit OMP_WAIT_POLICY or
+# that, an engine.serve on 2 cores decoded 37 tok/s at batch 1, against 90-112 with this
+# (README, Performance). ACTIVE keeps the count whole where libgomp manages more threads than
+# there are cores (a server may: two of its threads run torch ops); without it libgomp cuts the
+# count to 1,000, and the server decoded 54 tok/s. Read once, when torch loads; an explicit OMP_WAIT_POLICY or
 # GOMP_SPINCOUNT wins. Set for this process only, and taken out again once torch has loaded,
 # so a child process (a benchmark's re-exec, a server) makes its own choice.
 SPINCOUNT = "3000"
@@ -47,10 +47,7 @@ from engine.config import EngineConfig, SamplingParams, SpecConfig  # noqa: E402
 from engine.engine import LLMEngine, RequestOutput  # noqa: E402
 from engine.report import StepReport  # noqa: E402
 
-if _spin_set:
-    import torch as _torch
-
-    _torch.get_num_threads()  # OpenMP is loaded (and has read the variable) by now
+if _spin_set:  # torch, and with it libgomp, is loaded by now and has read both
     del os.environ["GOMP_SPINCOUNT"], os.environ["OMP_WAIT_POLICY"]
 
 

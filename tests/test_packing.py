@@ -78,7 +78,7 @@ def test_fp32_is_never_packed():
 
 def test_draft_from_a_packed_target_is_the_plain_targets_draft():
     eng = LLMEngine(_packed_config(max_num_seqs=2,
-                                         spec=SpecConfig("draft", num_speculative_tokens=3)))
+                                   spec=SpecConfig("draft", num_speculative_tokens=3)))
     assert eng.model.packed
     plain = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=1, pack_weights=False,
                                    weights="dense"))

@@ -43,9 +43,9 @@ def resolve_dtype(name: str = "auto", device: torch.device | None = None, *,
     resolve_weights picks them: every CPU but one with AMX). The GGUF matmul multiplies and
     adds in fp32 whatever the activations, so bf16 ones only add a rounding and two
     conversions around each of a step's 121 matmuls. fp32 activations compute the file's fp32
-    model, as transformers' reference does, at about the same speed: on a Zen 4 (AVX-512
-    BF16, no AMX) 118-132 against 93-114 tok/s at batch 1 in one run, 106.7 against 113.1 in
-    another (README, Performance).
+    model, as transformers' reference does, at about the same speed (`python -m
+    benchmarks.kernel_bench --weights` on a Zen 4: 106.7 against 113.1 tok/s at batch 1;
+    README, Performance).
     device None: the one resolve_device('auto') picks. The keyword arguments are the
     EngineConfig fields the GGUF choice rests on (model, weights, cpu_kernels, pack_weights)."""
     if name != "auto":
