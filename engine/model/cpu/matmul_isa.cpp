@@ -142,6 +142,10 @@ inline void dequant_block_scalar(const uint8_t* blk, float* out) {
 // ---- AVX-512: a block is two vectors of 16 (weights 0-15, 16-31); one accumulator per pair
 using Vec = __m512;
 constexpr int kLanes = 16, kRowTile = 4, kColTile = 4, kDecodeColTile = 4;
+// up to 8 rows (a verification pass of k + 1 <= 8 tokens, a small batch) still dequantize each
+// block in registers, 2 columns a pass: 8 x 2 accumulators + 2 x 2 weights + x fit the 32
+// registers; the panel path below costs 2.6x a one-token step at 8 rows, this one ~1.7x
+constexpr int kDecodeRows = 8, kWideColTile = 2;
 inline Vec vzero() { return _mm512_setzero_ps(); }
 inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
 inline void vstore(float* p, Vec v) { _mm512_storeu_ps(p, v); }
@@ -188,6 +192,7 @@ using Vec = __m256;
 // a decode step (one row) takes 4 columns per x load, as AVX-512 does (0.93-0.97x the time of a
 // step's matmuls on one thread); more rows keep 2, or their 4 x 4 accumulators would spill
 constexpr int kLanes = 8, kRowTile = 4, kColTile = 2, kDecodeColTile = 4;
+constexpr int kDecodeRows = kRowTile, kWideColTile = kColTile;  // 16 registers: no more rows
 inline Vec vzero() { return _mm256_setzero_ps(); }
 inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
 inline void vstore(float* p, Vec v) { _mm256_storeu_ps(p, v); }
@@ -231,6 +236,7 @@ struct Vec {
   float v[8];
 };
 constexpr int kLanes = 8, kRowTile = 4, kColTile = 1, kDecodeColTile = 1;
+constexpr int kDecodeRows = kRowTile, kWideColTile = kColTile;
 inline Vec vzero() { return Vec{}; }
 inline Vec vload(const float* p) {
   Vec r;
@@ -326,7 +332,17 @@ void dequant_row(const uint8_t* w, int64_t K, int64_t n, float* out) {
   }
 }
 
-// A decode step (at most kRowTile rows), columns [n0, n0 + CR): each block dequantized in
+// tile<RR, CR> for RR = job.M (at most kDecodeRows): every row in one pass.
+template <int RR, int CR, typename WBlock, typename Run>
+inline void decode_tile(const MatmulJob& job, int64_t n0, WBlock wblock, Run run) {
+  if (job.M == RR || RR == kDecodeRows) {
+    tile<RR, CR>(job.x, job.K, 0, n0, job.y, job.N, wblock, run);
+    return;
+  }
+  if constexpr (RR < kDecodeRows) decode_tile<RR + 1, CR>(job, n0, wblock, run);
+}
+
+// A decode step (at most kDecodeRows rows), columns [n0, n0 + CR): each block dequantized in
 // registers, once, for every row.
 template <int FMT, int CR>
 void decode_group(const MatmulJob& job, int64_t n0) {
@@ -349,12 +365,7 @@ void decode_group(const MatmulJob& job, int64_t n0) {
     rows.block(c, b, w);
   };
   auto scales = [&](int64_t b0, int64_t b1) { rows.scales(b0, b1); };
-  switch (job.M) {
-    case 1: tile<1, CR>(job.x, K, 0, n0, job.y, job.N, direct, scales); break;
-    case 2: tile<2, CR>(job.x, K, 0, n0, job.y, job.N, direct, scales); break;
-    case 3: tile<3, CR>(job.x, K, 0, n0, job.y, job.N, direct, scales); break;
-    default: tile<kRowTile, CR>(job.x, K, 0, n0, job.y, job.N, direct, scales); break;
-  }
+  decode_tile<1, CR>(job, n0, direct, scales);
 }
 
 // Loaded once, used by every column: without this the compiler folds the load into each
@@ -416,6 +427,11 @@ void columns(const MatmulJob& job, int64_t n0, int64_t n1) {
       for (; n + kDecodeColTile <= n1; n += kDecodeColTile)
         decode_group<FMT, kDecodeColTile>(job, n);
     for (; n + kColTile <= n1; n += kColTile) decode_group<FMT, kColTile>(job, n);
+    for (; n < n1; ++n) decode_group<FMT, 1>(job, n);
+    return;
+  }
+  if (job.M <= kDecodeRows) {
+    for (; n + kWideColTile <= n1; n += kWideColTile) decode_group<FMT, kWideColTile>(job, n);
     for (; n < n1; ++n) decode_group<FMT, 1>(job, n);
     return;
   }
