@@ -103,6 +103,9 @@ class LLMEngine:
             self.spec_decoder = SpecDecoder(self, cfg.spec)
             # the EAGLE head reads the target's hidden state of every computed token
             self.runner.keep_hidden = self.spec_decoder.wants_features
+        # a callable given every forward's hidden states (runner.keep_hidden must be on):
+        # train_draft records the target's features while it generates its training answers
+        self.feature_observer = None
         self.requests: dict[str, Request] = {}
         self._aborted: list[str] = []  # aborted since the last step, for its report
         self.metrics = RunMetrics()
@@ -225,8 +228,10 @@ class LLMEngine:
         sampled, spec_records = {}, []
         if sched.scheduled:
             fwd = self.runner.run(sched.scheduled)
-            if fwd.hidden is not None:
+            if fwd.hidden is not None and self.spec_decoder is not None:
                 self.spec_decoder.observe(fwd)
+            if fwd.hidden is not None and self.feature_observer is not None:
+                self.feature_observer(fwd)
             sampled, spec_records = self._sample(fwd)
         now = time.perf_counter()
         advanced = self.scheduler.update_from_output(sched, sampled, now)

@@ -73,6 +73,23 @@ def test_dequantize_equals_gguf_py(ops, isa, gguf_tensors, fmt):
     assert torch.equal(ops.dequantize(raw, fmt, isa), ref)
 
 
+def test_quantize_q8_0_equals_gguf_py():
+    """Our Q8_0 quantizer (for the EAGLE head on a GGUF target) writes the bytes gguf-py's
+    bit-exact port of ggml-quants.c writes: an all-zero block, exact halves, big and tiny
+    weights."""
+    import gguf
+
+    from engine.model.gguf import quantize_q8_0
+
+    w = torch.randn(48, 576, generator=torch.Generator().manual_seed(0)) * 0.05
+    w[3, :32] = 0  # d = 0
+    w[5, :32] = torch.arange(32) * (127 / 31) / 100  # many q land on .5 before rounding
+    w[7] *= 1e4
+    w[9] *= 1e-6
+    ref = gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q8_0)
+    assert np.array_equal(quantize_q8_0(w).numpy(), ref)
+
+
 def test_dequantize_q4_1_edge_values(ops, isa):
     """Synthetic blocks: scales that are fp16 subnormals, zero, negative and large; every q."""
     import gguf
@@ -116,7 +133,8 @@ def test_matmul_equals_dequantized_linear(ops, isa, gguf_tensors, fmt, rows):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_rows_are_batch_invariant(ops, isa, gguf_tensors, fmt):
     """Property test: a row's output is the same bits alone and in any batch, at any place in
-    it, whatever the batch size (1 to 40: register tiles and their tails) and thread count."""
+    it, whatever the batch size (every size 1 to 10, the register paths of a decode step and a
+    verification pass and the panel after them, then random ones to 40) and thread count."""
     raw, ref = gguf_tensors[fmt]
     pool = torch.randn(48, ref.shape[1], generator=torch.Generator().manual_seed(7))
     threads = torch.get_num_threads()
@@ -124,9 +142,9 @@ def test_rows_are_batch_invariant(ops, isa, gguf_tensors, fmt):
         torch.set_num_threads(1)
         alone = torch.cat([ops.matmul(pool[i:i + 1], raw, fmt, isa) for i in range(len(pool))])
         rng = random.Random(f"{fmt}-{isa}")
-        for trial in range(12):
+        for trial, size in enumerate([*range(1, 11), *(rng.randint(1, 40) for _ in range(6))]):
             torch.set_num_threads(rng.choice([1, 2, 3]))
-            idx = [rng.randrange(len(pool)) for _ in range(rng.randint(1, 40))]
+            idx = [rng.randrange(len(pool)) for _ in range(size)]
             got = ops.matmul(pool[idx], raw, fmt, isa)
             assert torch.equal(got, alone[idx]), (trial, len(idx), torch.get_num_threads())
     finally:

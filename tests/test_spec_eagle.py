@@ -171,6 +171,114 @@ def test_unrolled_forward_is_the_drafting_chain(target):
                 h = run(j + r + 1, h, [int(toks[j + r + 2])])
 
 
+def effective_weights(model, w: dict) -> dict:
+    """The head's weights as the engine multiplies them: on a GGUF target the linear ones
+    are Q8_0 (EagleHead quantizes them), so the reference forward reads their dequantization."""
+    import gguf
+    import numpy as np
+
+    from engine.model.gguf import quantize_q8_0
+
+    out = {n: w[n] for n in eagle.WEIGHT_NAMES}
+    if model.layout == "gguf":
+        for n in eagle.LINEAR_NAMES:
+            rows = quantize_q8_0(w[n]).numpy()
+            deq = gguf.quants.dequantize(rows, gguf.GGMLQuantizationType.Q8_0)
+            out[n] = torch.from_numpy(np.ascontiguousarray(deq, dtype=np.float32))
+    return out
+
+
+def test_head_on_a_gguf_target_reads_q8_0_rows():
+    """On a GGUF target (the default on CPUs without AMX) the head's linear weights are Q8_0
+    rows and its readout is the target's own Q8_0 output-head rows of the reduced vocabulary:
+    about a quarter of the bytes of an fp32 head, with a forward equal to the fp32 training
+    forward on the dequantized weights, within accumulation-order error."""
+    from engine.kv import KVPool, PagedAllocator
+    from engine.model import cpu
+    from engine.model.attention import build_metadata, get_backend
+    from engine.model.llama import shared_model
+    from engine.model.loader import load_model
+
+    if not cpu.library.load():
+        pytest.skip("the C++ CPU kernels did not build here")
+    gguf_target = shared_model(load_model("smollm2-135m", torch.float32), torch.device("cpu"),
+                               torch.float32, 256, cpu_kernels=True, weights="gguf")
+    torch.manual_seed(0)
+    w = eagle.init_weights(gguf_target, torch.arange(0, 4096, 2), seed=3)
+    w["fc"][:, 576:] = torch.randn(576, 576) * 0.05
+    head = eagle.EagleHead(gguf_target, w)
+    for n in eagle.LINEAR_NAMES:
+        assert head.w[n].dtype == torch.uint8 and head.w[n].shape[1] == w[n].shape[1] // 32 * 34
+    assert torch.equal(head.readout, gguf_target.lm_head[w["vocab"]])
+    dense = sum(w[n].numel() * 4 for n in eagle.WEIGHT_NAMES) + 2048 * 576 * 4
+    assert head.weight_bytes < 0.3 * dense
+    cfg, n, bs = gguf_target.cfg, 9, 4
+    feats = torch.randn(n, cfg.hidden_size)
+    toks = torch.randint(0, 5000, (n,))
+    cos, sin = eagle.rope_tables(cfg, n)
+    ref = eagle.train_forward(effective_weights(gguf_target, w), cfg, feats[None],
+                              gguf_target.embed[toks][None], cos, sin)[0]
+    pool = KVPool(1, 4, bs, cfg.num_kv_heads, cfg.head_dim, torch.float32, torch.device("cpu"))
+    seq = eagle.HeadSeq("t")
+    assert PagedAllocator(4, bs).ensure_slots(seq, n)
+    slots = [seq.block_table[p // bs] * bs + p % bs for p in range(n)]
+    meta = build_metadata([n], [n], [seq.block_table], slots, bs, "cpu")
+    got = head.forward(feats, toks, torch.arange(n), meta, pool.layers[0], get_backend("torch"))
+    assert torch.allclose(got, ref, atol=2e-4, rtol=1e-4), (got - ref).abs().max()
+    logits = head.logits(got)
+    assert torch.allclose(logits, got @ gguf_target.plain_lm_head[w["vocab"]].T, atol=2e-4)
+
+
+def test_ridge_start_is_the_least_squares_linear_head(target):
+    """train(init="ridge") starts from fc = the ridge solution of u_{j+1} ~ fc [f_j ; e_{j+1}]
+    (u: the next feature before the final norm's weight), and with the layer's output
+    projections at zero the head at step 0 is exactly that linear map, normed."""
+    from engine.spec.train_draft import ridge_fc
+
+    gen = torch.Generator().manual_seed(4)
+    w_norm = target.loaded.weights["norm.weight"].float()
+    seqs = [torch.randint(0, 3000, (n,), generator=gen).tolist() for n in (700, 900)]
+    feats = [(torch.nn.functional.rms_norm(torch.randn(len(s), 576, generator=gen), (576,))
+              * w_norm).to(torch.bfloat16) for s in seqs]
+    fc = ridge_fc(target, seqs, feats, lam=1.0)
+    x = torch.cat([torch.cat([f.float()[:-1], target.embed[torch.tensor(s[1:])]], 1)
+                   for s, f in zip(seqs, feats)]).double()
+    y = torch.cat([f.float()[1:] / w_norm for f in feats]).double()
+    grad = x.T @ (x @ fc.double().T - y) + fc.double().T  # the ridge objective's gradient / 2
+    assert grad.abs().max() < 1e-3 * (x.T @ y).abs().max()
+    w = eagle.init_weights(target, torch.arange(512), seed=0, fc=fc)
+    assert not w["o"].any() and not w["down"].any()
+    s, f = seqs[0][:40], feats[0][:40].float()
+    cos, sin = eagle.rope_tables(target.cfg, 39)
+    e = target.embed[torch.tensor(s[1:])]
+    out = eagle.train_forward({k: w[k] for k in eagle.WEIGHT_NAMES}, target.cfg, f[None, :-1],
+                              e[None], cos, sin)[0]
+    lin = torch.nn.functional.rms_norm(torch.cat([f[:-1], e], 1) @ fc.T, (576,),
+                                       eps=target.cfg.rms_norm_eps) * w_norm
+    assert torch.allclose(out, lin, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_recorded_features_equal_a_whole_sequence_forward():
+    """train_draft.generate records the target's features and greedy next tokens from the
+    forwards that decode the answers (prefill chunks, then one token per step, in a batch of
+    three); they are the same bits a single forward over each whole sequence gives."""
+    from engine.config import EngineConfig
+    from engine.engine import LLMEngine
+    from engine.spec.train_draft import features, generate
+
+    eng = LLMEngine(EngineConfig(max_num_seqs=3, max_model_len=256))
+    items = [{"prompt": "Name three colours.", "max_tokens": 12},
+             {"prompt": 'Convert this JSON to YAML: {"a": 1, "b": [2, 3]}', "max_tokens": 20},
+             {"prompt": "Write a poem about rain.", "max_tokens": 16}]
+    seqs, feats, labels = generate(eng, items, lambda n: None, temperature=0.8, seed=3)
+    assert eng.feature_observer is None and not eng.runner.keep_hidden
+    want_feats, want_labels = features(eng, seqs, lambda n: None)
+    for s, f, lab, wf, wl in zip(seqs, feats, labels, want_feats, want_labels):
+        assert f.shape == (len(s), 576) and lab.shape == (len(s),)
+        assert torch.equal(f, wf) and torch.equal(lab, wl)
+
+
 @pytest.mark.slow
 def test_engine_drafts_are_the_training_forwards_argmax(target):
     """Every chain the engine drafts (EagleProposer.propose over the target's features as the
@@ -203,7 +311,7 @@ def test_engine_drafts_are_the_training_forwards_argmax(target):
             for p in ("Name three colours.", "Write the word cat twice.")]
     while eng.has_unfinished():
         eng.step()
-    W = {n: w[n] for n in eagle.WEIGHT_NAMES}
+    W = effective_weights(eng.model, w)  # on a GGUF target the head runs in Q8_0
     readout = target.plain_lm_head[w["vocab"]]
     same = total = 0
     for rid in rids:

@@ -99,3 +99,21 @@ def read_linear_weights(loaded: LoadedModel) -> dict:
     read once per process (engine/model/cache.py)."""
     path = gguf_path(loaded)
     return cache.get("gguf", (str(path),), lambda: _read(path, loaded.config))
+
+
+def quantize_q8_0(w: torch.Tensor) -> torch.Tensor:
+    """A float [out, in] weight as GGUF Q8_0 rows, uint8 [out, in / 32 * 34], as llama.cpp's
+    quantize_row_q8_0 writes them: per block of 32 weights an fp16 scale d = max|w| / 127, then
+    32 int8 q = roundf(w / d) (w ~ d * q), bit for bit as gguf-py's own quantizer. For weights this project trains itself (the EAGLE
+    head): the same kernel then reads them in 1.06 bytes a weight instead of 4 (fp32)."""
+    out, k = w.shape
+    if k % 32:
+        raise ValueError(f"Q8_0 needs a multiple of 32 inputs, got {k}")
+    blocks = w.detach().float().reshape(out, k // 32, 32)
+    d = blocks.abs().amax(-1, keepdim=True) / 127  # fp32, as ggml-quants.c computes it
+    inv = torch.where(d > 0, 1 / d, torch.zeros_like(d))
+    x = blocks * inv
+    q = (x.sign() * (x.abs() + 0.5).floor()).to(torch.int8)  # C's roundf: halves away from 0
+    d = d.to(torch.float16)
+    rows = torch.cat([d.view(torch.uint8).reshape(out, k // 32, 2), q.view(torch.uint8)], -1)
+    return rows.reshape(out, k // 32 * 34).contiguous()

@@ -90,20 +90,24 @@ def head_path(model_name: str = "smollm2-135m") -> Path:
 # The weights: a dict of tensors, saved as safetensors
 
 
-def init_weights(target: LlamaModel, vocab: Tensor, seed: int = 0) -> dict[str, Tensor]:
+def init_weights(target: LlamaModel, vocab: Tensor, seed: int = 0, fc: Tensor | None = None,
+                 ) -> dict[str, Tensor]:
     """A fresh head for `target` in fp32: the decoder layer copied from the target's last
     layer, fc = [identity | small random] (so at first the head reads the target's feature and
-    a little of the next token), out_norm = the target's final norm. vocab: [V'] token ids."""
+    a little of the next token), out_norm = the target's final norm. vocab: [V'] token ids.
+    Given `fc` (train_draft.ridge_fc: the best linear head), the head starts as that linear
+    map instead: fc is used as given and the layer's output projections (o, down) are zero,
+    so attention and MLP add nothing until training moves them."""
     cfg = target.cfg
     h = cfg.hidden_size
     gen = torch.Generator().manual_seed(seed)
     last = target.plain_linear_weights(cfg.num_layers - 1)
     layer = target.loaded.weights
     p = f"layers.{cfg.num_layers - 1}."
-    fc = torch.cat([torch.eye(h), torch.randn(h, h, generator=gen) * (0.02 / h ** 0.5) * 10],
-                   dim=1)
+    start = torch.cat([torch.eye(h), torch.randn(h, h, generator=gen) * (0.02 / h ** 0.5) * 10],
+                      dim=1)
     w = {
-        "fc": fc,  # [H, 2H]
+        "fc": start if fc is None else fc,  # [H, 2H]
         "in_norm": layer[p + "input_layernorm.weight"],
         "qkv": last["qkv"], "o": last["o"],
         "post_norm": layer[p + "post_attention_layernorm.weight"],
@@ -111,6 +115,9 @@ def init_weights(target: LlamaModel, vocab: Tensor, seed: int = 0) -> dict[str, 
         "out_norm": layer["norm.weight"],
     }
     w = {k: v.detach().float().clone().contiguous() for k, v in w.items()}
+    if fc is not None:
+        w["o"].zero_()
+        w["down"].zero_()
     w["vocab"] = vocab.to(torch.int64).contiguous()
     return w
 
@@ -255,9 +262,18 @@ class EagleHead:
         self.vocab = weights["vocab"].to(device=dev, dtype=torch.long)  # [V']
         readout = target.plain_lm_head[self.vocab].contiguous()  # [V', H], frozen, shared rows
         layout = target.layout
-        if layout == "gguf":  # the head's own weights are dense: in bf16 our matmul reads them
-            layout = "bf16" if dt == torch.bfloat16 else "plain"
-        pack, self.linear = PACKERS[layout]
+        if layout == "gguf":
+            # the target's format for the head too: its linear weights quantized to Q8_0 here
+            # (1.06 bytes a weight: an fp32 head would read ~4x the bytes and cost ~0.4x a
+            # target step), its readout the rows of the target's own Q8_0 output head
+            from engine.model.gguf import quantize_q8_0
+
+            for n in LINEAR_NAMES:
+                w[n] = quantize_q8_0(weights[n])
+            readout = target.lm_head[self.vocab].contiguous()
+            pack, self.linear = PACKERS["gguf"]
+        else:
+            pack, self.linear = PACKERS[layout]
         if pack is not None:
             for n in LINEAR_NAMES:
                 w[n] = pack(w[n])
@@ -268,6 +284,9 @@ class EagleHead:
         self.readout_params = len(self.vocab) * self.cfg.hidden_size
         elt = torch.tensor([], dtype=dt).element_size()
         self.weight_bytes = (self.num_params + self.readout_params) * elt
+        if target.layout == "gguf":  # the bytes a step reads: Q8_0 rows and fp32 norms
+            self.weight_bytes = sum(t.numel() * t.element_size()
+                                    for t in (*w.values(), readout))
         self.q_size = self.cfg.num_heads * self.cfg.head_dim
         self.kv_size = self.cfg.num_kv_heads * self.cfg.head_dim
         self.scale = self.cfg.head_dim ** -0.5
