@@ -369,10 +369,11 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.apprentice_header": {"zh": "学徒：准，还要便宜得多", "en": "The apprentice: accurate, and much cheaper"},
     "spec.apprentice_caption": {
         "zh": "草稿每走一步都要花时间。int4 孪生（目标模型自己的权重压成 int4）猜得准，但一步的耗时"
-              "接近目标模型一步；EAGLE 学徒只有一层，读目标模型自己的特征，只从最常见的 token 里挑，"
+              "接近目标模型一步，没有 AMX 的机器上甚至更多；EAGLE 学徒只有一层，读目标模型自己的特征，只从最常见的 token 里挑，"
               "一步只要目标模型的一小部分。下表是基准测得的数（1 个请求在跑）。",
         "en": "Every draft step costs time. The int4 twin (the target's own weights in int4) "
-              "guesses well, but one of its steps costs nearly a target step; the EAGLE "
+              "guesses well, but one of its steps costs about a target step (more on a CPU "
+              "without AMX); the EAGLE "
               "apprentice is one layer over the target's own features, drafting from the most "
               "frequent tokens only, and its step costs a small fraction of the target's. The "
               "table is what the bench measured (1 request running)."},
