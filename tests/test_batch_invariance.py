@@ -21,7 +21,8 @@ Then whole engines, over the matrix of switches, against each request decoded al
 MATMUL_LAYOUTS lists the weight layouts run through the engine matrix: "amx" (the AMX kernel,
 linear.cpp; skipped on CPUs without AMX), "bf16" (the weight-streaming matmul, matmul_isa.cpp,
 the layout on CPUs without AMX) and "gguf" (the same matmul on the GGUF file's own blocks,
-weights="gguf"). oneDNN's bf16 linear ("onednn") adds in an order that depends on the number
+weights="gguf"), in bf16, the issue's dtype; "gguf-fp32" is the engine's default on CPUs
+without AMX (dtype="auto" -> float32 on GGUF weights). oneDNN's bf16 linear ("onednn") adds in an order that depends on the number
 of rows; run the matrix on it with SERVELAB_INVARIANCE_LAYOUTS=onednn to see how many requests
 differ.
 """
@@ -47,7 +48,7 @@ from engine.model.cpu.attention import CpuAttention
 from engine.sampler import sample_rows
 from tests.conftest import PROMPTS
 
-MATMUL_LAYOUTS = ["amx", "bf16", "gguf"]
+MATMUL_LAYOUTS = ["amx", "bf16", "gguf", "gguf-fp32"]
 if os.environ.get("SERVELAB_INVARIANCE_LAYOUTS"):
     MATMUL_LAYOUTS = os.environ["SERVELAB_INVARIANCE_LAYOUTS"].split(",")
 
@@ -232,10 +233,11 @@ def forced_layout(layout: str):
 def _engine(layout: str, **kw) -> LLMEngine:
     if layout == "amx" and not cpu_library.amx_available():
         pytest.skip("this CPU has no AMX tiles; the other layouts cover the matrix here")
-    if layout == "gguf":
-        eng = LLMEngine(EngineConfig(dtype="bfloat16", weights="gguf",
+    if layout in ("gguf", "gguf-fp32"):
+        dtype = torch.float32 if layout == "gguf-fp32" else torch.bfloat16
+        eng = LLMEngine(EngineConfig(dtype=str(dtype).removeprefix("torch."), weights="gguf",
                                      **{"max_model_len": 512, **kw}))
-        assert eng.model.layout == "gguf" and eng.model.dtype == torch.bfloat16
+        assert eng.model.layout == "gguf" and eng.model.dtype == dtype
         return eng
     with forced_layout(layout):
         eng = LLMEngine(EngineConfig(dtype="bfloat16", weights="dense",
