@@ -63,8 +63,9 @@ def print_table(results: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # no abbreviations: `--spec --k 2` must reach the spec bench's --k, not become --kv-budget
     ap = argparse.ArgumentParser(prog="python -m benchmarks.bench",
-                                 description=__doc__.split("\n")[0])
+                                 description=__doc__.split("\n")[0], allow_abbrev=False)
     ap.add_argument("--workload", default="longtail", help="longtail, uniform, shared-prefix, ...")
     ap.add_argument("--workload-file", help="JSONL lines {\"prompt\": ..., \"max_tokens\": ...}")
     ap.add_argument("--requests", type=int, default=32)

@@ -117,6 +117,17 @@ def test_engine_bench_is_the_same_command():
 
 
 @pytest.mark.slow
+def test_spec_flags_reach_the_spec_bench(monkeypatch):
+    """`python -m engine.bench --spec --k 2` hands --k to the spec bench: the main bench's
+    parser takes no abbreviations (it once read --k as its own --kv-budget, silently)."""
+    from benchmarks import bench, spec_bench
+
+    seen = []
+    monkeypatch.setattr(spec_bench, "main", lambda argv: seen.append(argv) or 0)
+    assert bench.main(["--spec", "--k", "2", "--min-confidence", "0.5"]) == 0
+    assert seen and seen[0][:4] == ["--k", "2", "--min-confidence", "0.5"]
+
+
 def test_bench_memory_runs(capsys):
     from benchmarks import bench_memory
 

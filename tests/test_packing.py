@@ -61,7 +61,11 @@ def test_packed_logits_match_plain(tokenizer):
         a, b = _teacher_forced_logits(plain, ids), _teacher_forced_logits(packed, ids)
         assert torch.isfinite(b).all()
         scale = a.abs().amax(-1, keepdim=True)
-        assert ((a - b).abs() / scale).max() < 0.05, prompt
+        rel = (a - b).abs() / scale
+        # bf16 roundings in another order over 30 layers: on an Intel CPU without AMX
+        # (oneDNN's AVX-512 bf16 kernels) the worst of 27 x 49152 logits was 0.067 of the
+        # position's largest, the mean 0.007; wrong weights or layout give tenths
+        assert rel.max() < 0.1 and rel.mean() < 0.015, (prompt, rel.max(), rel.mean())
         agree += (a.argmax(-1) == b.argmax(-1)).sum().item()
         total += len(ids)
     # bf16 logits a last bit apart can swap near-ties: 101 of 105 agree with oneDNN's AVX-512
