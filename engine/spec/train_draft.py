@@ -107,6 +107,7 @@ def generate(engine, items: list[dict], progress, temperature: float = 0.0, seed
             feats[rid][start:start + n] = h[row:row + n]  # a recompute overwrites the same
             labels[rid][start:start + n] = top[row:row + n]
 
+    keep = engine.runner.keep_hidden
     engine.runner.keep_hidden, engine.feature_observer = True, record
     try:
         rids = [engine.add_request(chat(it["prompt"]), params(i, it))
@@ -114,7 +115,7 @@ def generate(engine, items: list[dict], progress, temperature: float = 0.0, seed
         while engine.has_unfinished():
             progress(len(engine.step().finished))
     finally:
-        engine.runner.keep_hidden, engine.feature_observer = False, None
+        engine.runner.keep_hidden, engine.feature_observer = keep, None
     seqs, fs, ls = [], [], []
     for r in rids:
         req = engine.requests[r]
