@@ -104,8 +104,9 @@ def read_linear_weights(loaded: LoadedModel) -> dict:
 def quantize_q8_0(w: torch.Tensor) -> torch.Tensor:
     """A float [out, in] weight as GGUF Q8_0 rows, uint8 [out, in / 32 * 34], as llama.cpp's
     quantize_row_q8_0 writes them: per block of 32 weights an fp16 scale d = max|w| / 127, then
-    32 int8 q = roundf(w / d) (w ~ d * q), bit for bit as gguf-py's own quantizer. For weights this project trains itself (the EAGLE
-    head): the same kernel then reads them in 1.06 bytes a weight instead of 4 (fp32)."""
+    32 int8 q = roundf(w / d) (w ~ d * q), bit for bit as gguf-py's own quantizer. For weights
+    this project trains itself (the EAGLE head): the same kernel then reads them in 1.06 bytes
+    a weight instead of 4 (fp32)."""
     out, k = w.shape
     if k % 32:
         raise ValueError(f"Q8_0 needs a multiple of 32 inputs, got {k}")
