@@ -22,9 +22,9 @@ MATMUL_LAYOUTS lists the weight layouts run through the engine matrix: "amx" (th
 linear.cpp; skipped on CPUs without AMX), "bf16" (the weight-streaming matmul, matmul_isa.cpp,
 the layout on CPUs without AMX) and "gguf" (the same matmul on the GGUF file's own blocks,
 weights="gguf"), in bf16, the issue's dtype; "gguf-fp32" is the engine's default on CPUs
-without AMX (dtype="auto" -> float32 on GGUF weights). oneDNN's bf16 linear ("onednn") adds in an order that depends on the number
-of rows; run the matrix on it with SERVELAB_INVARIANCE_LAYOUTS=onednn to see how many requests
-differ.
+without AMX (dtype="auto" -> float32 on GGUF weights). oneDNN's bf16 linear ("onednn") adds
+in an order that depends on the number of rows; run the matrix on it with
+SERVELAB_INVARIANCE_LAYOUTS=onednn to see how many requests differ.
 """
 
 from __future__ import annotations
@@ -234,10 +234,10 @@ def _engine(layout: str, **kw) -> LLMEngine:
     if layout == "amx" and not cpu_library.amx_available():
         pytest.skip("this CPU has no AMX tiles; the other layouts cover the matrix here")
     if layout in ("gguf", "gguf-fp32"):
-        dtype = torch.float32 if layout == "gguf-fp32" else torch.bfloat16
-        eng = LLMEngine(EngineConfig(dtype=str(dtype).removeprefix("torch."), weights="gguf",
+        dtype = "float32" if layout == "gguf-fp32" else "bfloat16"
+        eng = LLMEngine(EngineConfig(dtype=dtype, weights="gguf",
                                      **{"max_model_len": 512, **kw}))
-        assert eng.model.layout == "gguf" and eng.model.dtype == dtype
+        assert eng.model.layout == "gguf" and eng.model.dtype == getattr(torch, dtype)
         return eng
     with forced_layout(layout):
         eng = LLMEngine(EngineConfig(dtype="bfloat16", weights="dense",

@@ -282,11 +282,11 @@ class EagleHead:
         self.embed = target.embed  # [vocab, H], the target's
         self.num_params = sum(weights[n].numel() for n in WEIGHT_NAMES)
         self.readout_params = len(self.vocab) * self.cfg.hidden_size
-        elt = torch.tensor([], dtype=dt).element_size()
-        self.weight_bytes = (self.num_params + self.readout_params) * elt
         if target.layout == "gguf":  # the bytes a step reads: Q8_0 rows and fp32 norms
-            self.weight_bytes = sum(t.numel() * t.element_size()
-                                    for t in (*w.values(), readout))
+            self.weight_bytes = sum(t.numel() * t.element_size() for t in (*w.values(), readout))
+        else:
+            elt = torch.tensor([], dtype=dt).element_size()
+            self.weight_bytes = (self.num_params + self.readout_params) * elt
         self.q_size = self.cfg.num_heads * self.cfg.head_dim
         self.kv_size = self.cfg.num_kv_heads * self.cfg.head_dim
         self.scale = self.cfg.head_dim ** -0.5
