@@ -379,17 +379,36 @@ inline void keep_in_register(Vec& v) {
 #endif
 }
 
+// The next panel's GGUF rows (one contiguous run of bytes), asked for into L2 two cache lines
+// per step of panel_tile while this panel computes: dequantizing a panel otherwise waits on
+// memory with nothing to overlap it. A whole model's matmuls at 16 rows, Q4_1, two Zen 4
+// threads: 23.6 -> 22.4 ms (9 rows 17.4 -> 16.3, 32 rows 41.2 -> 39.8).
+struct Ahead {
+  const char* p;
+  const char* end;
+  void step() {
+#if SERVELAB_ISA >= 1
+    if (p < end) {
+      _mm_prefetch(p, _MM_HINT_T1);
+      _mm_prefetch(p + 64, _MM_HINT_T1);
+      p += 128;
+    }
+#endif
+  }
+};
+
 // Rows [m0, m0 + RR) x columns [n0, n0 + CR) from a panel of fp32 weights (column c at
 // panel + c * K). The same sequence per accumulator as `tile` (along K, kLanes at a time), but
 // each step loads one vector per column, not a whole block: RR * CR accumulators + CR weights
 // + one x fit AVX2's 16 registers (a whole block per column, as `tile` holds, spilled).
 template <int RR, int CR>
 inline void panel_tile(const float* x, int64_t K, int64_t m0, int64_t n0, float* y, int64_t N,
-                       const float* panel) {
+                       const float* panel, Ahead& ahead) {
   Vec acc[RR][CR];
   for (int r = 0; r < RR; ++r)
     for (int c = 0; c < CR; ++c) acc[r][c] = vzero();
   for (int64_t k = 0; k < K; k += kLanes) {
+    ahead.step();
     Vec w[CR];
     for (int c = 0; c < CR; ++c) w[c] = vload(panel + c * K + k);
     for (int r = 0; r < RR; ++r) {
@@ -405,12 +424,13 @@ inline void panel_tile(const float* x, int64_t K, int64_t m0, int64_t n0, float*
 // Rows [m, m + RR) x the panel's columns [n, n + pc): kColTile columns at a time, then the
 // tail one by one.
 template <int RR>
-void panel_rows(const MatmulJob& job, int64_t m, int64_t n, int64_t pc, const float* panel) {
+void panel_rows(const MatmulJob& job, int64_t m, int64_t n, int64_t pc, const float* panel,
+                Ahead& ahead) {
   int64_t c0 = 0;
   for (; c0 + kColTile <= pc; c0 += kColTile)
-    panel_tile<RR, kColTile>(job.x, job.K, m, n + c0, job.y, job.N, panel + c0 * job.K);
+    panel_tile<RR, kColTile>(job.x, job.K, m, n + c0, job.y, job.N, panel + c0 * job.K, ahead);
   for (; c0 < pc; ++c0)
-    panel_tile<RR, 1>(job.x, job.K, m, n + c0, job.y, job.N, panel + c0 * job.K);
+    panel_tile<RR, 1>(job.x, job.K, m, n + c0, job.y, job.N, panel + c0 * job.K, ahead);
 }
 
 // More rows (prefill chunks, batched decodes): a panel of kPanelCols columns is dequantized
@@ -436,16 +456,20 @@ void columns(const MatmulJob& job, int64_t n0, int64_t n1) {
     for (; n < n1; ++n) decode_group<FMT, 1>(job, n);
     return;
   }
+  const int64_t row_bytes = job.K / 32 * block_bytes(FMT);
   float* panel = static_cast<float*>(std::malloc(sizeof(float) * kPanelCols * job.K));
   for (; n < n1; n += kPanelCols) {
     const int64_t pc = n1 - n < kPanelCols ? n1 - n : kPanelCols;
     for (int64_t c = 0; c < pc; ++c) dequant_row<FMT>(job.w, job.K, n + c, panel + c * job.K);
+    const int64_t next = n1 - n - pc < kPanelCols ? n1 - n - pc : kPanelCols;
+    const char* at = reinterpret_cast<const char*>(job.w + (n + pc) * row_bytes);
+    Ahead ahead{at, at + next * row_bytes};
     int64_t m = 0;
-    for (; m + kRowTile <= job.M; m += kRowTile) panel_rows<kRowTile>(job, m, n, pc, panel);
+    for (; m + kRowTile <= job.M; m += kRowTile) panel_rows<kRowTile>(job, m, n, pc, panel, ahead);
     switch (job.M - m) {
-      case 1: panel_rows<1>(job, m, n, pc, panel); break;
-      case 2: panel_rows<2>(job, m, n, pc, panel); break;
-      case 3: panel_rows<3>(job, m, n, pc, panel); break;
+      case 1: panel_rows<1>(job, m, n, pc, panel, ahead); break;
+      case 2: panel_rows<2>(job, m, n, pc, panel, ahead); break;
+      case 3: panel_rows<3>(job, m, n, pc, panel, ahead); break;
       default: break;
     }
   }
