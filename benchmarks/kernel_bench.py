@@ -20,6 +20,10 @@ workload with 16 requests at once through the dense and GGUF engines; `--json` s
 It starts with where a GGUF step's time goes (`bench_gguf_matmuls`: each kind of matmul against
 its bytes, then the rest of the step); `--weights --matmuls-only` runs only that, and
 `--one-thread` runs it on one thread timed in CPU time (usable on a busy shared machine).
+`--rows` times the same matmuls (every layer's and the lm_head's GGUF weights, fp32 rows) at
+1 to 32 rows, the sizes of decode batches and verification passes, per instruction set: ms
+for one step's worth and GFLOP/s, where from a few rows on the kernel is bound by its
+multiply-adds and the dequantizing, not by memory.
 
 Each figure is the best of several rounds, and the rounds of the two sides alternate, so a
 slow moment of this shared machine hits both. README's Performance section quotes a run.
@@ -238,6 +242,51 @@ def bench_gguf_matmuls(gguf, isas: list[str], bw: float, rounds: int = 5,
     return rows
 
 
+def bench_gguf_rows(rows=(1, 2, 4, 8, 9, 12, 16, 32), rounds: int = 5) -> list[dict]:
+    """One step's GGUF matmuls (30 layers x qkv, o, gate_up, down, and the lm_head) at each
+    row count, per instruction set: ms and GFLOP/s (2 * rows * weights per step). The row
+    counts take turns within each round; the best round counts."""
+    from engine.config import EngineConfig
+    from engine.engine import LLMEngine
+    from engine.model.cpu import library
+
+    model = LLMEngine(EngineConfig(weights="gguf", max_num_seqs=1, max_model_len=64)).model
+    def k_of(name):  # the input width of each kind of weight
+        return model.cfg.intermediate_size if name == "down" else model.cfg.hidden_size
+
+    shapes = [(layer[name], k_of(name)) for layer in model.layers
+              for name in model.LINEAR_WEIGHTS]
+    shapes.append((model.lm_head, model.cfg.hidden_size))
+    n_weights = sum(w.shape[0] * k for w, k in shapes)
+    print(f"GGUF matmuls of one step ({n_weights / 1e6:.0f} M weights, fp32 rows), "
+          f"{torch.get_num_threads()} thread(s): ms / GFLOP/s")
+    out = []
+    for isa in library.supported_isas():
+        if isa == "portable":  # there for correctness, not speed
+            continue
+        xs = {m: {k: torch.randn(m, k) for k in {k for _, k in shapes}} for m in rows}
+        best = dict.fromkeys(rows, float("inf"))
+
+        def step(m, isa=isa):
+            for w, k in shapes:
+                torch.ops.servelab.matmul(xs[m][k], w, "auto", isa)
+
+        for m in rows:
+            step(m)
+        for _ in range(rounds):
+            for m in rows:
+                t = time.perf_counter()
+                step(m)
+                best[m] = min(best[m], time.perf_counter() - t)
+        cells = []
+        for m in rows:
+            gf = 2 * m * n_weights / best[m] / 1e9
+            out.append({"isa": isa, "rows": m, "ms": best[m] * 1e3, "gflop_s": gf})
+            cells.append(f"{m}: {best[m] * 1e3:6.2f} / {gf:5.1f}")
+        print(f"  {isa:8s} " + "  ".join(cells))
+    return out
+
+
 def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool = False,
                   one_thread: bool = False) -> dict:
     from benchmarks.bench import decode_rate, run_engine
@@ -396,8 +445,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--one-thread", action="store_true",
                     help="with --matmuls-only: one torch thread, timed in its CPU time (for a "
                     "shared machine)")
-    ap.add_argument("--json", help="write the --weights results here")
+    ap.add_argument("--rows", action="store_true",
+                    help="the GGUF matmuls of one step at 1 to 32 rows, per instruction set")
+    ap.add_argument("--json", help="write the --weights or --rows results here")
     args = ap.parse_args(argv)
+    if args.rows:
+        write_json(args.json, "cpu", args, gguf_rows=bench_gguf_rows())
+        return 0
     if args.weights:
         write_json(args.json, "cpu", args, **bench_weights(only_matmuls=args.matmuls_only,
                                                           one_thread=args.one_thread))
