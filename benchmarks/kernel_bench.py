@@ -267,7 +267,7 @@ def bench_gguf_rows(rows=(1, 2, 4, 8, 9, 12, 16, 32), rounds: int = 5) -> list[d
         xs = {m: {k: torch.randn(m, k) for k in {k for _, k in shapes}} for m in rows}
         best = dict.fromkeys(rows, float("inf"))
 
-        def step(m, isa=isa):
+        def step(m, isa=isa, xs=xs):
             for w, k in shapes:
                 torch.ops.servelab.matmul(xs[m][k], w, "auto", isa)
 

@@ -1,7 +1,7 @@
 """The C++ CPU kernels' library (ops.cpp, linear.cpp, matmul*.cpp): build once, load, fall back if that fails.
 
 `load()` compiles ops.cpp, linear.cpp and matmul.cpp (and matmul_isa.cpp once per
-instruction set: AVX-512, AVX2, portable) with g++ against the installed torch's
+instruction set: AVX-512, AVX2 and portable on x86-64, NEON and portable on AArch64) with g++ against the installed torch's
 headers (about 20 s, once per machine and source version), caches the library under the
 ServeLab cache folder, and registers `torch.ops.servelab.{rms_norm, add_rms_norm, rope,
 silu_mul, store_kv, paged_attention, decode_layers, matmul, dequantize}` and, on a CPU with
@@ -30,18 +30,23 @@ SOURCES = [Path(__file__).with_name(name) for name in ("ops.cpp", "linear.cpp", 
 # set's flags (never -march=native), so a wide CPU also runs, and tests force, the narrow paths
 ISA_SOURCE = Path(__file__).with_name("matmul_isa.cpp")
 ISA_HEADER = Path(__file__).with_name("matmul_isa.h")
-ISA_FLAGS = {  # name -> (SERVELAB_ISA, compiler flags); x86-64 only but "portable"
-    "portable": (0, []),
-    "avx2": (1, ["-mavx2", "-mfma", "-mf16c"]),
+ISA_FLAGS = {  # name -> (SERVELAB_ISA, compiler flags)
+    "portable": (0, []),                      # any CPU
+    "avx2": (1, ["-mavx2", "-mfma", "-mf16c"]),  # x86-64
     "avx512": (2, ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma", "-mf16c"]),
+    "neon": (3, []),                          # AArch64: NEON is in its baseline
 }
 
 
-def isa_builds() -> list[str]:
-    """The instruction sets the library is built for here: all three on x86-64; elsewhere (ARM)
-    only the portable C++ (no NEON kernel yet)."""
-    if platform.machine().lower() in ("x86_64", "amd64"):
-        return list(ISA_FLAGS)
+def isa_builds(machine: str | None = None) -> list[str]:
+    """The instruction sets the library is built for on this machine (or `machine`, as
+    platform.machine() names it): AVX-512, AVX2 and portable on x86-64, NEON and portable on
+    AArch64, portable elsewhere."""
+    machine = (machine or platform.machine()).lower()
+    if machine in ("x86_64", "amd64"):
+        return ["portable", "avx2", "avx512"]
+    if machine in ("aarch64", "arm64"):
+        return ["portable", "neon"]
     return ["portable"]
 
 
@@ -154,12 +159,14 @@ def amx_available() -> bool:
     return load() and torch.ops.servelab.amx_available()
 
 
-ISAS = ("avx512", "avx2", "portable")  # the weight-streaming matmul's paths, widest first
+# the weight-streaming matmul's paths, widest first (an x86-64 CPU has the first two, an AArch64
+# one neon; every CPU portable)
+ISAS = ("avx512", "avx2", "neon", "portable")
 
 
 def matmul_isa() -> str:
     """The instruction set torch.ops.servelab.matmul runs here: SERVELAB_CPU_ISA (avx512, avx2,
-    portable) if set, else the widest this CPU supports. ValueError if the forced one is
+    neon, portable) if set, else the widest this CPU supports. ValueError if the forced one is
     unknown or this CPU lacks it."""
     if not load():
         raise ValueError("the C++ CPU kernels did not load (see the message above)")

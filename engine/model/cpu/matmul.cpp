@@ -4,7 +4,8 @@
 //   matmul(x, w, format="auto", isa="")  x [M, K] fp32/bf16/fp16 -> y [M, N] in x's dtype
 //       format "bf16" (w [N, K] bf16), "q8_0" or "q4_1" (w [N, K/32 * 34 or 20] uint8: the
 //       GGUF file's rows as they are), "auto": told apart by w's dtype and bytes per row; isa "" = SERVELAB_CPU_ISA if set, else the widest this
-//       CPU has; "avx512", "avx2", "portable" force one (an error if the CPU lacks it)
+//       CPU has; "avx512", "avx2", "neon" (AArch64), "portable" force one (an error if the
+//       CPU lacks it)
 //   dequantize(w, format, isa="")  the fp32 weights [N, K] those kernels multiply with
 //   cpu_isa()  the instruction set an isa="" call runs;  isa_supported(isa)
 //   SERVELAB_CPU_ISA_DISABLE (comma-separated): instruction sets to treat as missing
@@ -38,6 +39,8 @@ const Isa kIsas[] = {
 #if defined(__x86_64__) || defined(_M_X64)
     {"avx512", isa_avx512::matmul_columns, isa_avx512::dequantize_rows},
     {"avx2", isa_avx2::matmul_columns, isa_avx2::dequantize_rows},
+#elif defined(__aarch64__)
+    {"neon", isa_neon::matmul_columns, isa_neon::dequantize_rows},
 #endif
     {"portable", isa_portable::matmul_columns, isa_portable::dequantize_rows},
 };
@@ -61,6 +64,8 @@ bool cpu_has(const std::string& name) {
   if (name == "avx2")
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
            __builtin_cpu_supports("f16c");
+#elif defined(__aarch64__)
+  if (name == "neon") return true;  // Advanced SIMD is part of every AArch64 CPU
 #endif
   return name == "portable";
 }

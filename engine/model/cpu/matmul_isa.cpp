@@ -1,9 +1,11 @@
 // ServeLab's weight-streaming matmul y = x W^T for one instruction set, chosen at compile time.
 //
-// library.py compiles this file three times, each into its own namespace, with its own flags:
+// library.py compiles this file once per instruction set, each into its own namespace, with its
+// own flags (on x86-64 the first three, on AArch64 the last two):
 //   SERVELAB_ISA=2  isa_avx512    -mavx512f -mavx512bw -mavx512vl -mfma -mf16c
 //   SERVELAB_ISA=1  isa_avx2      -mavx2 -mfma -mf16c
-//   SERVELAB_ISA=0  isa_portable  no x86 flags (plain C++; the compiler's baseline vectors)
+//   SERVELAB_ISA=0  isa_portable  no flags (plain C++; the compiler's baseline vectors)
+//   SERVELAB_ISA=3  isa_neon      none needed: NEON (Advanced SIMD) is part of every AArch64 CPU
 // so a wider CPU can run (and the tests can force) every narrower path. matmul.cpp picks one at
 // run time and splits the output columns over threads. This file includes no ATen or standard
 // library templates: an inline function compiled here with AVX-512 must never be the copy a
@@ -37,12 +39,17 @@
 #define ISA_NS isa_avx2
 #elif SERVELAB_ISA == 0
 #define ISA_NS isa_portable
+#elif SERVELAB_ISA == 3
+#define ISA_NS isa_neon
 #else
-#error "compile with -DSERVELAB_ISA=0 (portable), 1 (avx2) or 2 (avx512)"
+#error "compile with -DSERVELAB_ISA=0 (portable), 1 (avx2), 2 (avx512) or 3 (neon, AArch64)"
 #endif
 
-#if SERVELAB_ISA >= 1
+#define SERVELAB_X86 (SERVELAB_ISA == 1 || SERVELAB_ISA == 2)
+#if SERVELAB_X86
 #include <immintrin.h>
+#elif SERVELAB_ISA == 3
+#include <arm_neon.h>
 #endif
 
 #include "matmul_isa.h"
@@ -66,8 +73,12 @@ inline uint16_t load_u16(const uint8_t* p) {
 
 // IEEE half -> float, exact (every half is a float), subnormals included
 inline float half_to_float(uint16_t h) {
-#if SERVELAB_ISA >= 1
+#if SERVELAB_X86
   return _cvtsh_ss(h);
+#elif SERVELAB_ISA == 3
+  __fp16 f;
+  std::memcpy(&f, &h, 2);
+  return static_cast<float>(f);
 #else
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
@@ -98,7 +109,7 @@ inline float half_to_float(uint16_t h) {
 // and two unpacks never read past the last block's first 4 bytes, nor wait on a store.
 constexpr int kScaleRun = 64;
 inline void block_scales(const uint8_t* blk, int64_t stride, int64_t count, float* out) {
-#if SERVELAB_ISA >= 1
+#if SERVELAB_X86
   int64_t i = 0;
   for (; i + 4 <= count; i += 4) {
     const uint8_t* p = blk + i * stride;
@@ -110,6 +121,19 @@ inline void block_scales(const uint8_t* blk, int64_t stride, int64_t count, floa
   for (; i < count; ++i)
     _mm_storel_pi(reinterpret_cast<__m64*>(out + 2 * i),
                   _mm_cvtph_ps(_mm_loadu_si32(blk + i * stride)));
+#elif SERVELAB_ISA == 3
+  int64_t i = 0;
+  for (; i + 2 <= count; i += 2) {  // two blocks' 4 bytes -> four halves -> four floats
+    uint32_t a, b;
+    std::memcpy(&a, blk + i * stride, 4);
+    std::memcpy(&b, blk + (i + 1) * stride, 4);
+    const uint64_t both = static_cast<uint64_t>(a) | static_cast<uint64_t>(b) << 32;
+    vst1q_f32(out + 2 * i, vcvt_f32_f16(vreinterpret_f16_u64(vcreate_u64(both))));
+  }
+  for (; i < count; ++i) {
+    out[2 * i] = half_to_float(load_u16(blk + i * stride));
+    out[2 * i + 1] = half_to_float(load_u16(blk + i * stride + 2));
+  }
 #else
   for (int64_t i = 0; i < count; ++i) {
     out[2 * i] = half_to_float(load_u16(blk + i * stride));
@@ -231,6 +255,62 @@ inline void load_block(const uint8_t* blk, const float* dm, Vec* w) {
   }
 }
 
+#elif SERVELAB_ISA == 3
+// ---- NEON (AArch64): a block is eight vectors of 4 (weights 0-3, ..., 28-31); 32 registers.
+// Two columns a pass: 2 x 8 weights + 4 x 2 accumulators + x fit them (four would spill).
+// Built and tested here by cross-compiling and running under qemu (tests/test_neon_matmul.py);
+// its speed is not measured on an ARM CPU yet.
+using Vec = float32x4_t;
+constexpr int kLanes = 4, kRowTile = 4, kColTile = 2, kDecodeColTile = 2;
+constexpr int kDecodeRows = kRowTile, kWideColTile = kColTile;
+inline Vec vzero() { return vdupq_n_f32(0.0f); }
+inline Vec vload(const float* p) { return vld1q_f32(p); }
+inline void vstore(float* p, Vec v) { vst1q_f32(p, v); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return vfmaq_f32(c, a, b); }
+inline float vsum(Vec v) {  // a fixed tree: 4 -> 2 -> 1
+  const float32x2_t s = vadd_f32(vget_low_f32(v), vget_high_f32(v));
+  return vget_lane_f32(s, 0) + vget_lane_f32(s, 1);
+}
+// four int32 lanes -> fp32, from the low or high half of eight 16-bit ones
+inline Vec low_f32(uint16x8_t v) { return vcvtq_f32_u32(vmovl_u16(vget_low_u16(v))); }
+inline Vec high_f32(uint16x8_t v) { return vcvtq_f32_u32(vmovl_high_u16(v)); }
+inline Vec low_f32(int16x8_t v) { return vcvtq_f32_s32(vmovl_s16(vget_low_s16(v))); }
+inline Vec high_f32(int16x8_t v) { return vcvtq_f32_s32(vmovl_high_s16(v)); }
+// w[0..7]: weights 0-3, ..., 28-31 of the block at blk; dm: its d and m as fp32 (block_scales)
+template <int FMT>
+inline void load_block(const uint8_t* blk, const float* dm, Vec* w) {
+  if constexpr (FMT == kFormatBf16) {
+    for (int c = 0; c < 4; ++c) {  // a bf16 is the high half of its fp32
+      const uint16x8_t v = vld1q_u16(reinterpret_cast<const uint16_t*>(blk + 16 * c));
+      w[2 * c] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(v), 16));
+      w[2 * c + 1] = vreinterpretq_f32_u32(vshll_high_n_u16(v, 16));
+    }
+  } else if constexpr (FMT == kFormatQ8_0) {
+    const Vec d = vdupq_n_f32(dm[0]);
+    for (int h = 0; h < 2; ++h) {
+      const int8x16_t q = vld1q_s8(reinterpret_cast<const int8_t*>(blk + 2 + 16 * h));
+      const int16x8_t lo = vmovl_s8(vget_low_s8(q)), hi = vmovl_high_s8(q);
+      w[4 * h] = vmulq_f32(d, low_f32(lo));
+      w[4 * h + 1] = vmulq_f32(d, high_f32(lo));
+      w[4 * h + 2] = vmulq_f32(d, low_f32(hi));
+      w[4 * h + 3] = vmulq_f32(d, high_f32(hi));
+    }
+  } else {
+    // d * q + m as one fused multiply-add: the same bits as gguf-py's two roundings, since
+    // d * q is exact in fp32 (see the AVX-512 table)
+    const Vec d = vdupq_n_f32(dm[0]), m = vdupq_n_f32(dm[1]);
+    const uint8x16_t q = vld1q_u8(blk + 4);
+    const uint8x16_t nibbles[2] = {vandq_u8(q, vdupq_n_u8(0xf)), vshrq_n_u8(q, 4)};
+    for (int h = 0; h < 2; ++h) {  // h = 0: weights 0-15 (low nibbles); h = 1: 16-31 (high)
+      const uint16x8_t lo = vmovl_u8(vget_low_u8(nibbles[h])), hi = vmovl_high_u8(nibbles[h]);
+      w[4 * h] = vfmaq_f32(m, low_f32(lo), d);
+      w[4 * h + 1] = vfmaq_f32(m, high_f32(lo), d);
+      w[4 * h + 2] = vfmaq_f32(m, low_f32(hi), d);
+      w[4 * h + 3] = vfmaq_f32(m, high_f32(hi), d);
+    }
+  }
+}
+
 #else
 // ---- portable: 8 "lanes" in an array, written so a compiler may vectorize the lane loop
 struct Vec {
@@ -263,6 +343,27 @@ inline void load_block(const uint8_t* blk, const float*, Vec* w) {
 #endif
 
 constexpr int kPerBlock = 32 / kLanes;  // vectors per block of 32 weights
+
+// Ask for the cache line at p into L1 (prefetch_l1) or L2 (prefetch_l2); the portable path
+// asks for nothing.
+inline void prefetch_l1(const char* p) {
+#if SERVELAB_X86
+  _mm_prefetch(p, _MM_HINT_T0);
+#elif SERVELAB_ISA == 3
+  __builtin_prefetch(p, 0, 3);
+#else
+  (void)p;
+#endif
+}
+inline void prefetch_l2(const char* p) {
+#if SERVELAB_X86
+  _mm_prefetch(p, _MM_HINT_T1);
+#elif SERVELAB_ISA == 3
+  __builtin_prefetch(p, 0, 2);
+#else
+  (void)p;
+#endif
+}
 constexpr int64_t kAheadRows = 16;      // how far ahead column_group prefetches (rows of W)
 
 // Rows [m0, m0 + RR) x columns [n0, n0 + CR): every accumulator runs over all K/32 blocks,
@@ -357,11 +458,9 @@ void decode_group(const MatmulJob& job, int64_t n0) {
   const char* ahead_end = reinterpret_cast<const char*>(job.w + job.N * row_bytes);
   auto direct = [&](int c, int64_t b, Vec* w) {
     if (c == 0) {
-#if SERVELAB_ISA >= 1
       const char* p = ahead + b * CR * BB;
-      if (p < ahead_end) _mm_prefetch(p, _MM_HINT_T0);
-      if (p + 64 < ahead_end && CR * BB > 64) _mm_prefetch(p + 64, _MM_HINT_T0);
-#endif
+      if (p < ahead_end) prefetch_l1(p);
+      if (p + 64 < ahead_end && CR * BB > 64) prefetch_l1(p + 64);
     }
     rows.block(c, b, w);
   };
@@ -372,8 +471,10 @@ void decode_group(const MatmulJob& job, int64_t n0) {
 // Loaded once, used by every column: without this the compiler folds the load into each
 // column's multiply-add (one load per FMA), and the loop waits on loads, not FMAs.
 inline void keep_in_register(Vec& v) {
-#if SERVELAB_ISA >= 1
+#if SERVELAB_X86
   __asm__("" : "+x"(v));
+#elif SERVELAB_ISA == 3
+  __asm__("" : "+w"(v));
 #else
   (void)v;
 #endif
@@ -387,13 +488,11 @@ struct Ahead {
   const char* p;
   const char* end;
   void step() {
-#if SERVELAB_ISA >= 1
     if (p < end) {
-      _mm_prefetch(p, _MM_HINT_T1);
-      _mm_prefetch(p + 64, _MM_HINT_T1);
+      prefetch_l2(p);
+      prefetch_l2(p + 64);
       p += 128;
     }
-#endif
   }
 };
 

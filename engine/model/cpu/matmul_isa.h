@@ -27,6 +27,8 @@ SERVELAB_DECLARE_ISA(isa_portable)
 #if defined(__x86_64__) || defined(_M_X64)
 SERVELAB_DECLARE_ISA(isa_avx2)
 SERVELAB_DECLARE_ISA(isa_avx512)
+#elif defined(__aarch64__)
+SERVELAB_DECLARE_ISA(isa_neon)
 #endif
 
 #undef SERVELAB_DECLARE_ISA

@@ -1,0 +1,159 @@
+"""The NEON (AArch64) weight-streaming matmul, tested on this x86-64 machine.
+
+engine/model/cpu/matmul_isa.cpp has a NEON build (SERVELAB_ISA=3) that library.py compiles on
+an ARM CPU (Apple silicon under Linux, Graviton, a Raspberry Pi 5). Here it is cross-compiled
+with Debian's g++-aarch64-linux-gnu, together with the portable build and a small driver with
+no torch (tests/native/matmul_driver.cpp), and run under qemu-aarch64. The same properties as
+tests/test_cpu_matmul.py holds for the x86 paths: the dequantized weights equal gguf-py's to the
+bit; the product equals the exact one within fp32 accumulation-order error; every row's result
+is the same bits whatever the other rows, their number and the split of the columns.
+
+qemu runs the instructions, not the speed: these tests say nothing of how fast NEON is.
+Without the two tools (`apt install g++-aarch64-linux-gnu qemu-user`; .ci/run installs them)
+the tests skip, saying so.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CXX, QEMU = "aarch64-linux-gnu-g++", "qemu-aarch64"
+FORMATS = {"bf16": 0, "q8_0": 1, "q4_1": 2}
+PATHS = ["neon", "portable"]
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory) -> Path:
+    missing = [tool for tool in (CXX, QEMU) if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not on PATH: apt install g++-aarch64-linux-gnu "
+                    "qemu-user to test the NEON matmul here")
+    out = tmp_path_factory.mktemp("neon")
+    source = ROOT / "engine/model/cpu/matmul_isa.cpp"
+    objects = []
+    for name, code in (("neon", 3), ("portable", 0)):  # library.py's flags for each
+        obj = out / f"{name}.o"
+        subprocess.run([CXX, "-O3", "-ffp-contract=off", "-std=c++17", "-c",
+                        f"-DSERVELAB_ISA={code}", str(source), "-o", str(obj)], check=True)
+        objects.append(str(obj))
+    exe = out / "matmul_driver"
+    subprocess.run([CXX, "-O2", "-std=c++17", "-static",
+                    str(ROOT / "tests/native/matmul_driver.cpp"), *objects, "-o", str(exe)],
+                   check=True)
+    return exe
+
+
+def run(driver: Path, isa: str, fmt: str, raw: np.ndarray, k: int, pool: np.ndarray,
+        calls: list[tuple[str, int, list[int]]]) -> list[np.ndarray]:
+    """Each call ("matmul", split, row indices) or ("dequantize", 0, []) under qemu; results."""
+    work = driver.parent
+    n = raw.shape[0]
+    plan = [len(calls)]
+    for op, split, idx in calls:
+        plan += [0 if op == "matmul" else 1, split, len(idx), *idx]
+    (work / "w.bin").write_bytes(np.ascontiguousarray(raw).tobytes())
+    (work / "pool.bin").write_bytes(np.ascontiguousarray(pool, dtype=np.float32).tobytes())
+    (work / "plan.bin").write_bytes(np.array(plan, dtype=np.int32).tobytes())
+    subprocess.run([QEMU, str(driver), isa, str(FORMATS[fmt]), str(k), *(
+        str(work / f) for f in ("w.bin", "pool.bin", "plan.bin", "out.bin"))],
+        check=True, timeout=300)
+    flat = np.fromfile(work / "out.bin", dtype=np.float32)
+    results, at = [], 0
+    for op, _, idx in calls:
+        shape = (len(idx), n) if op == "matmul" else (n, k)
+        size = shape[0] * shape[1]
+        results.append(flat[at:at + size].reshape(shape))
+        at += size
+    assert at == flat.size
+    return results
+
+
+@pytest.fixture(scope="module")
+def weights():
+    """fmt -> (rows as stored, gguf-py's fp32 weights, K): real Q4_1 and Q8_0 rows from the
+    bundled file, synthetic Q4_1 blocks with edge scales, random bf16."""
+    import gguf
+    from gguf import GGUFReader
+
+    from engine.model.loader import _bundled_gguf
+
+    tensors = {t.name: t for t in GGUFReader(str(_bundled_gguf("smollm2-135m"))).tensors}
+    out = {}
+    for fmt, name, rows in (("q4_1", "blk.3.ffn_gate.weight", 160),
+                            ("q8_0", "token_embd.weight", 96)):
+        raw = np.array(tensors[name].data[:rows])
+        out[fmt] = (raw, gguf.quants.dequantize(raw, tensors[name].tensor_type)
+                    .astype(np.float32), 576)
+    g = np.random.default_rng(0)
+    halves = np.array([0x0000, 0x0001, 0x03ff, 0x0400, 0x3c00, 0xbc00, 0x7bff, 0x8001,
+                       0x1234, 0xabcd], dtype=np.uint16)
+    blocks = np.zeros((64, 20), dtype=np.uint8)
+    blocks[:, 0:2] = g.choice(halves, 64).view(np.uint8).reshape(64, 2)
+    blocks[:, 2:4] = g.choice(halves, 64).view(np.uint8).reshape(64, 2)
+    blocks[:, 4:] = g.integers(0, 256, (64, 16), dtype=np.uint8)
+    edge = blocks.reshape(8, 8 * 20)
+    out["q4_1_edges"] = (edge, gguf.quants.dequantize(edge, gguf.GGMLQuantizationType.Q4_1)
+                         .astype(np.float32), 256)
+    bits = g.standard_normal((64, 576)).astype(np.float32) * 0.05
+    bf16 = (bits.view(np.uint32) >> 16).astype(np.uint16)  # truncated to bf16
+    out["bf16"] = (bf16.view(np.uint8).reshape(64, 2 * 576),
+                   (bf16.astype(np.uint32) << 16).view(np.float32), 576)
+    return out
+
+
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("name", ["q4_1", "q8_0", "q4_1_edges", "bf16"])
+def test_dequantize_equals_gguf_py(driver, weights, isa, name):
+    raw, ref, k = weights[name]
+    fmt = name.removesuffix("_edges")
+    (got,) = run(driver, isa, fmt, raw, k, np.zeros((1, k), np.float32), [("dequantize", 0, [])])
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0", "bf16"])
+def test_matmul_within_accumulation_error_and_batch_invariant(driver, weights, isa, fmt):
+    """One qemu run: every row alone, then batches of every size 1 to 10 (the register paths
+    of a decode step and a verification pass, and the panel after them) and random ones to 40,
+    rows drawn at random, the columns split in runs of 16 (as threads take them) or whole."""
+    raw, ref, k = weights[fmt]
+    g = np.random.default_rng(3)
+    pool = g.standard_normal((48, k)).astype(np.float32)
+    rng = random.Random(f"{fmt}-{isa}")
+    sizes = [*range(1, 11), *(rng.randint(11, 40) for _ in range(4))]
+    batches = [[rng.randrange(len(pool)) for _ in range(size)] for size in sizes]
+    calls = ([("matmul", raw.shape[0], [i]) for i in range(len(pool))]
+             + [("matmul", rng.choice([16, raw.shape[0]]), idx) for idx in batches])
+    results = run(driver, isa, fmt, raw, k, pool, calls)
+    alone = np.concatenate(results[:len(pool)])
+    exact = pool.astype(np.float64) @ ref.astype(np.float64).T
+    bound = (k + 4) * 2.0 ** -24 * (np.abs(pool).astype(np.float64) @ np.abs(ref).T) + 1e-30
+    assert (np.abs(alone - exact) <= bound).all()
+    for idx, got in zip(batches, results[len(pool):]):
+        assert np.array_equal(got.view(np.uint32), alone[idx].view(np.uint32)), len(idx)
+
+
+def test_the_library_sources_compile_for_aarch64(driver):
+    """The rest of the C++ library (the layer loop, the ops, the matmul's run-time choice, which
+    on AArch64 offers neon and portable) parses for AArch64 against the installed torch's
+    headers, as library.py builds it there (ATen's DEFAULT vectors)."""
+    from torch.utils import cpp_extension
+
+    from engine.model.cpu import library
+
+    assert library.isa_builds("aarch64") == ["portable", "neon"]
+    assert library.isa_builds("x86_64") == ["portable", "avx2", "avx512"]
+    includes = [f"-I{p}" for p in cpp_extension.include_paths()]
+    jobs = [subprocess.Popen([CXX, "-fsyntax-only", "-w", "-std=c++17", "-fopenmp",
+                              "-DCPU_CAPABILITY=DEFAULT", *includes, str(src)],
+                             stderr=subprocess.PIPE, text=True) for src in library.SOURCES]
+    for src, job in zip(library.SOURCES, jobs):
+        _, err = job.communicate(timeout=300)
+        assert job.returncode == 0, f"{src.name} does not compile for AArch64:\n{err[-2000:]}"
