@@ -69,3 +69,20 @@ def assert_blocks_consistent(alloc, holders) -> None:
     else:
         assert all(c == 1 for c in seen.values()), "a block owned twice"
     assert alloc.num_free_blocks + len(seen) == alloc.num_blocks, "blocks leaked"
+
+
+def q4_1_edge_blocks():
+    """Synthetic Q4_1 rows (8 rows of K = 256) whose scales and minimums are fp16 edge values
+    (zero, subnormals, negative, the largest), every q, and gguf-py's fp32 weights for them."""
+    import gguf
+    import numpy as np
+
+    g = np.random.default_rng(0)
+    halves = np.array([0x0000, 0x0001, 0x03ff, 0x0400, 0x3c00, 0xbc00, 0x7bff, 0x8001,
+                       0x1234, 0xabcd], dtype=np.uint16)
+    blocks = np.zeros((64, 20), dtype=np.uint8)
+    blocks[:, 0:2] = g.choice(halves, 64).view(np.uint8).reshape(64, 2)
+    blocks[:, 2:4] = g.choice(halves, 64).view(np.uint8).reshape(64, 2)
+    blocks[:, 4:] = g.integers(0, 256, (64, 16), dtype=np.uint8)
+    raw = blocks.reshape(8, 8 * 20)
+    return raw, gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q4_1).astype(np.float32)

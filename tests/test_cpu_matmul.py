@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.model.cpu import library
 from engine.model.loader import load_model
-from tests.conftest import PROMPTS
+from tests.conftest import PROMPTS, q4_1_edge_blocks
 
 FORMATS = ["q4_1", "q8_0", "bf16"]
 
@@ -94,17 +94,7 @@ def test_quantize_q8_0_equals_gguf_py():
 
 def test_dequantize_q4_1_edge_values(ops, isa):
     """Synthetic blocks: scales that are fp16 subnormals, zero, negative and large; every q."""
-    import gguf
-
-    g = np.random.default_rng(0)
-    halves = np.array([0x0000, 0x0001, 0x03ff, 0x0400, 0x3c00, 0xbc00, 0x7bff, 0x8001,
-                       0x1234, 0xabcd], dtype=np.uint16)
-    blocks = np.zeros((64, 20), dtype=np.uint8)
-    blocks[:, 0:2] = g.choice(halves, 64).view(np.uint8).reshape(64, 2)
-    blocks[:, 2:4] = g.choice(halves, 64).view(np.uint8).reshape(64, 2)
-    blocks[:, 4:] = g.integers(0, 256, (64, 16), dtype=np.uint8)
-    raw = blocks.reshape(8, 8 * 20)  # 8 rows of K = 256
-    ref = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q4_1).astype(np.float32)
+    raw, ref = q4_1_edge_blocks()
     got = ops.dequantize(torch.from_numpy(raw), "q4_1", isa).numpy()
     assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
 

@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import q4_1_edge_blocks
+
 ROOT = Path(__file__).resolve().parents[1]
 CXX, QEMU = "aarch64-linux-gnu-g++", "qemu-aarch64"
 FORMATS = {"bf16": 0, "q8_0": 1, "q4_1": 2}
@@ -91,16 +93,9 @@ def weights():
         raw = np.array(tensors[name].data[:rows])
         out[fmt] = (raw, gguf.quants.dequantize(raw, tensors[name].tensor_type)
                     .astype(np.float32), 576)
+    edge, edge_ref = q4_1_edge_blocks()
+    out["q4_1_edges"] = (edge, edge_ref, 256)
     g = np.random.default_rng(0)
-    halves = np.array([0x0000, 0x0001, 0x03ff, 0x0400, 0x3c00, 0xbc00, 0x7bff, 0x8001,
-                       0x1234, 0xabcd], dtype=np.uint16)
-    blocks = np.zeros((64, 20), dtype=np.uint8)
-    blocks[:, 0:2] = g.choice(halves, 64).view(np.uint8).reshape(64, 2)
-    blocks[:, 2:4] = g.choice(halves, 64).view(np.uint8).reshape(64, 2)
-    blocks[:, 4:] = g.integers(0, 256, (64, 16), dtype=np.uint8)
-    edge = blocks.reshape(8, 8 * 20)
-    out["q4_1_edges"] = (edge, gguf.quants.dequantize(edge, gguf.GGMLQuantizationType.Q4_1)
-                         .astype(np.float32), 256)
     bits = g.standard_normal((64, 576)).astype(np.float32) * 0.05
     bf16 = (bits.view(np.uint32) >> 16).astype(np.uint16)  # truncated to bf16
     out["bf16"] = (bf16.view(np.uint8).reshape(64, 2 * 576),
