@@ -44,6 +44,9 @@ class SpecConfig:
     # "eagle", greedy requests: stop drafting when the head's probability of its token falls
     # below this (dynamic k); 0 = always draft k
     min_confidence: float = 0.0
+    # choose k every step, 0..num_speculative_tokens, for the most tokens per second from the
+    # measured step times and acceptance (engine/spec/adaptive.py, after SmartSpec)
+    adaptive_k: bool = False
     # n-gram: shortest suffix to match; 1 drafts often and wrongly, 3 rarely (README, Performance)
     prompt_lookup_min: int = 2
     prompt_lookup_max: int = 4  # n-gram: longest suffix to match (tried first)
@@ -60,6 +63,8 @@ class SpecConfig:
         c = self.min_confidence
         if isinstance(c, bool) or not isinstance(c, (int, float)) or not (0.0 <= c < 1.0):
             raise ValueError(f"spec.min_confidence must be a number in [0, 1), got {c!r}")
+        if not isinstance(self.adaptive_k, bool):
+            raise ValueError(f"spec.adaptive_k must be true or false, got {self.adaptive_k!r}")
 
 
 @dataclass
@@ -151,7 +156,8 @@ class EngineConfig:
         """The three classroom switches, as plain data."""
         spec = None
         if self.spec is not None:
-            spec = {"method": self.spec.method, "k": self.spec.num_speculative_tokens}
+            spec = {"method": self.spec.method, "k": self.spec.num_speculative_tokens,
+                    "adaptive_k": self.spec.adaptive_k}
         return {"batching": self.batching, "kv_layout": self.kv_layout, "spec": spec}
 
 

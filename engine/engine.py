@@ -224,6 +224,7 @@ class LLMEngine:
         t0 = time.perf_counter()
         if self.spec_decoder is not None:
             self.spec_decoder.propose(self.scheduler.running)
+        t_drafted = time.perf_counter()
         sched = self.scheduler.schedule()
         sampled, spec_records = {}, []
         if sched.scheduled:
@@ -248,8 +249,12 @@ class LLMEngine:
         t1 = time.perf_counter()
         self.step_count += 1
         aborted, self._aborted = self._aborted, []
+        plan = None
+        if self.spec_decoder is not None:
+            self.spec_decoder.on_step(sched, t1 - t_drafted)  # adaptive k learns the cost
+            plan = self.spec_decoder.plan()
         report = build_report(self.step_count, t1 - t0, self.config, self.scheduler, sched,
-                              emitted, finished, aborted, spec_records)
+                              emitted, finished, aborted, spec_records, plan)
         running = self.scheduler.running
         self.metrics.on_step(t1, t1 - t0, sum(len(e.token_ids) for e in emitted),
                              busy=sum(1 for r in running if not r.idle_finished),

@@ -65,6 +65,9 @@ class StepReport:
     spec: list[SpecDecision] = field(default_factory=list)
     metrics: dict = field(default_factory=dict)
     aborted: list[str] = field(default_factory=list)  # by abort_request since the last step
+    # speculating: the k this step drafted with; under adaptive k also whether it was a
+    # measuring detour and each k's estimate (k, tokens_per_request, step_ms, tokens_per_s)
+    spec_plan: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -106,7 +109,8 @@ def seats_of(scheduler, computed: dict[str, int]) -> list[Seat]:
 
 
 def build_report(step: int, wall_s: float, config, scheduler, sched, emitted: list[Emitted],
-                 finished: list[str], aborted: list[str], spec: list[SpecDecision]) -> StepReport:
+                 finished: list[str], aborted: list[str], spec: list[SpecDecision],
+                 spec_plan: dict | None = None) -> StepReport:
     """Describe one step: `sched` is what the scheduler chose, the rest what came of it."""
     computed = {s.req.request_id: s.num_tokens for s in sched.scheduled}
     return StepReport(
@@ -116,4 +120,5 @@ def build_report(step: int, wall_s: float, config, scheduler, sched, emitted: li
         admitted=sched.admitted, finished=finished, preempted=sched.preempted,
         blocked_reason=sched.blocked_reason, emitted=emitted,
         kv=kv_summary(scheduler.allocator, scheduler.running), spec=spec, aborted=aborted,
+        spec_plan=spec_plan,
     )

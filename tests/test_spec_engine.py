@@ -262,6 +262,40 @@ def test_greedy_identity_in_a_mixed_batch(method, layout, request):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("method", ["ngram", "eagle"])
+def test_adaptive_k_keeps_the_greedy_tokens(method, request):
+    """Adaptive k (engine/spec/adaptive.py) changes k from step to step, down to 0 (no draft
+    at all, the EAGLE head then catches up on the next draft): the greedy tokens are still
+    exactly the spec-off tokens, every step's report says the k it used, and no KV leaks."""
+    cfg = EngineConfig(dtype="float32", max_num_seqs=8,
+                       spec=_spec(request, method, 4, adaptive_k=True))
+    eng = LLMEngine(cfg)
+    prompts = _greedy_prompts() + [PROMPTS[0], PROMPTS[4]]
+    rids = [eng.add_request(p, sp) for p, sp in zip(prompts, _greedy_params()
+                                                    + _sampling_params())]
+    ks, explored, records = [], 0, []
+    while eng.has_unfinished():
+        report = eng.step()
+        records += report.spec
+        plan = report.spec_plan
+        assert plan["adaptive"] and 0 <= plan["k"] <= 4
+        for r in report.spec:
+            assert len(r.drafted) <= plan["k"]
+        if any(r.request_id in eng.spec_decoder._decoding for r in eng.scheduler.running):
+            ks.append(plan["k"])
+            explored += plan["explored"]
+            assert [e["k"] for e in plan["estimates"]] == list(range(5))
+    outs = [eng.output(r) for r in rids]
+    for out, ref in zip(outs, _reference("paged")):
+        assert tuple(out.token_ids) == ref, f"{method}: greedy output changed under adaptive k"
+    assert len(set(ks)) >= 2 and explored >= 1, ks  # k moved, and the detours measured others
+    assert sum(r.num_accepted for r in records) > 0
+    assert eng.spec_decoder.length.step_s, "no decode step was timed"
+    _check_records(records, 4)
+    _check_all_free(eng)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["ngram", "draft", "eagle"])
 def test_greedy_identity_alone(method, request):
     cfg = EngineConfig(dtype="float32", max_num_seqs=1, spec=_spec(request, method))

@@ -23,7 +23,9 @@ Speculative Decoding", arXiv:2211.17192; chapter 6.4, the third fix) in the engi
    The engine keeps the K/V of the accepted tokens only (the rollback), and the records go
    into the StepReport.
 
-Draft length: k is capped so that `num_tokens + k < max_model_len` and so that a request
+Draft length: k is the configured `num_speculative_tokens`, or with `adaptive_k` the k that
+`SpecLength` (adaptive.py, after SmartSpec) expects to give the most tokens per second this
+step, from the step times and acceptance it has measured (`on_step`); either way k is capped so that `num_tokens + k < max_model_len` and so that a request
 never drafts more than it may still emit (`max_tokens - num_output_tokens - 1`: the
 verification always adds one token of its own).
 
@@ -35,10 +37,13 @@ p_draft is 1.0 for an n-gram draft.
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from engine.request import Request
 from engine.sampler import probabilities
+from engine.spec.adaptive import SpecLength
 from engine.spec.draft import DraftProposer, Proposal
 from engine.spec.eagle import EagleProposer
 from engine.spec.ngram import NgramProposer
@@ -58,6 +63,13 @@ class SpecDecoder:
         elif spec_config.method == "eagle":
             self.draft = EagleProposer(engine, spec_config)
         self.proposals: dict[str, Proposal] = {}  # this step's drafts, until verified
+        # adaptive k: the step's k from measured costs and acceptance (None: always k)
+        self.length = SpecLength(self.k) if spec_config.adaptive_k else None
+        self.step_k = self.k  # the k this step drafted with (before each request's caps)
+        self._asked: dict[str, int] = {}  # request -> the k it was asked for, until verified
+        self._decoding: set[str] = set()  # requests decoding at this step's propose
+        self._draft_s = 0.0  # this step's drafting time
+        self._drafted_positions = 0  # ... and its longest draft
 
     @property
     def wants_features(self) -> bool:
@@ -85,11 +97,19 @@ class SpecDecoder:
     # --- before the step --------------------------------------------------------------------
     def propose(self, running: list[Request]) -> None:
         """Fill `spec_token_ids` of every decoding request (others get none)."""
+        t0 = time.perf_counter()
         self.proposals.clear()
+        self._asked.clear()
+        decoding = [r for r in running if self.is_decoding(r)]
+        self._decoding = {r.request_id for r in decoding}
+        if self.length is not None:
+            idle = sum(1 for r in running if r.idle_finished)
+            self.step_k = self.length.choose(len(decoding), idle)
         reqs, ks = [], []
         for req in running:
             req.spec_token_ids = []
-            k = self.max_draft_len(req) if self.is_decoding(req) else 0
+        for req in decoding:
+            k = min(self.step_k, self.max_draft_len(req))
             if k > 0:
                 reqs.append(req)
                 ks.append(k)
@@ -99,14 +119,37 @@ class SpecDecoder:
         else:
             drafts = [self.ngram.propose([r.all_token_ids], k)[0] for r, k in zip(reqs, ks)]
             props = [Proposal(d, None, [1.0] * len(d)) for d in drafts]
-        for req, prop in zip(reqs, props):
+        for req, k, prop in zip(reqs, ks, props):
             if prop.token_ids:
                 req.spec_token_ids = list(prop.token_ids)
                 self.proposals[req.request_id] = prop
+                self._asked[req.request_id] = k
+            elif self.length is not None:
+                self.length.observe_request(k, 0, 0)  # asked, found nothing to draft
+        self._drafted_positions = max((len(p.token_ids) for p in props), default=0)
+        self._draft_s = time.perf_counter() - t0
+
+    def on_step(self, sched, seconds: float) -> None:
+        """After the step (`seconds` from drafting's end to the report): adaptive k learns the
+        cost of a decode step of this many tokens, and of drafting for this many requests."""
+        if self.length is None or not sched.scheduled:
+            return
+        if any(s.req.request_id not in self._decoding and not s.idle for s in sched.scheduled):
+            return  # a prefill chunk rode along: not a decode step's cost
+        self.length.observe_step(sched.num_tokens, seconds, len(self._asked),
+                                 self._drafted_positions, self._draft_s)
+
+    def plan(self) -> dict | None:
+        """This step's k and, under adaptive k, what each k was expected to give."""
+        if self.length is None:
+            return {"k": self.step_k, "adaptive": False}
+        return {"k": self.step_k, "adaptive": True, "explored": self.length.explored,
+                "estimates": [vars(e) for e in self.length.last]}
 
     def release(self, req: Request) -> None:
         """The request finished: free its draft state now."""
         self.proposals.pop(req.request_id, None)
+        self._asked.pop(req.request_id, None)
         if self.draft is not None:
             self.draft.release(req.request_id)
 
@@ -129,6 +172,9 @@ class SpecDecoder:
                 p_draft = prop.p_draft[:k]  # [k, V]
             decision = rejection_sample(draft, p_target, p_draft, req.generator)
         self.engine.metrics.on_verify(k, decision.num_accepted)
+        asked = self._asked.pop(req.request_id, None)
+        if self.length is not None and asked is not None:
+            self.length.observe_request(asked, k, decision.num_accepted)
         tok = self.engine.tokenizer
         for d, p_x in zip(decision.drafted, p_draft_x):
             d.text = tok.decode([d.token_id])
