@@ -18,7 +18,10 @@ nearly free. Two measurements here:
    16 and 32 requests running at once, greedy, every request generating exactly
    `--max-tokens` tokens (EOS ignored) so every method does identical work. More requests
    per step make the step compute-bound and leave less idle bandwidth for drafts to use:
-   speculation helps most at batch 1 and can hurt at 32.
+   speculation helps most at batch 1 and can hurt at 32. A method named with `+adaptive`
+   (`--methods off,eagle,eagle+adaptive`) runs with adaptive k: each step drafts the k,
+   0..`--k`, the engine expects to give the most tokens per second; its results add the
+   share of decode steps run at each k (`k_share`).
 
 The JSON has the main bench's shape (`benchmarks/bench.py`): {"machine", "roofline", "results",
 "forward_cost", ...}; each result has the common keys plus `workload`, `concurrency`,
@@ -47,6 +50,7 @@ from engine.config import EngineConfig, SamplingParams, SpecConfig
 from engine.metrics import RunMetrics
 
 METHODS = ("off", "ngram", "draft", "eagle")
+ADAPTIVE = "+adaptive"  # "eagle+adaptive": the method with adaptive k (engine/spec/adaptive.py)
 
 
 def forward_cost(model, pool, backend, device, tokens=(1, 2, 4, 8, 16), context: int = 128,
@@ -110,15 +114,16 @@ def _run(engine, items, max_tokens: int) -> dict:
 
 
 def print_table(results: list[dict]) -> None:
-    print(f"{'workload':<10}{'conc':>5}  {'spec':<6}{'tok/s':>8}{'speedup':>9}{'accept':>8}"
-          f"{'acc len':>8}{'steps':>7}")
+    print(f"{'workload':<10}{'conc':>5}  {'spec':<15}{'tok/s':>8}{'speedup':>9}{'accept':>8}"
+          f"{'acc len':>8}{'steps':>7}  k (share of decode steps)")
     for r in results:
         acc = "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
         alen = "-" if r["mean_accepted_len"] is None else f"{r['mean_accepted_len']:.2f}"
         speedup = "-" if r["speedup_vs_off"] is None else f"{r['speedup_vs_off']:.2f}x"
-        print(f"{r['workload']:<10}{r['concurrency']:>5}  {r['spec'] or 'off':<6}"
+        ks = " ".join(f"{k}:{v:.2f}" for k, v in (r.get("k_share") or {}).items())
+        print(f"{r['workload']:<10}{r['concurrency']:>5}  {r['spec'] or 'off':<15}"
               f"{r['output_tok_per_s']:>8.1f}{speedup:>9}{acc:>8}{alen:>8}"
-              f"{r['steps']:>7}")
+              f"{r['steps']:>7}  {ks}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", default="grounded,open")
     ap.add_argument("--concurrency", help="requests running at once (default 1,4,16,32; "
                                           "--quick: 1,4)")
-    ap.add_argument("--methods", default=",".join(METHODS), help="off, ngram, draft, eagle")
+    ap.add_argument("--methods", default=",".join(METHODS),
+                    help="off, ngram, draft, eagle; add +adaptive for adaptive k "
+                         "(eagle+adaptive)")
     ap.add_argument("--k", type=int, default=SpecConfig().num_speculative_tokens,
                     help="num_speculative_tokens")
     ap.add_argument("--min-confidence", type=float, default=SpecConfig().min_confidence,
@@ -157,18 +164,22 @@ def main(argv: list[str] | None = None) -> int:
     methods = args.methods.split(",")
     workloads = args.workloads.split(",")
     for m in methods:
-        if m not in METHODS:
-            ap.error(f"--methods: {m!r} is not one of {list(METHODS)}")
+        if m.removesuffix(ADAPTIVE) not in METHODS or m == "off" + ADAPTIVE:
+            ap.error(f"--methods: {m!r} is not one of {list(METHODS)} (or a method"
+                     f"{ADAPTIVE})")
     from engine.spec.eagle import TRAIN_COMMAND, head_info
 
-    eagle_info = head_info() if "eagle" in methods else None
-    if "eagle" in methods and eagle_info is None:
+    eagle_methods = [m for m in methods if m.removesuffix(ADAPTIVE) == "eagle"]
+    eagle_info = head_info() if eagle_methods else None
+    if eagle_methods and eagle_info is None:
         print(f"eagle: skipped, the draft head is not trained yet (run `{TRAIN_COMMAND}`)")
-        methods.remove("eagle")
+        methods = [m for m in methods if m not in eagle_methods]
 
     def config(method: str, seats: int) -> EngineConfig:
+        base = method.removesuffix(ADAPTIVE)
         spec = None if method == "off" else SpecConfig(
-            method, args.k, min_confidence=args.min_confidence if method == "eagle" else 0.0)
+            base, args.k, min_confidence=args.min_confidence if base == "eagle" else 0.0,
+            adaptive_k=method.endswith(ADAPTIVE))
         return EngineConfig(max_num_seqs=seats, max_model_len=args.max_model_len,
                             max_num_batched_tokens=max(512, seats * (args.k + 1)),
                             dtype=args.dtype, device=args.device, spec=spec)
@@ -194,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                                "weight_bytes": draft.model.weight_bytes}
     device_type = probe.device.type
     del probe
-    if "eagle" in methods:
+    if eagle_methods and eagle_info is not None:
         eprobe = LLMEngine(config("eagle", 1))
         head = eprobe.spec_decoder.draft.head
         # the target's one-token forward again, interleaved with the head's, for the ratio
@@ -220,13 +231,14 @@ def main(argv: list[str] | None = None) -> int:
             for wl_name in workloads:
                 items = get_workload(wl_name, max(seats, args.min_requests)).items
                 res = _run(engine, items, args.max_tokens)
+                res["k_share"] = engine.metrics.snapshot()["k_share"]
                 res.update({"system": "engine", "batching": engine.config.batching,
                             "kv_layout": engine.config.kv_layout,
                             "spec": None if method == "off" else method, "k": args.k,
                             "workload": wl_name, "concurrency": seats,
                             "requests": len(items)})
                 results.append(res)
-                print(f"  {wl_name:<9} {seats:>3} running, {method:<5}: "
+                print(f"  {wl_name:<9} {seats:>3} running, {method:<14}: "
                       f"{res['output_tok_per_s']:6.1f} tok/s", flush=True)
             del engine
     for r in results:

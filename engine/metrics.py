@@ -52,6 +52,7 @@ class RunMetrics:
     accepted_by_pos: list[int] = field(default_factory=list)
     drafted_by_pos: list[int] = field(default_factory=list)
     verify_steps: int = 0  # request-steps that verified a draft
+    steps_by_k: dict = field(default_factory=dict)  # speculating: decode steps run at each k
     recent: deque = field(default_factory=deque)  # (wall time end, tokens) of recent steps
     ttfts: list[float] = field(default_factory=list)
     tpots: list[float] = field(default_factory=list)
@@ -76,6 +77,10 @@ class RunMetrics:
             self.ttfts.append(t)
         if (t := tpot(req)) is not None:
             self.tpots.append(t)
+
+    def on_spec_k(self, k: int) -> None:
+        """A step with requests decoding drafted with this k (adaptive k varies it)."""
+        self.steps_by_k[k] = self.steps_by_k.get(k, 0) + 1
 
     def on_verify(self, num_drafted: int, num_accepted: int) -> None:
         self.verify_steps += 1
@@ -109,4 +114,11 @@ class RunMetrics:
             "mean_accepted_len": self.accepted / self.verify_steps if self.verify_steps else None,
             "acceptance_by_position": [a / d if d else 0.0 for a, d in
                                        zip(self.accepted_by_pos, self.drafted_by_pos)],
+            "k_share": _shares(self.steps_by_k),
         }
+
+
+def _shares(counts: dict) -> dict | None:
+    """{k: count} -> {k: share of the total}, keys in order; None when empty."""
+    total = sum(counts.values())
+    return {k: counts[k] / total for k in sorted(counts)} if total else None

@@ -429,14 +429,17 @@ def test_spec_bench_writes_the_main_bench_json_shape(tmp_path):
 
     out = tmp_path / "spec.json"
     assert main(["--quick", "--concurrency", "2", "--workloads", "grounded", "--max-tokens", "4",
-                 "--min-requests", "1", "--methods", "off,ngram,draft", "--json", str(out)]) == 0
+                 "--min-requests", "1", "--methods", "off,ngram,draft,ngram+adaptive", "--json", str(out)]) == 0
     import json
 
     data = json.loads(out.read_text())
     assert set(data) >= {"machine", "roofline", "results", "forward_cost"}
     assert [c["tokens"] for c in data["forward_cost"]] == [1, 2, 4, 8, 16]
     assert all(c["ms"] > 0 for c in data["forward_cost"])
-    assert {r["spec"] for r in data["results"]} == {None, "ngram", "draft"}
+    assert {r["spec"] for r in data["results"]} == {None, "ngram", "draft", "ngram+adaptive"}
+    shares = {r["spec"]: r["k_share"] for r in data["results"]}
+    assert shares[None] is None and set(shares["ngram"]) == {"4"}  # JSON keys
+    assert sum(shares["ngram+adaptive"].values()) == pytest.approx(1.0)
     for r in data["results"]:
         for key in (*RESULT_KEYS, "workload", "concurrency", "acceptance_rate",
                     "mean_accepted_len", "speedup_vs_off"):

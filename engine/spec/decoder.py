@@ -105,6 +105,8 @@ class SpecDecoder:
         if self.length is not None:
             idle = sum(1 for r in running if r.idle_finished)
             self.step_k = self.length.choose(len(decoding), idle)
+        if decoding:
+            self.engine.metrics.on_spec_k(self.step_k)
         reqs, ks = [], []
         for req in running:
             req.spec_token_ids = []
