@@ -107,6 +107,13 @@ STRINGS: dict[str, dict[str, str]] = {
     "side.k": {"zh": "每步草稿 token 数 k", "en": "Drafted tokens per step (k)"},
     "side.k.help": {"zh": "每一步先猜 k 个 token，再由目标模型一次验证。",
                     "en": "Each step drafts k tokens; the target verifies them in one pass."},
+    "side.adaptive": {"zh": "自适应 k（每步按实测选 k）", "en": "Adaptive k (choose k each step)"},
+    "side.adaptive.help": {
+        "zh": "每一步在 0 到 k 之间选一个草稿长度：按实测的每步耗时和接受率，选预计每秒产出最多的那个"
+              "（SmartSpec 的做法）。0 表示这一步不投机。",
+        "en": "Each step drafts between 0 and k tokens: the length the measured step times and "
+              "acceptance say gives the most tokens per second (as SmartSpec does). 0 means no "
+              "speculation this step."},
     "side.sizes": {"zh": "规模与采样", "en": "Sizes and sampling"},
     "side.seats": {"zh": "座位数（max_num_seqs）", "en": "Seats (max_num_seqs)"},
     "side.seats.help": {"zh": "一步里最多同时计算的请求数。",
@@ -269,6 +276,34 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.running": {"zh": "投机方式：{method}，k = {k}；右侧对照为同一负载、不投机。",
                      "en": "Speculating with {method}, k = {k}; compared with the same "
                            "workload without speculation."},
+    "spec.adaptive_waiting": {"zh": "自适应 k：还没有请求在解码，第一次选择在预填充之后。",
+                              "en": "Adaptive k: no request is decoding yet; the first choice "
+                                    "comes after prefill."},
+    "spec.adaptive_now": {"zh": "第 {step} 步：引擎选了 k = {k}（预计每秒产出最多的草稿长度）。",
+                          "en": "Step {step}: the engine chose k = {k}, the draft length it "
+                                "expects to give the most tokens per second."},
+    "spec.adaptive_explored": {
+        "zh": "第 {step} 步：测量绕行，用了 k = {k}（当前最佳估计是 k = {best}）；"
+              "每 8 步换一个 k 试一次，好让每个 k 的耗时都有实测值。",
+        "en": "Step {step}: a measuring detour at k = {k} (the best estimate is k = {best}); "
+              "every 8th step tries another k so that each k's cost is measured."},
+    "spec.adaptive_title": {"zh": "这一步：每个 k 预计的每秒 token 数",
+                            "en": "This step: expected tokens per second for each k"},
+    "spec.adaptive_y": {"zh": "预计 token/秒", "en": "expected tokens/s"},
+    "spec.k_history_title": {"zh": "每步选的 k（橙点：测量绕行）",
+                             "en": "k chosen at each step (orange: measuring detours)"},
+    "spec.step_axis": {"zh": "步", "en": "step"},
+    "spec.adaptive_caption": {
+        "zh": "预计每秒 token 数 = B·E(k) / (T(n) + k·d)：E(k) 是每个请求一步预计产出的 token 数"
+              "（来自实测的逐位置接受率），T(n) 是实测的一步 n 个 token 的耗时，d 是草稿每个位置的"
+              "实测耗时。验证几乎免费时（显存带宽瓶颈）k 取满；每一行都要算力时（批很大，或 CPU）"
+              "k 降到 0，这一步就不投机。无论选哪个 k，输出都不变。",
+        "en": "Expected tokens/s = B·E(k) / (T(n) + k·d): E(k) is the tokens a request emits per "
+              "step (from the measured acceptance at each position), T(n) the measured time of a "
+              "step of n tokens, d the measured drafting time per position. When verifying is "
+              "nearly free (memory-bound) k goes to the top; when every row costs compute (a "
+              "big batch, or a CPU) k falls to 0 and the step does not speculate. Whatever k it "
+              "picks, the output is the same."},
     "spec.a": {"zh": "逐个接受概率 a", "en": "Per-token acceptance a"},
     "spec.a.help": {
         "zh": "前面的草稿都被接受时，下一个草稿被接受的概率：接受数 ÷ 被验证数（拒绝之后的草稿没被"

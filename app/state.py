@@ -41,7 +41,8 @@ class Settings:
     batching: str = "continuous"  # "static" | "continuous"
     kv_layout: str = "paged"  # "contiguous" | "paged"
     spec: str = "off"  # "off" | "ngram" | "draft" | "eagle" (the trained head, if built)
-    k: int = 4  # drafted tokens per step
+    k: int = 4  # drafted tokens per step (at most, with adaptive_k)
+    adaptive_k: bool = False  # choose k each step from measured costs (engine/spec/adaptive.py)
     seats: int = 8  # max_num_seqs
     num_blocks: int = 64  # KV budget in blocks
     block_size: int = 16
@@ -57,7 +58,8 @@ class Settings:
     def engine_config(self, max_model_len: int) -> EngineConfig:
         spec = None
         if self.spec != "off":
-            spec = SpecConfig(method=self.spec, num_speculative_tokens=self.k)
+            spec = SpecConfig(method=self.spec, num_speculative_tokens=self.k,
+                              adaptive_k=self.adaptive_k)
         return EngineConfig(
             model=self.model, batching=self.batching, kv_layout=self.kv_layout, spec=spec,
             max_num_seqs=self.seats, block_size=self.block_size, num_kv_blocks=self.num_blocks,

@@ -84,6 +84,33 @@ def speedup_chart(results: list[dict]) -> alt.Chart:
     return _style((chart + rule).properties(height=380))
 
 
+def adaptive_k_chart(estimates: list[dict], chosen: int) -> alt.Chart:
+    """Adaptive k: the tokens per second the engine expects from each k this step, the chosen
+    k in blue (estimates: the StepReport's spec_plan["estimates"])."""
+    df = pd.DataFrame([{"k": e["k"], "tokens_per_s": e["tokens_per_s"] or 0.0,
+                        "tokens": e["tokens_per_request"], "ms": e["step_ms"],
+                        "chosen": e["k"] == chosen} for e in estimates])
+    bars = alt.Chart(df, title=t("spec.adaptive_title")).mark_bar().encode(
+        x=alt.X("k:O", title="k", axis=alt.Axis(labelAngle=0)),
+        y=alt.Y("tokens_per_s:Q", title=t("spec.adaptive_y")),
+        color=alt.condition(alt.datum.chosen, alt.value("#1f6fd1"), alt.value("#bbbbbb")),
+        tooltip=[alt.Tooltip("k:O"), alt.Tooltip("tokens_per_s:Q", format=".1f"),
+                 alt.Tooltip("tokens:Q", format=".2f"), alt.Tooltip("ms:Q", format=".1f")],
+    )
+    return _style(bars.properties(height=300))
+
+
+def k_history_chart(rows: list[dict]) -> alt.Chart:
+    """Adaptive k over the run: the k each step drafted with (rows: step, k, explored)."""
+    df = pd.DataFrame(rows)
+    line = alt.Chart(df, title=t("spec.k_history_title")).mark_line(
+        interpolate="step-after", color="#1f6fd1").encode(
+        x=alt.X("step:Q", title=t("spec.step_axis")), y=alt.Y("k:Q", title="k"))
+    dots = alt.Chart(df[df["explored"]]).mark_point(color="#ff7f0e", filled=True).encode(
+        x="step:Q", y="k:Q", tooltip=["step:Q", "k:Q"])
+    return _style((line + dots).properties(height=300))
+
+
 def lossless_chart(df: pd.DataFrame) -> alt.Chart:
     """Grouped bars per candidate token: the target's probability and two sampled frequencies.
 

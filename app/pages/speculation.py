@@ -21,7 +21,13 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 import pandas as pd  # noqa: E402
 import streamlit as st  # noqa: E402
 
-from app.components.charts import forward_cost_chart, lossless_chart, speedup_chart  # noqa: E402
+from app.components.charts import (  # noqa: E402
+    adaptive_k_chart,
+    forward_cost_chart,
+    k_history_chart,
+    lossless_chart,
+    speedup_chart,
+)
 from app.components.gauges import summary  # noqa: E402
 from app.components.spec_strip import (  # noqa: E402
     accept_math,
@@ -85,6 +91,27 @@ def draw_token_math(run: Run, rid: str) -> None:
         st.caption(t("spec.greedy_note"))
 
 
+def draw_adaptive_k(run: Run) -> None:
+    """Adaptive k: this step's choice, why (each k's expected tokens per second), and k over
+    the run (the StepReport's spec_plan)."""
+    plans = [(r["step"], r["spec_plan"]) for r in run.history
+             if (r.get("spec_plan") or {}).get("estimates")]
+    if not plans:
+        st.caption(t("spec.adaptive_waiting"))
+        return
+    step, plan = plans[-1]
+    best = max(plan["estimates"], key=lambda e: e["tokens_per_s"] or 0.0)
+    key = "spec.adaptive_explored" if plan["explored"] else "spec.adaptive_now"
+    st.caption(t(key, step=step, k=plan["k"], best=best["k"]))
+    left, right = st.columns(2, gap="large")
+    with left:
+        st.altair_chart(adaptive_k_chart(plan["estimates"], plan["k"]), width="stretch")
+    with right:
+        rows = [{"step": s, "k": p["k"], "explored": bool(p["explored"])} for s, p in plans]
+        st.altair_chart(k_history_chart(rows), width="stretch")
+    st.caption(t("spec.adaptive_caption"))
+
+
 def draw(session: Session) -> list[Run]:
     s = session.settings
     on = s if s.spec != "off" else s.with_(spec="ngram")
@@ -94,6 +121,8 @@ def draw(session: Session) -> list[Run]:
     if s.spec == "off":
         st.info(t("spec.off_note"))
     st.caption(t("spec.running", method=switch_label("spec", on.spec), k=on.k))
+    if on.adaptive_k:
+        draw_adaptive_k(run)
     sm, with_spec, without = spec_summary(run.history), summary(run.history), summary(base.history)
     speedup = (with_spec["tokens_per_s"] / without["tokens_per_s"]
                if without["tokens_per_s"] and with_spec["tokens_per_s"] else None)

@@ -260,6 +260,27 @@ def test_home_race_measures_both_servers(monkeypatch):
     assert {"Naive server", "Engine", "Ratio"} <= set(labels)
 
 
+def test_adaptive_k_shows_its_choice_and_why():
+    """The sidebar's adaptive-k box: the page names this step's k, draws every k's expected
+    tokens per second with the chosen one marked, and k over the run, from the StepReports."""
+    at = switches(start(), "continuous", "paged", "ngram")
+    at.checkbox(key="sw_adaptive").check().run()
+    assert session(at).settings.adaptive_k
+    at = goto(at, "speculation")
+    step(at, 10)
+    run = session(at).run(session(at).settings)
+    plans = [r["spec_plan"] for r in run.history if r["spec_plan"].get("estimates")]
+    assert plans and all(p["adaptive"] for p in plans)
+    last = plans[-1]
+    words = "Step {}: the engine chose k = {}".format(run.history[-1]["step"], last["k"])
+    detour = "a measuring detour at k = {}".format(last["k"])
+    captions = " ".join(c.value for c in at.caption)
+    assert words in captions or detour in captions, captions
+    specs = " ".join(c.proto.spec for c in at.get("vega_lite_chart"))
+    assert "This step: expected tokens per second for each k" in specs
+    assert "k chosen at each step" in specs
+
+
 def test_speculation_measurements_run_from_their_buttons():
     if not spec_available():
         pytest.skip("speculative decoding (engine/spec/decoder.py) has not landed yet")
