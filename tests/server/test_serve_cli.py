@@ -14,6 +14,9 @@ def test_spec_config_json():
     s = spec_config('{"method": "ngram", "num_speculative_tokens": 3}')
     assert isinstance(s, SpecConfig) and s.num_speculative_tokens == 3
     assert spec_config('{"method": "draft", "model": "x"}').draft_model == "x"
+    assert spec_config('{"method": "ngram", "adaptive_k": true}').adaptive_k is True
+    with pytest.raises(ValueError, match="adaptive_k must be true or false"):
+        spec_config('{"method": "ngram", "adaptive_k": "yes"}')
     with pytest.raises(ValueError, match="not valid JSON"):
         spec_config("{method: ngram}")
     with pytest.raises(ValueError, match="unknown keys"):
