@@ -287,11 +287,11 @@ STRINGS: dict[str, dict[str, str]] = {
               "每 8 步换一个 k 试一次，好让每个 k 的耗时都有实测值。",
         "en": "Step {step}: a measuring detour at k = {k} (the best estimate is k = {best}); "
               "every 8th step tries another k so that each k's cost is measured."},
-    "spec.adaptive_title": {"zh": "这一步：每个 k 预计的每秒 token 数",
-                            "en": "This step: expected tokens per second for each k"},
+    "spec.adaptive_title": {"zh": "这一步各 k 预计的 token/秒",
+                            "en": "Expected tokens/s by k, this step"},
     "spec.adaptive_y": {"zh": "预计 token/秒", "en": "expected tokens/s"},
-    "spec.k_history_title": {"zh": "每步选的 k（橙点：测量绕行）",
-                             "en": "k chosen at each step (orange: measuring detours)"},
+    "spec.k_history_title": {"zh": "每步的 k（橙点：测量绕行）",
+                             "en": "k at each step (orange: detours)"},
     "spec.step_axis": {"zh": "步", "en": "step"},
     "spec.adaptive_caption": {
         "zh": "预计每秒 token 数 = B·E(k) / (T(n) + k·d)：E(k) 是每个请求一步预计产出的 token 数"

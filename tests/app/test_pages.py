@@ -277,8 +277,8 @@ def test_adaptive_k_shows_its_choice_and_why():
     captions = " ".join(c.value for c in at.caption)
     assert words in captions or detour in captions, captions
     specs = " ".join(c.proto.spec for c in at.get("vega_lite_chart"))
-    assert "This step: expected tokens per second for each k" in specs
-    assert "k chosen at each step" in specs
+    assert "Expected tokens/s by k, this step" in specs
+    assert "k at each step" in specs
 
 
 def test_speculation_measurements_run_from_their_buttons():
