@@ -291,6 +291,7 @@ def test_adaptive_k_keeps_the_greedy_tokens(method, request):
     assert len(set(ks)) >= 2 and explored >= 1, ks  # k moved, and the detours measured others
     assert sum(r.num_accepted for r in records) > 0
     assert eng.spec_decoder.length.step_s, "no decode step was timed"
+    assert eng.spec_decoder.length.draft_s, "no drafting was timed"
     _check_records(records, 4)
     _check_all_free(eng)
 

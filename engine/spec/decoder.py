@@ -25,9 +25,10 @@ Speculative Decoding", arXiv:2211.17192; chapter 6.4, the third fix) in the engi
 
 Draft length: k is the configured `num_speculative_tokens`, or with `adaptive_k` the k that
 `SpecLength` (adaptive.py, after SmartSpec) expects to give the most tokens per second this
-step, from the step times and acceptance it has measured (`on_step`); either way k is capped so that `num_tokens + k < max_model_len` and so that a request
-never drafts more than it may still emit (`max_tokens - num_output_tokens - 1`: the
-verification always adds one token of its own).
+step, from the step times and acceptance it has measured (`on_step`); either way k is capped
+so that `num_tokens + k < max_model_len` and so that a request never drafts more than it
+may still emit (`max_tokens - num_output_tokens - 1`: the verification always adds one token
+of its own).
 
 The records: for sampling requests p_target / p_draft are the probabilities the decision
 used. For greedy requests the decision is argmax matching (accept_prob 1 or 0); p_target
@@ -69,6 +70,7 @@ class SpecDecoder:
         self._asked: dict[str, int] = {}  # request -> the k it was asked for, until verified
         self._decoding: set[str] = set()  # requests decoding at this step's propose
         self._draft_s = 0.0  # this step's drafting time
+        self._num_drafting = 0  # ... how many requests drafted
         self._drafted_positions = 0  # ... and its longest draft
 
     @property
@@ -128,6 +130,7 @@ class SpecDecoder:
                 self._asked[req.request_id] = k
             elif self.length is not None:
                 self.length.observe_request(k, 0, 0)  # asked, found nothing to draft
+        self._num_drafting = len(self._asked)
         self._drafted_positions = max((len(p.token_ids) for p in props), default=0)
         self._draft_s = time.perf_counter() - t0
 
@@ -138,10 +141,10 @@ class SpecDecoder:
             return
         if any(s.req.request_id not in self._decoding and not s.idle for s in sched.scheduled):
             return  # a prefill chunk rode along: not a decode step's cost
-        self.length.observe_step(sched.num_tokens, seconds, len(self._asked),
+        self.length.observe_step(sched.num_tokens, seconds, self._num_drafting,
                                  self._drafted_positions, self._draft_s)
 
-    def plan(self) -> dict | None:
+    def plan(self) -> dict:
         """This step's k and, under adaptive k, what each k was expected to give."""
         if self.length is None:
             return {"k": self.step_k, "adaptive": False}
