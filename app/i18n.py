@@ -114,6 +114,15 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "Each step drafts between 0 and k tokens: the length the measured step times and "
               "acceptance say gives the most tokens per second (as SmartSpec does). 0 means no "
               "speculation this step."},
+    "side.lookup_first": {"zh": "先查提示词（n-gram 在前，模型补位）",
+                          "en": "Prompt lookup first (the model fills in)"},
+    "side.lookup_first.help": {
+        "zh": "每一步先在上下文里找和结尾相同的 n-gram：找到了就照抄它后面的 token 当草稿（不花算力），"
+              "找不到才让草稿模型来猜。抄写型的回答（改代码、转格式）多数步都能照抄。",
+        "en": "Each step first looks for the text's last n-gram earlier in its context: where "
+              "it is found, the tokens that followed are the draft (no compute); only where "
+              "it is not does the draft model guess. Answers that copy (code edits, format "
+              "changes) find a match on most steps."},
     "side.sizes": {"zh": "规模与采样", "en": "Sizes and sampling"},
     "side.seats": {"zh": "座位数（max_num_seqs）", "en": "Seats (max_num_seqs)"},
     "side.seats.help": {"zh": "一步里最多同时计算的请求数。",
@@ -276,6 +285,10 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.running": {"zh": "投机方式：{method}，k = {k}；右侧对照为同一负载、不投机。",
                      "en": "Speculating with {method}, k = {k}; compared with the same "
                            "workload without speculation."},
+    "spec.lookup_share": {"zh": "先查提示词：已验证的 {total} 份草稿里，{lookup} 份是照抄上下文得来的，其余由模型猜。",
+                          "en": "Prompt lookup first: of {total} verified drafts, {lookup} were "
+                                "copied from the context by lookup, the rest guessed by the "
+                                "model."},
     "spec.adaptive_waiting": {"zh": "自适应 k：还没有请求在解码，第一次选择在预填充之后。",
                               "en": "Adaptive k: no request is decoding yet; the first choice "
                                     "comes after prefill."},
@@ -284,9 +297,9 @@ STRINGS: dict[str, dict[str, str]] = {
                                 "expects to give the most tokens per second."},
     "spec.adaptive_explored": {
         "zh": "第 {step} 步：测量绕行，用了 k = {k}（当前最佳估计是 k = {best}）；"
-              "每 8 步换一个 k 试一次，好让每个 k 的耗时都有实测值。",
+              "每 {every} 步换一个 k 试一次，好让每个 k 的耗时都有实测值。",
         "en": "Step {step}: a measuring detour at k = {k} (the best estimate is k = {best}); "
-              "every 8th step tries another k so that each k's cost is measured."},
+              "one step in {every} tries another k so that each k's cost is measured."},
     "spec.adaptive_title": {"zh": "这一步各 k 预计的 token/秒",
                             "en": "Expected tokens/s by k, this step"},
     "spec.adaptive_y": {"zh": "预计 token/秒", "en": "expected tokens/s"},
@@ -343,6 +356,7 @@ STRINGS: dict[str, dict[str, str]] = {
                            "en": "No draft verified yet; step on (requests read their prompt "
                                  "first)."},
     "spec.step": {"zh": "第 {n} 步", "en": "step {n}"},
+    "spec.by_lookup": {"zh": "查提示词", "en": "prompt lookup"},
     "spec.verdict.accepted": {"zh": "接受", "en": "accepted"},
     "spec.verdict.rejected": {"zh": "拒绝", "en": "rejected"},
     "spec.verdict.discarded": {"zh": "拒绝之后、未经验证即丢弃", "en": "discarded after a rejection"},

@@ -3,7 +3,7 @@ own prompt, Step / Play-Pause / Reset, and the device line.
 
 Demo links open a page as `/<slug>?batching=..&kv_layout=..&spec=..`; those query parameters
 set the switches once per link (a switch the teacher then flips wins, and removes them from
-the URL). Widget keys: sw_batching, sw_kv_layout, sw_spec, sw_k, sw_adaptive, sz_seats,
+the URL). Widget keys: sw_batching, sw_kv_layout, sw_spec, sw_k, sw_adaptive, sw_lookup, sz_seats,
 sz_blocks, sz_block_size, sz_prefix, sz_workload, sz_requests, sz_temperature, custom_prompt,
 custom_max_tokens, custom_add, ctl_step, ctl_play, ctl_reset, ctl_speed.
 """
@@ -37,6 +37,7 @@ def _restore() -> None:
     for key, value in {
         "sw_batching": DEFAULTS.batching, "sw_kv_layout": DEFAULTS.kv_layout,
         "sw_spec": DEFAULTS.spec, "sw_k": DEFAULTS.k, "sw_adaptive": DEFAULTS.adaptive_k,
+        "sw_lookup": DEFAULTS.lookup_first,
         "sz_seats": DEFAULTS.seats,
         "sz_blocks": DEFAULTS.num_blocks, "sz_block_size": DEFAULTS.block_size,
         "sz_prefix": DEFAULTS.prefix_caching, "sz_workload": DEFAULTS.workload,
@@ -73,7 +74,8 @@ def apply_query_params() -> None:
 
 # Settings field -> the sidebar widget that sets it (the class plan's buttons set them all).
 WIDGET_FOR = {"batching": "sw_batching", "kv_layout": "sw_kv_layout", "spec": "sw_spec",
-              "k": "sw_k", "adaptive_k": "sw_adaptive", "seats": "sz_seats",
+              "k": "sw_k", "adaptive_k": "sw_adaptive", "lookup_first": "sw_lookup",
+              "seats": "sz_seats",
               "num_blocks": "sz_blocks",
               "block_size": "sz_block_size", "prefix_caching": "sz_prefix",
               "workload": "sz_workload", "num_requests": "sz_requests",
@@ -104,7 +106,7 @@ def settings_from_widgets() -> Settings:
     s = st.session_state
     return Settings(
         batching=s.sw_batching, kv_layout=s.sw_kv_layout, spec=s.sw_spec, k=int(s.sw_k),
-        adaptive_k=bool(s.sw_adaptive),
+        adaptive_k=bool(s.sw_adaptive), lookup_first=bool(s.sw_lookup),
         seats=int(s.sz_seats), num_blocks=int(s.sz_blocks), block_size=int(s.sz_block_size),
         prefix_caching=bool(s.sz_prefix), workload=s.sz_workload,
         num_requests=int(s.sz_requests),
@@ -140,6 +142,9 @@ def _switches() -> None:
                           **_kept("sw_k"))
         st.sidebar.checkbox(t("side.adaptive"), help=t("side.adaptive.help"),
                             **_kept("sw_adaptive"))
+    if st.session_state.sw_spec in ("draft", "eagle"):
+        st.sidebar.checkbox(t("side.lookup_first"), help=t("side.lookup_first.help"),
+                            **_kept("sw_lookup"))
 
 
 def _sizes() -> None:

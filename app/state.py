@@ -43,6 +43,7 @@ class Settings:
     spec: str = "off"  # "off" | "ngram" | "draft" | "eagle" (the trained head, if built)
     k: int = 4  # drafted tokens per step (at most, with adaptive_k)
     adaptive_k: bool = False  # choose k each step from measured costs (engine/spec/adaptive.py)
+    lookup_first: bool = False  # draft / eagle: prompt lookup first, the model where it misses
     seats: int = 8  # max_num_seqs
     num_blocks: int = 64  # KV budget in blocks
     block_size: int = 16
@@ -59,7 +60,8 @@ class Settings:
         spec = None
         if self.spec != "off":
             spec = SpecConfig(method=self.spec, num_speculative_tokens=self.k,
-                              adaptive_k=self.adaptive_k)
+                              adaptive_k=self.adaptive_k,
+                              prompt_lookup_first=self.lookup_first and self.spec != "ngram")
         return EngineConfig(
             model=self.model, batching=self.batching, kv_layout=self.kv_layout, spec=spec,
             max_num_seqs=self.seats, block_size=self.block_size, num_kv_blocks=self.num_blocks,

@@ -175,7 +175,7 @@ def serve(engine, requests: list[tuple[float, str, SamplingParams]], progress=No
         "kv_useful_frac": snap["kv_useful_frac"], "max_concurrency": snap["peak_concurrency"],
         "mean_concurrency": snap["mean_concurrency"], "idle_seat_frac": snap["idle_seat_frac"],
         "prefix_hit_rate": snap["prefix_hit_rate"], "acceptance_rate": snap["acceptance_rate"],
-        "mean_accepted_len": snap["mean_accepted_len"],
+        "mean_accepted_len": snap["mean_accepted_len"], "a": snap["a"],
         "acceptance_by_position": snap["acceptance_by_position"], "steps": steps,
     }
 

@@ -21,11 +21,15 @@ nearly free. Two measurements here:
    speculation helps most at batch 1 and can hurt at 32. A method named with `+adaptive`
    (`--methods off,eagle,eagle+adaptive`) runs with adaptive k: each step drafts the k,
    0..`--k`, the engine expects to give the most tokens per second; its results add the
-   share of decode steps run at each k (`k_share`).
+   share of decode steps run at each k (`k_share`). `+lookup` (`eagle+lookup`,
+   `eagle+lookup+adaptive`) puts prompt lookup in front of the model: requests whose text
+   has an n-gram match this step draft by lookup, the others by the model.
 
 The JSON has the main bench's shape (`benchmarks/bench.py`): {"machine", "roofline", "results",
 "forward_cost", ...}; each result has the common keys plus `workload`, `concurrency`,
-`acceptance_rate`, `mean_accepted_len`, `speedup_vs_off`. `python -m benchmarks.bench --spec`
+`acceptance_rate` (accepted / drafted), `a` (the lesson's per-token acceptance: accepted /
+(accepted + first rejections), as the speculation page computes it), `mean_accepted_len`,
+`speedup_vs_off`. `python -m benchmarks.bench --spec`
 runs this. Methods run interleaved per concurrency on the same prompts; the machine is shared
 and noisy, so compare ratios, not absolute numbers.
 """
@@ -51,6 +55,18 @@ from engine.metrics import RunMetrics
 
 METHODS = ("off", "ngram", "draft", "eagle")
 ADAPTIVE = "+adaptive"  # "eagle+adaptive": the method with adaptive k (engine/spec/adaptive.py)
+LOOKUP = "+lookup"  # "eagle+lookup": prompt lookup first, the model where it finds no match
+
+
+def parse_method(name: str) -> tuple[str, bool, bool]:
+    """'eagle+lookup+adaptive' -> ('eagle', lookup first, adaptive k); ValueError if unknown."""
+    base, *flags = name.split("+")
+    flags = ["+" + f for f in flags]
+    if (base not in METHODS or len(set(flags)) != len(flags)
+            or any(f not in (ADAPTIVE, LOOKUP) for f in flags)
+            or (base == "off" and flags) or (base == "ngram" and LOOKUP in flags)):
+        raise ValueError(name)
+    return base, LOOKUP in flags, ADAPTIVE in flags
 
 
 def forward_cost(model, pool, backend, device, tokens=(1, 2, 4, 8, 16), context: int = 128,
@@ -114,15 +130,16 @@ def _run(engine, items, max_tokens: int) -> dict:
 
 
 def print_table(results: list[dict]) -> None:
-    print(f"{'workload':<10}{'conc':>5}  {'spec':<15}{'tok/s':>8}{'speedup':>9}{'accept':>8}"
-          f"{'acc len':>8}{'steps':>7}  k (share of decode steps)")
+    print(f"{'workload':<10}{'conc':>5}  {'spec':<22}{'tok/s':>8}{'speedup':>9}{'accept':>8}"
+          f"{'a':>6}{'acc len':>8}{'steps':>7}  k (share of decode steps)")
     for r in results:
         acc = "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
         alen = "-" if r["mean_accepted_len"] is None else f"{r['mean_accepted_len']:.2f}"
+        a = "-" if r.get("a") is None else f"{r['a']:.2f}"
         speedup = "-" if r["speedup_vs_off"] is None else f"{r['speedup_vs_off']:.2f}x"
         ks = " ".join(f"{k}:{v:.2f}" for k, v in (r.get("k_share") or {}).items())
-        print(f"{r['workload']:<10}{r['concurrency']:>5}  {r['spec'] or 'off':<15}"
-              f"{r['output_tok_per_s']:>8.1f}{speedup:>9}{acc:>8}{alen:>8}"
+        print(f"{r['workload']:<10}{r['concurrency']:>5}  {r['spec'] or 'off':<22}"
+              f"{r['output_tok_per_s']:>8.1f}{speedup:>9}{acc:>8}{a:>6}{alen:>8}"
               f"{r['steps']:>7}  {ks}")
 
 
@@ -136,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
                                           "--quick: 1,4)")
     ap.add_argument("--methods", default=",".join(METHODS),
                     help="off, ngram, draft, eagle; add +adaptive for adaptive k "
-                         "(eagle+adaptive)")
+                         "(eagle+adaptive), +lookup for prompt lookup in front of draft or "
+                         "eagle (eagle+lookup+adaptive)")
     ap.add_argument("--k", type=int, default=SpecConfig().num_speculative_tokens,
                     help="num_speculative_tokens")
     ap.add_argument("--min-confidence", type=float, default=SpecConfig().min_confidence,
@@ -164,27 +182,30 @@ def main(argv: list[str] | None = None) -> int:
     methods = args.methods.split(",")
     workloads = args.workloads.split(",")
     for m in methods:
-        if m.removesuffix(ADAPTIVE) not in METHODS or m == "off" + ADAPTIVE:
-            ap.error(f"--methods: {m!r} is not one of {list(METHODS)} (or a method"
-                     f"{ADAPTIVE})")
+        try:
+            parse_method(m)
+        except ValueError:
+            ap.error(f"--methods: {m!r} is not one of {list(METHODS)} (or draft / eagle with "
+                     f"{LOOKUP}, any but off with {ADAPTIVE})")
     from engine.spec.eagle import TRAIN_COMMAND, head_info
 
-    eagle_methods = [m for m in methods if m.removesuffix(ADAPTIVE) == "eagle"]
+    eagle_methods = [m for m in methods if parse_method(m)[0] == "eagle"]
     eagle_info = head_info() if eagle_methods else None
     if eagle_methods and eagle_info is None:
         print(f"eagle: skipped, the draft head is not trained yet (run `{TRAIN_COMMAND}`)")
         methods = [m for m in methods if m not in eagle_methods]
 
     def config(method: str, seats: int) -> EngineConfig:
-        base = method.removesuffix(ADAPTIVE)
+        base, lookup, adaptive = parse_method(method)
         spec = None if method == "off" else SpecConfig(
             base, args.k, min_confidence=args.min_confidence if base == "eagle" else 0.0,
-            adaptive_k=method.endswith(ADAPTIVE))
+            adaptive_k=adaptive, prompt_lookup_first=lookup)
         return EngineConfig(max_num_seqs=seats, max_model_len=args.max_model_len,
                             max_num_batched_tokens=max(512, seats * (args.k + 1)),
                             dtype=args.dtype, device=args.device, spec=spec)
 
-    probe = LLMEngine(config("draft" if "draft" in methods else "off", 1))
+    has_draft = any(parse_method(m)[0] == "draft" for m in methods)
+    probe = LLMEngine(config("draft" if has_draft else "off", 1))
     roof = roofline(probe)
     print(f"[{probe.describe()}] weights {roof['weight_bytes'] / 1e6:.0f} MB")
     reps = 3 if args.quick else 7
@@ -238,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                             "workload": wl_name, "concurrency": seats,
                             "requests": len(items)})
                 results.append(res)
-                print(f"  {wl_name:<9} {seats:>3} running, {method:<14}: "
+                print(f"  {wl_name:<9} {seats:>3} running, {method:<22}: "
                       f"{res['output_tok_per_s']:6.1f} tok/s", flush=True)
             del engine
     for r in results:

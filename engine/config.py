@@ -47,6 +47,9 @@ class SpecConfig:
     # choose k every step, 0..num_speculative_tokens, for the most tokens per second from the
     # measured step times and acceptance (engine/spec/adaptive.py, after SmartSpec)
     adaptive_k: bool = False
+    # "draft" / "eagle": try prompt lookup first; the model drafts only for requests whose text
+    # has no n-gram match this step (a match copies the context, which lookup gets right often)
+    prompt_lookup_first: bool = False
     # n-gram: shortest suffix to match; 1 drafts often and wrongly, 3 rarely (README, Performance)
     prompt_lookup_min: int = 2
     prompt_lookup_max: int = 4  # n-gram: longest suffix to match (tried first)
@@ -65,6 +68,12 @@ class SpecConfig:
             raise ValueError(f"spec.min_confidence must be a number in [0, 1), got {c!r}")
         if not isinstance(self.adaptive_k, bool):
             raise ValueError(f"spec.adaptive_k must be true or false, got {self.adaptive_k!r}")
+        if not isinstance(self.prompt_lookup_first, bool):
+            raise ValueError("spec.prompt_lookup_first must be true or false, got "
+                             f"{self.prompt_lookup_first!r}")
+        if self.prompt_lookup_first and self.method == "ngram":
+            raise ValueError("spec.prompt_lookup_first is for method 'draft' or 'eagle' (a "
+                             "model behind the lookup); method 'ngram' is the lookup alone")
 
 
 @dataclass

@@ -49,6 +49,7 @@ class RunMetrics:
     held_slots_sum: int = 0
     drafted: int = 0
     accepted: int = 0
+    examined: int = 0  # drafted tokens the verifier decided on: the accepted + a first rejection
     accepted_by_pos: list[int] = field(default_factory=list)
     drafted_by_pos: list[int] = field(default_factory=list)
     verify_steps: int = 0  # request-steps that verified a draft
@@ -86,6 +87,7 @@ class RunMetrics:
         self.verify_steps += 1
         self.drafted += num_drafted
         self.accepted += num_accepted
+        self.examined += min(num_drafted, num_accepted + 1)
         for i in range(num_drafted):
             if i >= len(self.drafted_by_pos):
                 self.drafted_by_pos.append(0)
@@ -112,6 +114,9 @@ class RunMetrics:
                                if self.held_slots_sum else 1.0),
             "acceptance_rate": self.accepted / self.drafted if self.drafted else None,
             "mean_accepted_len": self.accepted / self.verify_steps if self.verify_steps else None,
+            # the lesson's a: the chance a drafted token is accepted given the ones before it
+            # were (tokens after a rejection are never examined)
+            "a": self.accepted / self.examined if self.examined else None,
             "acceptance_by_position": [a / d if d else 0.0 for a, d in
                                        zip(self.accepted_by_pos, self.drafted_by_pos)],
             "k_share": _shares(self.steps_by_k),

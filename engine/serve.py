@@ -38,7 +38,8 @@ def is_loopback(host: str) -> bool:
 def spec_config(text: str | None) -> SpecConfig | None:
     """vLLM's --speculative-config JSON: {"method": "ngram" | "draft" | "eagle",
     "num_speculative_tokens": k, "model": <draft model>, "prompt_lookup_min/max": n}, plus
-    ServeLab's "adaptive_k": true (choose k each step) and "min_confidence"."""
+    ServeLab's "adaptive_k": true (choose k each step), "min_confidence" and
+    "prompt_lookup_first": true (a draft or eagle model behind prompt lookup)."""
     if not text:
         return None
     try:
@@ -48,7 +49,7 @@ def spec_config(text: str | None) -> SpecConfig | None:
     if not isinstance(obj, dict):
         raise ValueError("--speculative-config must be a JSON object")
     known = {"method", "num_speculative_tokens", "model", "prompt_lookup_min",
-             "prompt_lookup_max", "adaptive_k", "min_confidence"}
+             "prompt_lookup_max", "adaptive_k", "min_confidence", "prompt_lookup_first"}
     if unknown := set(obj) - known:
         raise ValueError(f"--speculative-config: unknown keys {sorted(unknown)}; "
                          f"known: {sorted(known)}")

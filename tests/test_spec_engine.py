@@ -105,6 +105,17 @@ def test_common_prefix(a, b):
     assert _common_prefix(a, b) == n
 
 
+def test_bench_method_names():
+    from benchmarks.spec_bench import parse_method
+    assert parse_method("off") == ("off", False, False)
+    assert parse_method("ngram+adaptive") == ("ngram", False, True)
+    assert parse_method("eagle+lookup+adaptive") == ("eagle", True, True)
+    assert parse_method("draft+adaptive+lookup") == ("draft", True, True)
+    for bad in ("off+adaptive", "ngram+lookup", "eagle+lookup+lookup", "eagle+fast", "tree"):
+        with pytest.raises(ValueError):
+            parse_method(bad)
+
+
 def test_draft_length_is_capped_by_model_length_and_max_tokens():
     engine = SimpleNamespace(config=EngineConfig(max_model_len=20))
     dec = SpecDecoder(engine, SpecConfig("ngram", num_speculative_tokens=4))
@@ -258,6 +269,50 @@ def test_greedy_identity_in_a_mixed_batch(method, layout, request):
     snap = eng.metrics_snapshot()
     assert snap["acceptance_rate"] is not None and 0 < snap["acceptance_rate"] <= 1
     assert 1 <= len(snap["acceptance_by_position"]) <= k
+    _check_all_free(eng)
+
+
+@pytest.mark.slow
+def test_prompt_lookup_first_drafts_by_lookup_where_it_matches(request):
+    """SpecConfig(prompt_lookup_first=True): a request whose text has an n-gram match this
+    step drafts the lookup's tokens, every other one the EAGLE head's; both kinds happen in
+    one batch (a grounded prompt that copies, open ones that do not), the greedy tokens are
+    exactly the spec-off tokens, sampling requests keep their lengths, and no KV leaks."""
+    k = 4
+    cfg = EngineConfig(dtype="float32", max_num_seqs=8,
+                       spec=_spec(request, "eagle", k, prompt_lookup_first=True))
+    eng = LLMEngine(cfg)
+    dec = eng.spec_decoder
+    by_lookup, by_model = [], []
+    lookup_propose, model_propose = dec.ngram.propose, dec.draft.propose
+
+    def lookup(token_ids_list, k=None):
+        drafts = lookup_propose(token_ids_list, k)
+        by_lookup.extend(d for d in drafts if d)
+        return drafts
+
+    def model(reqs, ks):
+        for req in reqs:  # the model is only asked where the lookup found nothing
+            assert not lookup_propose([req.all_token_ids], k)[0], req.request_id
+        by_model.extend(r.request_id for r in reqs)
+        return model_propose(reqs, ks)
+
+    dec.ngram.propose, dec.draft.propose = lookup, model
+    prompts = _greedy_prompts() + [PROMPTS[0], PROMPTS[4]]
+    rids = [eng.add_request(p, sp) for p, sp in zip(prompts, _greedy_params()
+                                                    + _sampling_params())]
+    records = []
+    while eng.has_unfinished():
+        records += eng.step().spec
+    outs = [eng.output(r) for r in rids]
+    for out, ref in zip(outs, _reference("paged")):
+        assert tuple(out.token_ids) == ref, "greedy output changed with lookup in front"
+    for out, sp in zip(outs[3:], _sampling_params()):
+        assert len(out.token_ids) == sp.max_tokens
+    assert by_lookup and by_model, (len(by_lookup), len(by_model))
+    assert {r.source for r in records} == {"lookup", "model"}  # each record says who drafted
+    assert sum(r.num_accepted for r in records) > 0
+    _check_records(records, k)
     _check_all_free(eng)
 
 

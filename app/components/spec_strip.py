@@ -137,14 +137,18 @@ def _tok(text: str, kind: str, title: str = "") -> str:
             f'title="{html.escape(title, quote=True)}">{show_token(text)}</span>')
 
 
-def strip_html(step: int, record: dict, by_id: dict[int, bytes] | None = None) -> str:
+def strip_html(step: int, record: dict, by_id: dict[int, bytes] | None = None,
+               mark_lookup: bool = False) -> str:
     """One step of one request: the drafted tokens with verdicts, then the target's token.
 
     `by_id` (token id -> bytes) lets tokens that hold part of a character show their bytes.
     The tokens the request kept (accepted drafts, then the target's own) are read in order,
     so a character split over several of them is joined; a rejected or discarded token
-    starts afresh (it is not part of the text)."""
+    starts afresh (it is not part of the text). With `mark_lookup` (prompt lookup in front
+    of a model), a draft that prompt lookup made says so."""
     parts = [f'<span class="sl-step">{html.escape(t("spec.step", n=step))}</span>']
+    if mark_lookup and record.get("source") == "lookup":
+        parts.append(f'<span class="sl-kind">{html.escape(t("spec.by_lookup"))}</span>')
     kept = ByteJoiner(by_id)
     for i, tok in enumerate(record["drafted"]):
         v = verdict(tok)
@@ -165,9 +169,9 @@ def strip_token_ids(history: list[dict], request_id: str) -> list[int]:
 
 
 def strips_html(history: list[dict], request_id: str, last: int = 20,
-                by_id: dict[int, bytes] | None = None) -> str:
+                by_id: dict[int, bytes] | None = None, mark_lookup: bool = False) -> str:
     """The last `last` verified steps of one request, newest at the bottom."""
-    rows = [strip_html(step, rec, by_id)
+    rows = [strip_html(step, rec, by_id, mark_lookup)
             for step, rec in records_for(history, request_id)[-last:]]
     if not rows:
         return CSS + f"<div>{html.escape(t('spec.no_drafts'))}</div>"

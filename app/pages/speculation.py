@@ -61,6 +61,7 @@ from app.spec_lab import (  # noqa: E402
     speedup_rows,
 )
 from app.state import Run, Session  # noqa: E402
+from engine.spec.adaptive import SpecLength  # noqa: E402
 
 REQ_KEY, TOK_KEY = "spec_request", "spec_token"
 
@@ -102,7 +103,7 @@ def draw_adaptive_k(run: Run) -> None:
     step, plan = plans[-1]
     best = max(plan["estimates"], key=lambda e: e["tokens_per_s"] or 0.0)
     key = "spec.adaptive_explored" if plan["explored"] else "spec.adaptive_now"
-    st.caption(t(key, step=step, k=plan["k"], best=best["k"]))
+    st.caption(t(key, step=step, k=plan["k"], best=best["k"], every=SpecLength.EXPLORE_EVERY))
     left, right = st.columns(2, gap="large")
     with left:
         st.altair_chart(adaptive_k_chart(plan["estimates"], plan["k"]), width="stretch")
@@ -121,6 +122,10 @@ def draw(session: Session) -> list[Run]:
     if s.spec == "off":
         st.info(t("spec.off_note"))
     st.caption(t("spec.running", method=switch_label("spec", on.spec), k=on.k))
+    if on.lookup_first and on.spec != "ngram":
+        recs = [rec for h in run.history for rec in h.get("spec", [])]
+        by_lookup = sum(rec.get("source") == "lookup" for rec in recs)
+        st.caption(t("spec.lookup_share", lookup=by_lookup, total=len(recs)))
     if on.adaptive_k:
         draw_adaptive_k(run)
     sm, with_spec, without = spec_summary(run.history), summary(run.history), summary(base.history)
@@ -155,7 +160,8 @@ def draw(session: Session) -> list[Run]:
     st.html('<div style="font-size:15px;max-height:7em;overflow:auto;white-space:pre-wrap;'
             f'line-height:1.5;font-family:monospace">{html.escape(prompt[-400:])}</div>')
     by_id = token_bytes(run.engine.tokenizer, strip_token_ids(run.history, rid))
-    st.html(strips_html(run.history, rid, by_id=by_id))
+    st.html(strips_html(run.history, rid, by_id=by_id,
+                        mark_lookup=on.lookup_first and on.spec != "ngram"))
     draw_token_math(run, rid)
     return runs
 

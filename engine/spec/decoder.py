@@ -7,7 +7,8 @@ Speculative Decoding", arXiv:2211.17192; chapter 6.4, the third fix) in the engi
    decoding gets up to k drafted tokens in `req.spec_token_ids`, from prompt lookup (Saxena
    2023, "Prompt Lookup Decoding"; `ngram.py`), a draft model (`draft.py`) or the EAGLE
    head on the target's own features (`eagle.py`; the engine hands it the features of every
-   token the target computed, `observe`, after each forward). The scheduler
+   token the target computed, `observe`, after each forward), or with `prompt_lookup_first`
+   prompt lookup where the text has a match and the model elsewhere. The scheduler
    then computes `[last token, *draft]` for it in the same batched forward as everyone
    else's prefill chunks and decodes.
 2. `verify(req, logits)`: the target's logits after `[last, x_1..x_k]` ([k + 1, vocab]):
@@ -56,7 +57,9 @@ class SpecDecoder:
         self.engine = engine
         self.config = spec_config
         self.k = spec_config.num_speculative_tokens
-        self.ngram = NgramProposer(spec_config) if spec_config.method == "ngram" else None
+        # prompt lookup: the method itself, or in front of the model (prompt_lookup_first)
+        self.ngram = (NgramProposer(spec_config) if spec_config.method == "ngram"
+                      or spec_config.prompt_lookup_first else None)
         # the proposer with a model ("draft" or "eagle"); None for prompt lookup
         self.draft = None
         if spec_config.method == "draft":
@@ -117,12 +120,20 @@ class SpecDecoder:
             if k > 0:
                 reqs.append(req)
                 ks.append(k)
+        props = [Proposal([], None, []) for _ in reqs]
+        model_rows = list(range(len(reqs)))  # the requests the draft model drafts for
+        if self.ngram is not None:
+            for i, (req, k) in enumerate(zip(reqs, ks)):
+                d = self.ngram.propose([req.all_token_ids], k)[0]
+                props[i] = Proposal(d, None, [1.0] * len(d), "lookup")  # p_draft None: one-hot
+            model_rows = [i for i, p in enumerate(props) if not p.token_ids]
         if self.draft is not None:
             self.draft.sync(running)
-            props = self.draft.propose(reqs, ks) if reqs else []
-        else:
-            drafts = [self.ngram.propose([r.all_token_ids], k)[0] for r, k in zip(reqs, ks)]
-            props = [Proposal(d, None, [1.0] * len(d)) for d in drafts]
+            if model_rows:
+                more = self.draft.propose([reqs[i] for i in model_rows],
+                                          [ks[i] for i in model_rows])
+                for i, p in zip(model_rows, more):
+                    props[i] = p
         for req, k, prop in zip(reqs, ks, props):
             if prop.token_ids:
                 req.spec_token_ids = list(prop.token_ids)
@@ -186,6 +197,7 @@ class SpecDecoder:
             if d.p_draft is None:
                 d.p_draft = p_x  # greedy: the draft model's own confidence, for the record
         decision.request_id = req.request_id
+        decision.source = prop.source if prop is not None else ""
         decision.next_text = tok.decode([decision.next_token_id])
         return decision.emitted_tokens, decision
 

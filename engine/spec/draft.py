@@ -238,6 +238,7 @@ class Proposal:
     token_ids: list[int]  # x_1 .. x_k
     p_draft: Tensor | None  # [k, vocab] the distributions sampled from (sampling requests)
     p_draft_x: list[float]  # the draft's probability of each x_i (greedy: plain softmax)
+    source: str = "model"  # who drafted it: "model" (draft / eagle) or "lookup" (n-gram)
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

@@ -66,6 +66,7 @@ class SpecDecision:
     next_kind: str  # "correction" (a draft token was rejected) or "bonus" (all accepted)
     request_id: str = ""  # filled in by the engine, with the texts
     next_text: str = ""
+    source: str = ""  # filled in by the engine: "lookup" (n-gram) or "model" drafted it
 
     @property
     def num_drafted(self) -> int:

@@ -281,6 +281,26 @@ def test_adaptive_k_shows_its_choice_and_why():
     assert "k at each step" in specs
 
 
+def test_prompt_lookup_first_says_who_drafted():
+    """The sidebar's lookup-first box (shown for draft and eagle): on grounded text the
+    page counts the drafts prompt lookup made and marks them in the strips; the rest came
+    from the draft model."""
+    at = switches(start(), "continuous", "paged", "draft")
+    at.selectbox(key="sz_workload").set_value("grounded").run()
+    at.checkbox(key="sw_lookup").check().run()
+    assert session(at).settings.lookup_first
+    at = goto(at, "speculation")
+    step(at, 12)
+    run = session(at).run(session(at).settings)
+    recs = [rec for r in run.history for rec in r["spec"]]
+    by_lookup = sum(rec["source"] == "lookup" for rec in recs)
+    assert recs and {rec["source"] for rec in recs} <= {"lookup", "model"}
+    words = f"Prompt lookup first: of {len(recs)} verified drafts, {by_lookup} were copied"
+    assert words in " ".join(c.value for c in at.caption)
+    assert by_lookup > 0, "grounded prompts copy: lookup should find matches"
+    assert "prompt lookup" in html(at)
+
+
 def test_speculation_measurements_run_from_their_buttons():
     if not spec_available():
         pytest.skip("speculative decoding (engine/spec/decoder.py) has not landed yet")

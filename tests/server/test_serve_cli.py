@@ -17,6 +17,9 @@ def test_spec_config_json():
     assert spec_config('{"method": "ngram", "adaptive_k": true}').adaptive_k is True
     with pytest.raises(ValueError, match="adaptive_k must be true or false"):
         spec_config('{"method": "ngram", "adaptive_k": "yes"}')
+    assert spec_config('{"method": "eagle", "prompt_lookup_first": true}').prompt_lookup_first
+    with pytest.raises(ValueError, match="prompt_lookup_first is for method 'draft' or 'eagle'"):
+        spec_config('{"method": "ngram", "prompt_lookup_first": true}')
     with pytest.raises(ValueError, match="not valid JSON"):
         spec_config("{method: ngram}")
     with pytest.raises(ValueError, match="unknown keys"):
