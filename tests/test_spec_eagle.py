@@ -16,7 +16,7 @@ import torch
 
 from benchmarks.workloads import GROUNDED, OPEN, chat
 from engine.spec import eagle
-from engine.spec.train_draft import DATA, batches, choose_vocab, load_prompts
+from engine.spec.train_draft import DATA, DATA_MORE, batches, choose_vocab, load_prompts
 
 # ---------------------------------------------------------------------------------------------
 # Fast: no model
@@ -39,8 +39,13 @@ def test_training_prompts_are_disjoint_from_the_benchmark_prompts():
 
     assert all(train_chat(t) == chat(t) for t in train[:5])
     # the data file is plain JSONL, one object per line
-    for line in DATA.read_text(encoding="utf-8").splitlines():
+    for line in (DATA.read_text(encoding="utf-8") + DATA_MORE.read_text(encoding="utf-8")
+                 ).splitlines():
         assert set(json.loads(line)) == {"kind", "prompt", "max_tokens"}
+    # the generated file is what its generator writes (seeded)
+    from engine.spec.data.make_prompts import make
+
+    assert [json.loads(x) for x in DATA_MORE.read_text(encoding="utf-8").splitlines()] == make()
 
 
 def test_reduced_vocabulary_is_the_most_frequent_tokens():
