@@ -69,18 +69,23 @@ def load_bench(folder: Path = BENCH_DIR) -> dict | None:
     """The speculation bench's JSON in `folder` (the newest with "forward_cost"), else None.
 
     Other benches write "results" too (engine-longtail.json); only the spec bench measures
-    the forward cost, so that field tells its files apart. (A file's mtime is the checkout
-    time in a fresh clone: it only breaks ties.)"""
+    the forward cost, so that field tells its files apart. Newest: by the "date" the bench
+    wrote (ISO, UTC), files without one after those with; a file's mtime (the checkout time
+    in a fresh clone) only breaks ties."""
     if not folder.is_dir():
         return None
-    for path in sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True):
+    found = []
+    for path in folder.glob("*.json"):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and data.get("forward_cost"):
-            return {**data, "_file": path.name}
-    return None
+            found.append((str(data.get("date") or ""), path.stat().st_mtime, path.name, data))
+    if not found:
+        return None
+    *_, name, data = max(found, key=lambda f: f[:3])
+    return {**data, "_file": name}
 
 
 def bench_command(bench: dict) -> str:
@@ -99,7 +104,7 @@ def recorded_date(bench: dict, folder: Path = BENCH_DIR) -> str | None:
     file, else None."""
     date = bench.get("date") or (bench.get("machine") or {}).get("date")
     if date:
-        return str(date)
+        return str(date)[:10]  # the day (benches write an ISO time)
     try:
         out = subprocess.run(["git", "log", "-1", "--format=%cs", "--", bench["_file"]],
                              cwd=folder, capture_output=True, text=True, timeout=5)

@@ -15,6 +15,7 @@ Every other module of the package imports from here, and this module imports non
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import platform
@@ -70,9 +71,10 @@ def machine_info(device: str = "cpu") -> dict:
 
 def write_json(path: str | None, device: str, args: argparse.Namespace, **data) -> None:
     """Write a bench's results to `path` (no-op without --json): `data` plus the machine
-    and the command's arguments, which every bench's JSON carries."""
+    and the command's arguments, which every bench's JSON carries, and when it ran (UTC)."""
     if path:
-        out = {"machine": machine_info(device), "args": vars(args), **data}
+        date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        out = {"machine": machine_info(device), "args": vars(args), "date": date, **data}
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(out, indent=2))
         print(f"wrote {path}")

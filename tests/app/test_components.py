@@ -398,8 +398,17 @@ def test_bench_files_are_read_from_the_fixed_folder(tmp_path):
     import os
 
     os.utime(tmp_path / "engine.json")  # the newest file, but not the spec bench's
+    # other spec runs: an older date and none at all, both with newer mtimes: not chosen
+    older = {"date": "2026-11-02T10:00:00+00:00", "results": [],
+             "forward_cost": [{"tokens": 1, "ms": 5.0, "vs_one_token": 1.0}]}
+    (tmp_path / "spec-old.json").write_text(json.dumps(older))
+    (tmp_path / "spec-undated.json").write_text(json.dumps({**older, "date": None}))
     bench = load_bench(tmp_path)
     assert bench["_file"] == "spec.json"
+    (tmp_path / "spec-new.json").write_text(json.dumps({**older, "date": "2026-12-03T09:00:00+00:00"}))
+    assert load_bench(tmp_path)["_file"] == "spec-new.json"
+    assert recorded_date(load_bench(tmp_path)) == "2026-12-03"
+    (tmp_path / "spec-new.json").unlink()
     assert bench_command(bench) == "python -m benchmarks.spec_bench --k 4 --max-tokens 32 " \
         "--json x.json"
     assert recorded_date(bench) == "2026-11-29"
