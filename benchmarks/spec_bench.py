@@ -93,6 +93,37 @@ def forward_cost(model, pool, backend, device, tokens=(1, 2, 4, 8, 16), context:
     return [{"tokens": n, "ms": best[n] * 1e3, "vs_one_token": best[n] / one} for n in tokens]
 
 
+def speedup_bound(cost: list[dict], draft_ratio: float, a: float = 1.0, k_max: int = 15,
+                  ) -> dict:
+    """The lesson's speedup at batch 1 from measured costs: drafting k tokens and verifying
+    k + 1 in one pass gives E(k) = 1 + a + ... + a^k tokens for T(k + 1) + k * d of time,
+    against 1 token per T(1) without speculation:
+
+        speedup(k) = E(k) / (T(k + 1) / T(1) + k * draft_ratio)
+
+    T(n) / T(1) is `forward_cost`'s curve, linear between its measured sizes (none past the
+    largest); draft_ratio = d / T(1), one draft step's cost. With a = 1 (every draft
+    accepted) this is the most any draft of that cost could give here: the best k and its
+    speedup."""
+    pts = [(c["tokens"], c["vs_one_token"]) for c in cost]
+
+    def t_ratio(n: int) -> float | None:
+        for (n0, r0), (n1, r1) in zip(pts, pts[1:]):
+            if n0 <= n <= n1:
+                return r0 + (r1 - r0) * (n - n0) / (n1 - n0)
+        return None
+
+    best = {"k": 0, "speedup": 1.0}
+    for k in range(1, k_max + 1):
+        t = t_ratio(k + 1)
+        if t is None:
+            break
+        s = sum(a ** i for i in range(k + 1)) / (t + k * draft_ratio)
+        if s > best["speedup"]:
+            best = {"k": k, "speedup": s}
+    return {"a": a, "draft_ratio": draft_ratio, **best}
+
+
 def head_cost(proposer, context: int = 128, reps: int = 7) -> float:
     """Milliseconds of one EAGLE draft step at batch 1: one head forward of one token after
     `context` positions of its own KV, plus the reduced readout and the argmax (what each
@@ -241,6 +272,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"eagle head step at batch 1: {ms:.2f} ms ({ms / target_ms:.3f}x the target's "
               f"{target_ms:.1f} ms one-token forward); {head.num_params / 1e6:.1f}M parameters "
               f"+ a {len(head.vocab)}-token readout")
+    # what any draft of each cost could give at batch 1 if every token were accepted
+    bounds = {name: speedup_bound(cost, ratio) for name, ratio in
+              [("free (prompt lookup)", 0.0)]
+              + [(name, step["vs_target"]) for name, step in draft_step.items()]}
+    for name, b in bounds.items():
+        print(f"batch-1 speedup bound, every draft accepted, {name}: {b['speedup']:.2f}x at "
+              f"k = {b['k']}")
         del eprobe
 
     results = []
@@ -270,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
                                 methods.index(r["spec"] or "off")))
     print_table(results)
     write_json(args.json, device_type, args, roofline=roof, forward_cost=cost,
-               draft_forward_cost=draft_cost, draft_step=draft_step, results=results)
+               draft_forward_cost=draft_cost, draft_step=draft_step, speedup_bound=bounds,
+               results=results)
     return 0
 
 

@@ -116,6 +116,23 @@ def test_bench_method_names():
             parse_method(bad)
 
 
+def test_speedup_bound_follows_the_lessons_formula():
+    from benchmarks.spec_bench import speedup_bound
+
+    def curve(f):
+        return [{"tokens": n, "vs_one_token": f(n)} for n in (1, 2, 4, 8, 16)]
+
+    flat = curve(lambda n: 1.0)  # memory-bound: verifying 16 tokens costs one step
+    assert speedup_bound(flat, 0.0) == {"a": 1.0, "draft_ratio": 0.0, "k": 15, "speedup": 16.0}
+    assert speedup_bound(curve(float), 0.0)["speedup"] == 1.0  # compute-bound: nothing to win
+    b = speedup_bound(flat, 0.1, a=0.5)
+    brute = max((sum(0.5 ** i for i in range(k + 1)) / (1 + 0.1 * k), k) for k in range(16))
+    assert (b["speedup"], b["k"]) == pytest.approx(brute)
+    # between measured sizes T is linear: k = 4 verifies 5 tokens at (1.5 + 2.5) / 2 = 1.75
+    b = speedup_bound(curve(lambda n: {1: 1.0, 2: 1.2, 4: 1.5, 8: 2.5, 16: 5.0}[n]), 0.0)
+    assert b["k"] == 7 and b["speedup"] == pytest.approx(8 / 2.5)
+
+
 def test_draft_length_is_capped_by_model_length_and_max_tokens():
     engine = SimpleNamespace(config=EngineConfig(max_model_len=20))
     dec = SpecDecoder(engine, SpecConfig("ngram", num_speculative_tokens=4))
