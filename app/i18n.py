@@ -441,16 +441,30 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.apprentice.who": {"zh": "学徒", "en": "apprentice"},
     "spec.apprentice.int4": {"zh": "int4 孪生", "en": "int4 twin"},
     "spec.apprentice.eagle": {"zh": "EAGLE 学徒", "en": "EAGLE head"},
+    "spec.apprentice.eagle_adaptive": {"zh": "EAGLE 学徒 · 自适应 k", "en": "EAGLE head · adaptive k"},
+    "spec.apprentice.eagle_lookup": {"zh": "EAGLE 学徒 · 先查提示词 · 自适应 k",
+                                     "en": "EAGLE head · lookup first · adaptive k"},
     "spec.apprentice.mb": {"zh": "每步读取 MB", "en": "MB read per step"},
     "spec.apprentice.cost": {"zh": "一步 ÷ 目标一步", "en": "step ÷ target step"},
-    "spec.apprentice.acc_open": {"zh": "接受率 · 开放", "en": "acceptance · open"},
-    "spec.apprentice.acc_grounded": {"zh": "接受率 · 照抄", "en": "acceptance · grounded"},
+    "spec.apprentice.acc_open": {"zh": "a · 开放", "en": "a · open"},
+    "spec.apprentice.acc_grounded": {"zh": "a · 照抄", "en": "a · grounded"},
     "spec.apprentice.speed_open": {"zh": "加速 · 开放", "en": "speedup · open"},
     "spec.apprentice.speed_grounded": {"zh": "加速 · 照抄", "en": "speedup · grounded"},
     "spec.no_bench": {"zh": "没有找到投机解码基准文件（assets/bench/），所以没有「加速 vs 并发」图。",
                       "en": "No speculation benchmark file (assets/bench/), so no speedup vs "
                             "concurrency chart."},
     "spec.speedup_title": {"zh": "加速比 vs 并发请求数", "en": "Speedup vs concurrent requests"},
+    "spec.speedup_pick": {"zh": "图中显示的投机方式", "en": "Methods in the chart"},
+    "spec.bound_a": {"zh": "每个草稿被收下的概率 a", "en": "chance a drafted token is kept, a"},
+    "spec.bound_c": {"zh": "草稿一步 ÷ 目标一步，c", "en": "draft step ÷ target step, c"},
+    "spec.bound": {
+        "zh": "代入上面的前向代价（1 个请求）：a = {a:.2f}、c = {c:.2f} 的草稿最多快 {s:.2f} 倍（k = {k}）；"
+              "即使每个草稿都被收下，也最多 {s1:.2f} 倍（k = {k1}，只量到验证 {n} 个 token）。"
+              "公式：(1 + a + … + a^k) ÷ (T(k+1)/T(1) + k·c)。",
+        "en": "With the forward costs above (1 request): a draft with a = {a:.2f} and c = {c:.2f} "
+              "gives at most {s:.2f}x (k = {k}); even a draft accepted every time gives at most "
+              "{s1:.2f}x (k = {k1}; measured up to verifying {n} tokens). The formula: "
+              "(1 + a + … + a^k) ÷ (T(k+1)/T(1) + k·c)."},
     "spec.concurrency": {"zh": "并发请求数", "en": "concurrent requests"},
     "spec.speedup": {"zh": "加速比", "en": "speedup"},
     "spec.lossless_header": {"zh": "无损：投机不改变输出分布",

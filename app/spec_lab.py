@@ -135,24 +135,31 @@ def speedup_rows(results: list) -> list[dict]:
     return rows
 
 
+# the variants of a draft model the apprentice table lists when the bench ran them
+APPRENTICE_METHODS = ("draft", "eagle", "eagle+adaptive", "eagle+lookup+adaptive")
+
+
 def apprentice_rows(bench: dict | None) -> list[dict]:
-    """Per draft that has a model (the int4 twin "draft", the EAGLE head "eagle"), what the
-    spec bench measured: its step cost relative to the target's at batch 1 (`draft_step`),
-    its size, and at 1 running per workload its acceptance rate and speedup over off."""
+    """Per draft that has a model (the int4 twin "draft", the EAGLE head "eagle", and the
+    head's variants in APPRENTICE_METHODS the bench ran), what the spec bench measured: its
+    step cost relative to the target's at batch 1 (`draft_step`), its size, and at 1 running
+    per workload its a (the lesson's per-token acceptance; older files: the acceptance rate)
+    and its speedup over off."""
     steps = (bench or {}).get("draft_step") or {}
-    results = (bench or {}).get("results") or []
+    results = [r for r in (bench or {}).get("results") or [] if isinstance(r, dict)]
     rows = []
-    for method in ("draft", "eagle"):
-        step = steps.get(method)
-        if not isinstance(step, dict):
+    for method in APPRENTICE_METHODS:
+        step = steps.get(method.split("+")[0])
+        ran = [r for r in results if r.get("spec") == method and r.get("concurrency") == 1
+               and r.get("workload") in ("open", "grounded")]
+        if not isinstance(step, dict) or (method != method.split("+")[0] and not ran):
             continue
         row = {"method": method, "step_vs_target": step.get("vs_target"),
                "weight_mb": (step.get("weight_bytes") or 0) / 1e6}
-        for r in results:
-            if (isinstance(r, dict) and r.get("spec") == method and r.get("concurrency") == 1
-                    and r.get("workload") in ("open", "grounded")):
-                row[f"accept_{r['workload']}"] = r.get("acceptance_rate")
-                row[f"speedup_{r['workload']}"] = r.get("speedup_vs_off")
+        for r in ran:
+            a = r.get("a")
+            row[f"accept_{r['workload']}"] = a if a is not None else r.get("acceptance_rate")
+            row[f"speedup_{r['workload']}"] = r.get("speedup_vs_off")
         rows.append(row)
     return rows
 

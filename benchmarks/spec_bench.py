@@ -101,11 +101,12 @@ def speedup_bound(cost: list[dict], draft_ratio: float, a: float = 1.0, k_max: i
 
         speedup(k) = E(k) / (T(k + 1) / T(1) + k * draft_ratio)
 
-    T(n) / T(1) is `forward_cost`'s curve, linear between its measured sizes (none past the
-    largest); draft_ratio = d / T(1), one draft step's cost. With a = 1 (every draft
-    accepted) this is the most any draft of that cost could give here: the best k and its
-    speedup."""
-    pts = [(c["tokens"], c["vs_one_token"]) for c in cost]
+    T(n) / T(1) is `forward_cost`'s curve (its "vs_one_token", or "ms" over the first
+    row's), linear between its measured sizes (none past the largest); draft_ratio = d / T(1),
+    one draft step's cost. With a = 1 (every draft accepted) this is the most any draft of
+    that cost could give here: the best k and its speedup."""
+    pts = [(c["tokens"], c["vs_one_token"] if "vs_one_token" in c else c["ms"] / cost[0]["ms"])
+           for c in cost]
 
     def t_ratio(n: int) -> float | None:
         for (n0, r0), (n1, r1) in zip(pts, pts[1:]):

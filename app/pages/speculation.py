@@ -185,12 +185,34 @@ def draw_forward_cost(bench: dict | None) -> None:
     if rows:
         st.altair_chart(forward_cost_chart(rows), width="stretch")
         st.caption(source)
+    if rows:
+        draw_bound(rows, bench)
     speed = speedup_rows((bench or {}).get("results"))
     if speed:
-        st.altair_chart(speedup_chart(speed), width="stretch")
+        methods = sorted({r["method"].split(" · ")[0] for r in speed})
+        shown = [m for m in ("ngram", "eagle", "eagle+lookup+adaptive") if m in methods]
+        pick = st.multiselect(t("spec.speedup_pick"), methods, default=shown or methods,
+                              key="speedup_methods")
+        st.altair_chart(speedup_chart([r for r in speed if r["method"].split(" · ")[0] in pick]),
+                        width="stretch")
         st.caption(recorded(bench))
     else:
         st.caption(t("spec.no_bench"))
+
+
+def draw_bound(rows: list[dict], bench: dict | None) -> None:
+    """The lesson's formula over these forward costs: the speedup a draft of cost c accepted
+    with probability a could give at batch 1, at its best k (benchmarks.spec_bench)."""
+    from benchmarks.spec_bench import speedup_bound
+
+    head = ((bench or {}).get("draft_step") or {}).get("eagle") or {}
+    left, right = st.columns(2)
+    a = left.slider(t("spec.bound_a"), 0.0, 1.0, 0.5, 0.05, key="bound_a")
+    c = right.slider(t("spec.bound_c"), 0.0, 0.5, round(float(head.get("vs_target") or 0.1), 2),
+                     0.01, key="bound_c")
+    best, perfect = speedup_bound(rows, c, a=a), speedup_bound(rows, c)
+    st.caption(t("spec.bound", a=a, c=c, k=best["k"], s=best["speedup"], k1=perfect["k"],
+                 s1=perfect["speedup"], n=max(r["tokens"] for r in rows)))
 
 
 def draw_apprentice(bench: dict | None) -> None:
@@ -210,7 +232,9 @@ def draw_apprentice(bench: dict | None) -> None:
     rows = apprentice_rows(bench)
     if not rows:
         return
-    names = {"draft": t("spec.apprentice.int4"), "eagle": t("spec.apprentice.eagle")}
+    names = {"draft": t("spec.apprentice.int4"), "eagle": t("spec.apprentice.eagle"),
+             "eagle+adaptive": t("spec.apprentice.eagle_adaptive"),
+             "eagle+lookup+adaptive": t("spec.apprentice.eagle_lookup")}
     table = [{t("spec.apprentice.who"): names[r["method"]],
               t("spec.apprentice.mb"): f"{r['weight_mb']:.0f}",
               t("spec.apprentice.cost"): _fmt(r["step_vs_target"]),

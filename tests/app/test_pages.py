@@ -461,3 +461,39 @@ def test_the_apprentice_is_offered_once_trained_and_its_command_shown_until_then
     assert not any("python -m engine.spec.train_draft" in i.value for i in at.info)
     # the int4 twin's cost on a GPU is said, not hidden (issue 17: no int4 kernel on CUDA)
     assert any("On a GPU (CUDA) the int4 twin is not cheaper" in c.value for c in at.caption)
+
+
+def test_the_speedup_bound_follows_its_sliders_and_the_recorded_costs():
+    """Under the forward-cost chart: the lesson's formula over the recorded costs, for the a
+    and c the sliders set, equal to benchmarks.spec_bench.speedup_bound; the apprentice table
+    lists the head's variants the bench ran; the speedup chart draws the methods picked."""
+    from app.spec_lab import load_bench
+    from benchmarks.spec_bench import speedup_bound
+
+    bench = load_bench()
+    if not bench:
+        pytest.skip("no spec bench file under assets/bench/")
+    at = goto(start(), "speculation")
+    at.slider(key="bound_a").set_value(0.75).run()
+    at.slider(key="bound_c").set_value(0.1).run()
+    assert not at.exception, at.exception[0].value
+    best = speedup_bound(bench["forward_cost"], 0.1, a=0.75)
+    perfect = speedup_bound(bench["forward_cost"], 0.1)
+    words = (f"a draft with a = 0.75 and c = 0.10 gives at most {best['speedup']:.2f}x "
+             f"(k = {best['k']}); even a draft accepted every time gives at most "
+             f"{perfect['speedup']:.2f}x")
+    assert any(words in c.value for c in at.caption), [c.value for c in at.caption]
+    methods = {r["spec"] for r in bench["results"] if r.get("spec")}
+    table = " ".join(str(df.value) for df in at.dataframe)
+    if "eagle+lookup+adaptive" in methods:
+        assert "lookup first" in table
+    (pick,) = [m for m in at.multiselect if m.key == "speedup_methods"]
+    pick.set_value(["ngram"]).run()
+    assert not at.exception, at.exception[0].value
+    (chart,) = [c for c in at.get("vega_lite_chart")
+                if "Speedup vs concurrent requests" in c.proto.spec]
+    import pyarrow as pa
+
+    drawn = {m for d in chart.proto.datasets
+             for m in pa.ipc.open_stream(d.data.data).read_all().to_pydict().get("method", [])}
+    assert drawn == {"ngram · grounded", "ngram · open"}, drawn
