@@ -273,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"eagle head step at batch 1: {ms:.2f} ms ({ms / target_ms:.3f}x the target's "
               f"{target_ms:.1f} ms one-token forward); {head.num_params / 1e6:.1f}M parameters "
               f"+ a {len(head.vocab)}-token readout")
+        del eprobe
     # what any draft of each cost could give at batch 1 if every token were accepted
     bounds = {name: speedup_bound(cost, ratio) for name, ratio in
               [("free (prompt lookup)", 0.0)]
@@ -280,7 +281,6 @@ def main(argv: list[str] | None = None) -> int:
     for name, b in bounds.items():
         print(f"batch-1 speedup bound, every draft accepted, {name}: {b['speedup']:.2f}x at "
               f"k = {b['k']}")
-        del eprobe
 
     results = []
     warm = get_workload("open", 1).items

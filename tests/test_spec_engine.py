@@ -519,3 +519,10 @@ def test_spec_bench_writes_the_main_bench_json_shape(tmp_path):
             assert key in r, key
     assert {r["output_tokens"] for r in data["results"]} == {2 * 4}, "unequal work"
     assert all(r["concurrency"] == 2 and r["workload"] == "grounded" for r in data["results"])
+    assert data["date"][:4].isdigit()
+    bounds = data["speedup_bound"]  # every draft accepted, at each draft's measured cost
+    assert set(bounds) == {"free (prompt lookup)", "draft"}
+    assert bounds["free (prompt lookup)"]["speedup"] >= bounds["draft"]["speedup"] >= 1.0
+    assert all(r["a"] is None for r in data["results"] if r["spec"] is None)
+    a_of = [r["a"] for r in data["results"] if r["a"] is not None]
+    assert a_of and all(0 <= a <= 1 for a in a_of)  # the lesson's a, where drafts were verified
