@@ -19,8 +19,8 @@ and FR-Spec, Zhao et al. 2025, arXiv:2502.14856; see `engine/spec/eagle.py`):
    the decoder layer's output projections at zero, so training starts where a linear
    predictor ends;
 4. train: the head predicts f_{j+1} from (f_j, embed(token_{j+1})), loss = smooth-L1 on the
-   feature + cross-entropy against the target's greedy token after j + 1 (over the reduced
-   vocabulary), AdamW with a cosine schedule and a small learning rate (a large one
+   feature + cross-entropy against the target's distribution after j + 1 (its softmax over
+   the reduced vocabulary, `--soft`, the default; `--no-soft`: its greedy token), AdamW with a cosine schedule and a small learning rate (a large one
    unlearns the linear start: held-out agreement 0.31 -> 0.30 at 2e-3, -> 0.41 at 3e-4),
    seeded; a little noise on the input features (EAGLE's data augmentation), and the
    training-time test (`--depth`, EAGLE-3): each position is also unrolled a further draft
@@ -57,6 +57,9 @@ DATA_MORE = DATA.with_name("train_prompts_more.jsonl")
 DEPTH = 1  # draft steps trained per position (2+: the training-time test)
 STEPS = 500
 SAMPLES = 0  # sampled answers per prompt besides the greedy one
+# distill the target's whole distribution (over the reduced vocabulary), not only its argmax:
+# on the benchmark's prompts the first draft right 0.539 -> 0.564 grounded, 0.346 -> 0.363 open
+SOFT = True
 TEMPERATURE = 0.8
 DATA_FORMAT = 2  # of the kept answers and features (2: recorded while decoding)
 
@@ -393,8 +396,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"draft steps trained per position ({DEPTH}): 1 = the target's true "
                          "features only; more also trains steps 2.. on the head's own "
                          "predicted features (the training-time test; cost grows with it)")
-    ap.add_argument("--soft", action="store_true",
-                    help="cross-entropy on the target's softmax instead of its greedy token")
+    ap.add_argument("--soft", action=argparse.BooleanOptionalAction, default=SOFT,
+                    help="cross-entropy on the target's softmax over the reduced vocabulary "
+                         f"(default {'on' if SOFT else 'off'}); --no-soft: on its greedy token")
     ap.add_argument("--samples", type=int, default=SAMPLES,
                     help=f"sampled answers per prompt besides the greedy one ({SAMPLES}; "
                          f"temperature {TEMPERATURE}): more text for the head to read, always "
