@@ -185,7 +185,6 @@ def draw_forward_cost(bench: dict | None) -> None:
     if rows:
         st.altair_chart(forward_cost_chart(rows), width="stretch")
         st.caption(source)
-    if rows:
         draw_bound(rows, bench)
     speed = speedup_rows((bench or {}).get("results"))
     if speed:
