@@ -72,7 +72,10 @@ def forward_cost_chart(rows: list[dict]) -> alt.Chart:
 def speedup_chart(results: list[dict]) -> alt.Chart:
     """Speculation's measured speedup against the number of concurrent requests."""
     df = pd.DataFrame(results)
-    color = alt.Color("method:N", title=None) if "method" in df else alt.value("#1f6fd1")
+    # the legend below the lines: method names like "eagle+lookup+adaptive · grounded" are long
+    color = (alt.Color("method:N", title=None,
+                       legend=alt.Legend(orient="bottom", columns=1, labelLimit=0))
+             if "method" in df else alt.value("#1f6fd1"))
     line = alt.Chart(df, title=t("spec.speedup_title")).mark_line(point=True, strokeWidth=3)
     rule = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(strokeDash=[6, 4]).encode(y="y:Q")
     chart = line.encode(
@@ -81,7 +84,8 @@ def speedup_chart(results: list[dict]) -> alt.Chart:
         color=color,
         tooltip=[c for c in ("method", "concurrency", "speedup") if c in df],
     )
-    return _style((chart + rule).properties(height=380))
+    legend_rows = df["method"].nunique() if "method" in df else 0
+    return _style((chart + rule).properties(height=320 + 26 * legend_rows))
 
 
 def adaptive_k_chart(estimates: list[dict], chosen: int) -> alt.Chart:
