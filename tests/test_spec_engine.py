@@ -133,6 +133,25 @@ def test_speedup_bound_follows_the_lessons_formula():
     assert b["k"] == 7 and b["speedup"] == pytest.approx(8 / 2.5)
 
 
+def test_lookup_policies_score_the_first_draft():
+    """benchmarks.apprentice_score.policy_hits on a hand-made answer: position by position,
+    which policy's first draft equals the next token."""
+    from benchmarks.apprentice_score import policy_hits
+
+    seq = [5, 6, 7, 9, 5, 6, 7, 8]  # prompt [5, 6, 7, 9]; answer 5, 6, 7, 8 (drafted at j = 2..5)
+    head_tok = [0, 0, 0, 6, 0, 8]  # the head's draft after each position j (for token j + 2)
+    head_p = [0.1, 0.1, 0.1, 0.9, 0.2, 0.9]
+    hits = policy_hits(seq, 4, head_tok, head_p)
+    assert hits["head"] == [False, True, False, True]
+    # 2-4 tokens: "7 9" and "9 5" never came before -> the head; "5 6" did -> 7 (right);
+    # "5 6 7" did -> 9 (wrong: 8)
+    assert hits["lookup2"] == [False, True, True, False]
+    # 1 token: "9" never came before -> the head (wrong); "5" -> 6, "6" -> 7, "7" -> 9
+    assert hits["lookup1"] == [False, True, True, False]
+    # the head where it is sure (p >= 0.7): at the last position its 8 wins over lookup's 9
+    assert hits["head>=0.7"] == [False, True, True, True]
+
+
 def test_draft_length_is_capped_by_model_length_and_max_tokens():
     engine = SimpleNamespace(config=EngineConfig(max_model_len=20))
     dec = SpecDecoder(engine, SpecConfig("ngram", num_speculative_tokens=4))
