@@ -118,3 +118,19 @@ def test_cache_builds_once_across_threads_and_keeps_one_draft():
     finally:
         cache.clear("test")
         cache.clear("draft")
+
+
+def test_no_installed_package_is_shadowed_by_the_repos_kernels_package():
+    """This repo's top-level `kernels` (the Triton kernels) hides any installed distribution of
+    the same import name. transformers 5.25 made PyPI's `kernels` a dependency and imports it
+    while reading a GGUF file, so every model load failed; pyproject pins transformers below it.
+    Whoever lifts that pin sees this test fail before the model loads do."""
+    import importlib.metadata as md
+
+    import kernels
+
+    owners = set(md.packages_distributions().get("kernels", []))
+    assert owners <= {"servelab"}, (
+        f"installed distributions {sorted(owners - {'servelab'})} provide a `kernels` module that "
+        f"this repo's {kernels.__file__} shadows (see the transformers pin in pyproject.toml)"
+    )
