@@ -47,8 +47,12 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 SWITCHES = {"batching": ("continuous", "static"), "kv_layout": ("paged", "contiguous"),
-            "spec": ("off", "ngram", "draft")}
-DEFAULT_SWITCHES = {"batching": "continuous", "kv_layout": "paged", "spec": "off"}
+            "spec": ("off", "ngram", "draft", "eagle")}
+# two refinements of the spec switch, as in the sidebar: choose k each step, and prompt
+# lookup in front of a draft model (draft / eagle only)
+SPEC_OPTIONS = ("adaptive_k", "lookup_first")
+DEFAULT_SWITCHES = {"batching": "continuous", "kv_layout": "paged", "spec": "off",
+                    "adaptive_k": False, "lookup_first": False}
 HISTORY = 240  # steps the gauges' history keeps
 ARRIVALS = ("poisson", "rate", "all-at-once")
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # processes to end at interpreter exit
@@ -101,8 +105,12 @@ def serve_args(switches: dict, host: str, port: int, join_code: str | None,
             # per student is the student page's own limit
             "--max-queue", "2048", "--max-requests-per-user", "4"]
     if switches["spec"] != "off":
-        args += ["--speculative-config",
-                 json.dumps({"method": switches["spec"], "num_speculative_tokens": 4})]
+        spec = {"method": switches["spec"], "num_speculative_tokens": 4}
+        if switches.get("adaptive_k"):
+            spec["adaptive_k"] = True
+        if switches.get("lookup_first") and switches["spec"] in ("draft", "eagle"):
+            spec["prompt_lookup_first"] = True
+        args += ["--speculative-config", json.dumps(spec)]
     if join_code:
         args.append(f"--api-key={join_code}")  # one argument: a code may start with "-"
     return args
@@ -187,9 +195,11 @@ class ClassServer:
                   admin_key=conf.get("admin_key"), adopted=True)
         with contextlib.suppress(Exception):
             cfg = srv.get("/v1/servelab/config").json()
-            spec = (cfg.get("spec") or {}).get("method", "off")
+            spec = cfg.get("spec") or {}
             srv.switches = {"batching": cfg["batching"], "kv_layout": cfg["kv_layout"],
-                            "spec": spec}
+                            "spec": spec.get("method", "off"),
+                            "adaptive_k": bool(spec.get("adaptive_k")),
+                            "lookup_first": bool(spec.get("prompt_lookup_first"))}
         return srv
 
     @property
@@ -446,7 +456,22 @@ class ClassRoom:
 
 
 def config_key(switches: dict) -> str:
-    return f"{switches['batching']} · {switches['kv_layout']} · spec {switches['spec']}"
+    spec = switches["spec"]
+    if spec != "off" and switches.get("adaptive_k"):
+        spec += " + adaptive k"
+    if spec.split()[0] in ("draft", "eagle") and switches.get("lookup_first"):
+        spec += " + lookup"
+    return f"{switches['batching']} · {switches['kv_layout']} · spec {spec}"
+
+
+def offered_switches() -> dict:
+    """SWITCHES as the class page offers them: the EAGLE head only once it is trained (the
+    class server runs the default model; `python -m engine.spec.train_draft` builds it)."""
+    from engine.config import EngineConfig
+    from engine.spec.eagle import head_path
+
+    eagle = head_path(EngineConfig().model).is_file()
+    return {k: tuple(v for v in vals if v != "eagle" or eagle) for k, vals in SWITCHES.items()}
 
 
 def comparison_row(switches: dict, summary: dict) -> dict:

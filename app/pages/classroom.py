@@ -29,13 +29,13 @@ import streamlit as st  # noqa: E402
 from app.classroom import (  # noqa: E402
     ARRIVALS,
     DEFAULT_SWITCHES,
-    SWITCHES,
     ClassRoom,
     ClassServer,
     LoadRun,
     configured_server,
     join_url,
     lan_address,
+    offered_switches,
     qr_svg,
 )
 from app.components.charts import gauge_history_chart  # noqa: E402
@@ -62,12 +62,22 @@ def classroom() -> ClassRoom:
 
 
 def switch_radios(current: dict, prefix: str) -> dict:
+    """The three switches, and under speculation its two refinements (as in the sidebar)."""
     cols = st.columns(3)
     out = {}
-    for col, (name, values) in zip(cols, SWITCHES.items()):
+    for col, (name, values) in zip(cols, offered_switches().items()):
+        values = values if current[name] in values else (*values, current[name])
+        labels = {v: switch_label(name, v) for v in values}  # in this run's language
         out[name] = col.radio(switch_label(name), values, index=values.index(current[name]),
-                              format_func=lambda v, n=name: switch_label(n, v),
-                              key=f"{prefix}_{name}", horizontal=True)
+                              format_func=labels.__getitem__, key=f"{prefix}_{name}",
+                              horizontal=True)
+    spec_col = cols[2]
+    out["adaptive_k"] = out["spec"] != "off" and spec_col.checkbox(
+        t("side.adaptive"), value=bool(current.get("adaptive_k")), help=t("side.adaptive.help"),
+        key=f"{prefix}_adaptive_k")
+    out["lookup_first"] = out["spec"] in ("draft", "eagle") and spec_col.checkbox(
+        t("side.lookup_first"), value=bool(current.get("lookup_first")),
+        help=t("side.lookup_first.help"), key=f"{prefix}_lookup_first")
     return out
 
 

@@ -114,6 +114,40 @@ def test_serve_args_carry_the_switches():
     assert "--speculative-config" not in serve_args(DEFAULT_SWITCHES, "127.0.0.1", 1, None)
 
 
+def test_the_spec_refinements_reach_the_server_and_the_table():
+    """Adaptive k and prompt lookup in front (draft / eagle only) travel in the
+    --speculative-config the server parses, and name the configuration's table row."""
+    from app.classroom import config_key
+    from engine.serve import build_parser, spec_config
+
+    def spec_of(**sw):
+        args = serve_args({**DEFAULT_SWITCHES, **sw}, "127.0.0.1", 8123, None)
+        return spec_config(build_parser().parse_args(args[3:]).speculative_config)
+
+    s = spec_of(spec="eagle", adaptive_k=True, lookup_first=True)
+    assert (s.method, s.adaptive_k, s.prompt_lookup_first) == ("eagle", True, True)
+    s = spec_of(spec="ngram", adaptive_k=True, lookup_first=True)  # lookup is ngram itself
+    assert (s.method, s.adaptive_k, s.prompt_lookup_first) == ("ngram", True, False)
+    s = spec_of(spec="draft")
+    assert (s.adaptive_k, s.prompt_lookup_first) == (False, False)
+    assert config_key({**DEFAULT_SWITCHES, "spec": "draft", "adaptive_k": True,
+                       "lookup_first": True}) == \
+        "continuous · paged · spec draft + adaptive k + lookup"
+    assert config_key({**DEFAULT_SWITCHES, "adaptive_k": True}) == \
+        "continuous · paged · spec off"
+
+
+def test_eagle_is_offered_once_its_head_is_trained(tmp_path, monkeypatch):
+    from app import classroom
+    from engine.spec import eagle
+
+    head = tmp_path / "head.safetensors"
+    monkeypatch.setattr(eagle, "head_path", lambda model_name="smollm2-135m": head)
+    assert "eagle" not in classroom.offered_switches()["spec"]
+    head.write_bytes(b"")
+    assert classroom.offered_switches()["spec"] == ("off", "ngram", "draft", "eagle")
+
+
 def test_a_join_code_starting_with_a_dash_reaches_the_server():
     """token_urlsafe codes may start with "-": passed as --api-key=CODE, argparse keeps it."""
     from engine.serve import build_parser

@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from app.classroom import DEFAULT_SWITCHES, ClassRoom
+from app.classroom import DEFAULT_SWITCHES, ClassRoom, ClassServer
 
 pytestmark = pytest.mark.slow
 
@@ -53,6 +53,9 @@ def restart_while_answering(room: ClassRoom, switches: dict, abort: bool) -> dic
     assert new.join_code != old.join_code and old.proc.poll() is not None
     cfg = new.get("/v1/servelab/config").json()
     assert (cfg["batching"], cfg["kv_layout"]) == (switches["batching"], switches["kv_layout"])
+    # what a second teacher tab adopting this server reads back: the same switches
+    assert ClassServer.adopt({"url": new.url, "join_code": new.join_code,
+                              "admin_key": new.admin_key}).switches == switches
     return out
 
 
@@ -63,7 +66,10 @@ def test_switches_restart_the_class_engine():
         static = {**DEFAULT_SWITCHES, "batching": "static", "kv_layout": "contiguous"}
         aborted = restart_while_answering(room, static, abort=True)
         assert "done" not in aborted["types"], aborted  # cut off, not answered
-        drained = restart_while_answering(room, DEFAULT_SWITCHES, abort=False)
+        # back to continuous + paged, now with the int4 twin drafting behind prompt lookup
+        drafting = {**DEFAULT_SWITCHES, "spec": "draft", "adaptive_k": True,
+                    "lookup_first": True}
+        drained = restart_while_answering(room, drafting, abort=False)
         assert drained["types"][-1] == "done" and "broke" not in drained, drained
     finally:
         room.stop()

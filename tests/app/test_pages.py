@@ -497,3 +497,17 @@ def test_the_speedup_bound_follows_its_sliders_and_the_recorded_costs():
     drawn = {m for d in chart.proto.datasets
              for m in pa.ipc.open_stream(d.data.data).read_all().to_pydict().get("method", [])}
     assert drawn == {"ngram · grounded", "ngram · open"}, drawn
+
+
+def test_the_class_page_offers_the_spec_refinements(app):
+    """Before the class starts: the spec switch's two boxes appear under speculation
+    (prompt lookup only for a draft model), as in the sidebar."""
+    at = goto(app, "classroom")
+    keys = {c.key for c in at.checkbox}
+    assert "cls_new_adaptive_k" not in keys and "cls_new_lookup_first" not in keys
+    at.radio(key="cls_new_spec").set_value("ngram").run()
+    keys = {c.key for c in at.checkbox}
+    assert "cls_new_adaptive_k" in keys and "cls_new_lookup_first" not in keys
+    at.radio(key="cls_new_spec").set_value("draft").run()
+    assert not at.exception, at.exception[0].value
+    assert {"cls_new_adaptive_k", "cls_new_lookup_first"} <= {c.key for c in at.checkbox}
