@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NamedTuple
 
 import torch
 
@@ -56,17 +57,35 @@ from engine.metrics import RunMetrics
 METHODS = ("off", "ngram", "draft", "eagle")
 ADAPTIVE = "+adaptive"  # "eagle+adaptive": the method with adaptive k (engine/spec/adaptive.py)
 LOOKUP = "+lookup"  # "eagle+lookup": prompt lookup first, the model where it finds no match
+CONFIDENCE = "@"  # "eagle@0.5": the head stops drafting below probability 0.5 (min_confidence)
 
 
-def parse_method(name: str) -> tuple[str, bool, bool]:
-    """'eagle+lookup+adaptive' -> ('eagle', lookup first, adaptive k); ValueError if unknown."""
+class Method(NamedTuple):
+    base: str
+    lookup: bool
+    adaptive: bool
+    min_confidence: float | None  # None: the bench's --min-confidence
+
+
+def parse_method(name: str) -> Method:
+    """'eagle+lookup+adaptive' -> ('eagle', lookup first, adaptive k, None); an eagle method
+    may end in '@P', its own min_confidence ('eagle+lookup+adaptive@0.5'), so that heads
+    with and without the confidence stop run side by side. ValueError if unknown."""
+    name, at, conf = name.partition(CONFIDENCE)
     base, *flags = name.split("+")
     flags = ["+" + f for f in flags]
     if (base not in METHODS or len(set(flags)) != len(flags)
             or any(f not in (ADAPTIVE, LOOKUP) for f in flags)
-            or (base == "off" and flags) or (base == "ngram" and LOOKUP in flags)):
-        raise ValueError(name)
-    return base, LOOKUP in flags, ADAPTIVE in flags
+            or (base == "off" and flags) or (base == "ngram" and LOOKUP in flags)
+            or (at and base != "eagle")):
+        raise ValueError(name + at + conf)
+    try:
+        p = float(conf) if at else None
+    except ValueError:
+        raise ValueError(name + at + conf) from None
+    if p is not None and not 0.0 <= p < 1.0:
+        raise ValueError(name + at + conf)
+    return Method(base, LOOKUP in flags, ADAPTIVE in flags, p)
 
 
 def forward_cost(model, pool, backend, device, tokens=(1, 2, 4, 8, 16), context: int = 128,
@@ -186,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", default=",".join(METHODS),
                     help="off, ngram, draft, eagle; add +adaptive for adaptive k "
                          "(eagle+adaptive), +lookup for prompt lookup in front of draft or "
-                         "eagle (eagle+lookup+adaptive)")
+                         "eagle (eagle+lookup+adaptive), @P for eagle's own min_confidence "
+                         "(eagle+lookup+adaptive@0.5)")
     ap.add_argument("--k", type=int, default=SpecConfig().num_speculative_tokens,
                     help="num_speculative_tokens")
     ap.add_argument("--min-confidence", type=float, default=SpecConfig().min_confidence,
@@ -218,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
             parse_method(m)
         except ValueError:
             ap.error(f"--methods: {m!r} is not one of {list(METHODS)} (or draft / eagle with "
-                     f"{LOOKUP}, any but off with {ADAPTIVE})")
+                     f"{LOOKUP}, any but off with {ADAPTIVE}, eagle ending in "
+                     f"{CONFIDENCE}P with P in [0, 1))")
     from engine.spec.eagle import TRAIN_COMMAND, head_info
 
     eagle_methods = [m for m in methods if parse_method(m)[0] == "eagle"]
@@ -228,10 +249,10 @@ def main(argv: list[str] | None = None) -> int:
         methods = [m for m in methods if m not in eagle_methods]
 
     def config(method: str, seats: int) -> EngineConfig:
-        base, lookup, adaptive = parse_method(method)
+        base, lookup, adaptive, conf = parse_method(method)
+        conf = (args.min_confidence if conf is None else conf) if base == "eagle" else 0.0
         spec = None if method == "off" else SpecConfig(
-            base, args.k, min_confidence=args.min_confidence if base == "eagle" else 0.0,
-            adaptive_k=adaptive, prompt_lookup_first=lookup)
+            base, args.k, min_confidence=conf, adaptive_k=adaptive, prompt_lookup_first=lookup)
         return EngineConfig(max_num_seqs=seats, max_model_len=args.max_model_len,
                             max_num_batched_tokens=max(512, seats * (args.k + 1)),
                             dtype=args.dtype, device=args.device, spec=spec)

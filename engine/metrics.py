@@ -23,6 +23,15 @@ def percentile(values: list[float], q: float) -> float:
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
+def num_examined(num_drafted: int, num_accepted: int) -> int:
+    """Drafted tokens one verification decided on: the accepted ones and the first rejected
+    one, if any (the tokens after a rejection are thrown away unexamined). The lesson's a,
+    the chance a drafted token is accepted given the ones before it were, is then
+    sum(accepted) / sum(examined); the bench (RunMetrics) and the page (spec_summary) both
+    count it here."""
+    return min(num_drafted, num_accepted + 1)
+
+
 def ttft(req: Request) -> float | None:
     return None if req.first_token_time is None else req.first_token_time - req.arrival_time
 
@@ -87,7 +96,7 @@ class RunMetrics:
         self.verify_steps += 1
         self.drafted += num_drafted
         self.accepted += num_accepted
-        self.examined += min(num_drafted, num_accepted + 1)
+        self.examined += num_examined(num_drafted, num_accepted)
         for i in range(num_drafted):
             if i >= len(self.drafted_by_pos):
                 self.drafted_by_pos.append(0)

@@ -301,7 +301,8 @@ def test_engine_drafts_are_the_training_forwards_argmax(target):
     eagle.save_weights(w, path)
     k = 3
     eng = LLMEngine(EngineConfig(dtype="float32", max_num_seqs=2,
-                                 spec=SpecConfig("eagle", k, draft_model=str(path))))
+                                 spec=SpecConfig("eagle", k, draft_model=str(path),
+                                                 min_confidence=0.0)))  # a random head doubts
     prop = eng.spec_decoder.draft
     log, propose = [], prop.propose
 

@@ -12,6 +12,7 @@ Rollback: random acceptance patterns never leak or double-own a block.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from types import SimpleNamespace
@@ -107,11 +108,13 @@ def test_common_prefix(a, b):
 
 def test_bench_method_names():
     from benchmarks.spec_bench import parse_method
-    assert parse_method("off") == ("off", False, False)
-    assert parse_method("ngram+adaptive") == ("ngram", False, True)
-    assert parse_method("eagle+lookup+adaptive") == ("eagle", True, True)
-    assert parse_method("draft+adaptive+lookup") == ("draft", True, True)
-    for bad in ("off+adaptive", "ngram+lookup", "eagle+lookup+lookup", "eagle+fast", "tree"):
+    assert parse_method("off") == ("off", False, False, None)
+    assert parse_method("ngram+adaptive") == ("ngram", False, True, None)
+    assert parse_method("eagle+lookup+adaptive") == ("eagle", True, True, None)
+    assert parse_method("draft+adaptive+lookup") == ("draft", True, True, None)
+    assert parse_method("eagle+lookup+adaptive@0.5") == ("eagle", True, True, 0.5)
+    for bad in ("off+adaptive", "ngram+lookup", "eagle+lookup+lookup", "eagle+fast", "tree",
+                "draft@0.5", "eagle@1.0", "eagle@x", "eagle@"):
         with pytest.raises(ValueError):
             parse_method(bad)
 
@@ -305,7 +308,40 @@ def test_greedy_identity_in_a_mixed_batch(method, layout, request):
     snap = eng.metrics_snapshot()
     assert snap["acceptance_rate"] is not None and 0 < snap["acceptance_rate"] <= 1
     assert 1 <= len(snap["acceptance_by_position"]) <= k
+    # the bench's a (RunMetrics) is the page's a (spec_summary over the step reports)
+    from app.components.spec_strip import spec_summary
+
+    page = spec_summary([{"spec": [dataclasses.asdict(r) for r in records]}])
+    assert snap["a"] == pytest.approx(page["a"]) and 0 < snap["a"] <= 1
     _check_all_free(eng)
+
+
+@pytest.mark.slow
+def test_the_heads_confidence_stop_drafts_only_what_it_trusts(request):
+    """SpecConfig(min_confidence=c) with the EAGLE head: a greedy request drafts only tokens
+    the head gives at least c (it stops before the first it doubts, so a step may draft
+    nothing), the greedy tokens stay the spec-off tokens, and no KV leaks. c is the median
+    probability the head gave its drafts without the stop, so half of those were doubted:
+    the stop is what keeps them out."""
+    k = 4
+
+    def drafted_probs(conf: float) -> list[float]:
+        cfg = EngineConfig(dtype="float32", max_num_seqs=4,
+                           spec=_spec(request, "eagle", k, min_confidence=conf))
+        eng, outs, records, _ = _run(cfg, _greedy_prompts(), _greedy_params())
+        for out, ref in zip(outs, _reference("paged")):
+            assert tuple(out.token_ids) == ref, f"min_confidence {conf}: greedy output changed"
+        _check_all_free(eng)
+        probs = [d.p_draft for r in records for d in r.drafted]
+        assert all(p is not None for p in probs)
+        return probs
+
+    free = sorted(drafted_probs(0.0))
+    c = free[len(free) // 2]
+    assert len(free) >= 10 and free[0] < c < 1.0, free
+    stopped = drafted_probs(c)
+    assert stopped and min(stopped) >= c, "a token the head doubted was drafted"
+    assert len(stopped) < len(free)
 
 
 @pytest.mark.slow

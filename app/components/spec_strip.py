@@ -26,6 +26,7 @@ import html
 
 from app.components.palette import SPEC_COLORS, text_color
 from app.i18n import t
+from engine.metrics import num_examined
 
 CSS = """
 <style>
@@ -234,8 +235,7 @@ def spec_summary(history: list[dict]) -> dict:
             verifies += 1
             drafted += len(rec["drafted"])
             accepted += rec["num_accepted"]
-            # Examined: the accepted ones and the first rejected one, if any.
-            examined += min(len(rec["drafted"]), rec["num_accepted"] + 1)
+            examined += num_examined(len(rec["drafted"]), rec["num_accepted"])
             emitted += rec["num_accepted"] + 1
             lengths.append(len(rec["drafted"]))
     a = accepted / examined if examined else None

@@ -16,7 +16,8 @@ predicts the target's next hidden state f_{j+1}; the target's output head turns 
 distribution for the token at j + 2. The head is small (one layer of 30), and the target has
 already done the hard work: its feature f_j summarizes the context. EAGLE-2 (Li et al. 2024,
 arXiv:2406.16858) adds dynamic draft trees; here a chain with a confidence stop (dynamic k:
-drafting ends when the head's own probability of its token falls below `min_confidence`).
+drafting ends before the first token whose probability under the head is below
+`min_confidence`).
 Medusa (Cai et al. 2024, arXiv:2401.10774) instead puts k independent heads on f_j; EAGLE's
 autoregressive head is more accurate at the same cost.
 
@@ -73,7 +74,6 @@ from engine.spec.draft import Proposal
 from engine.spec.rejection import sample_from
 
 VOCAB_SIZE = 8192  # the reduced readout: tokens the head may draft (FR-Spec)
-MIN_CONFIDENCE = 0.0  # dynamic k: stop a greedy chain below this draft probability (0: off)
 WEIGHT_NAMES = ("fc", "in_norm", "qkv", "o", "post_norm", "gate_up", "down", "out_norm")
 LINEAR_NAMES = ("fc", "qkv", "o", "gate_up", "down")
 TRAIN_COMMAND = "python -m engine.spec.train_draft"
@@ -538,7 +538,9 @@ class EagleProposer:
 
     def _choose(self, logits: Tensor, reqs: list[Request], props: list[Proposal]) -> list[bool]:
         """Each row's next draft token (over the reduced vocabulary, mapped back to token ids);
-        returns whether each row drafts on (dynamic k: greedy rows stop below min_confidence)."""
+        returns whether each row drafts on. Dynamic k: a greedy row whose head gives its best
+        token less than min_confidence drafts nothing more, not even that token (a token the
+        head doubts costs a verification row and is mostly rejected)."""
         soft = torch.softmax(logits, dim=-1)  # [B, V']
         best = soft.argmax(dim=-1).tolist()
         vocab = self.head.vocab
@@ -546,9 +548,12 @@ class EagleProposer:
         for row, (req, prop) in enumerate(zip(reqs, props)):
             if req.sampling.greedy:
                 p = float(soft[row, best[row]])
+                if p < self.min_confidence:
+                    go.append(False)
+                    continue
                 tok = int(vocab[best[row]])
                 prop.p_draft_x.append(p)
-                go.append(p >= self.min_confidence)
+                go.append(True)
             else:
                 full = torch.full((self.vocab,), float("-inf"), dtype=logits.dtype)
                 full[vocab.cpu()] = logits[row].cpu()
