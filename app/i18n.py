@@ -116,6 +116,14 @@ STRINGS: dict[str, dict[str, str]] = {
               "speculation this step."},
     "side.lookup_first": {"zh": "先查提示词（n-gram 在前，模型补位）",
                           "en": "Prompt lookup first (the model fills in)"},
+    "side.confidence": {"zh": "学徒的把握下限（低于它就不起草）",
+                        "en": "Apprentice's confidence stop"},
+    "side.confidence.help": {
+        "zh": "EAGLE 学徒只起草它自己给出概率不低于这个值的 token，遇到第一个没把握的就停下，所以有的步"
+              "一个也不起草。调高：a 升高，但每趟验证产出的 token 变少。0 表示总是起草满 k 个。",
+        "en": "The EAGLE apprentice drafts only tokens it gives at least this probability and "
+              "stops before the first it doubts, so a step may draft nothing. Higher: a rises, "
+              "but each verification yields fewer tokens. 0 always drafts k."},
     "side.lookup_first.help": {
         "zh": "每一步先在上下文里找和结尾相同的 n-gram：找到了就照抄它后面的 token 当草稿（不花算力），"
               "找不到才让草稿模型来猜。抄写型的回答（改代码、转格式）多数步都能照抄。",

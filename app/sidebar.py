@@ -37,7 +37,7 @@ def _restore() -> None:
     for key, value in {
         "sw_batching": DEFAULTS.batching, "sw_kv_layout": DEFAULTS.kv_layout,
         "sw_spec": DEFAULTS.spec, "sw_k": DEFAULTS.k, "sw_adaptive": DEFAULTS.adaptive_k,
-        "sw_lookup": DEFAULTS.lookup_first,
+        "sw_lookup": DEFAULTS.lookup_first, "sw_confidence": DEFAULTS.min_confidence,
         "sz_seats": DEFAULTS.seats,
         "sz_blocks": DEFAULTS.num_blocks, "sz_block_size": DEFAULTS.block_size,
         "sz_prefix": DEFAULTS.prefix_caching, "sz_workload": DEFAULTS.workload,
@@ -75,7 +75,7 @@ def apply_query_params() -> None:
 # Settings field -> the sidebar widget that sets it (the class plan's buttons set them all).
 WIDGET_FOR = {"batching": "sw_batching", "kv_layout": "sw_kv_layout", "spec": "sw_spec",
               "k": "sw_k", "adaptive_k": "sw_adaptive", "lookup_first": "sw_lookup",
-              "seats": "sz_seats",
+              "min_confidence": "sw_confidence", "seats": "sz_seats",
               "num_blocks": "sz_blocks",
               "block_size": "sz_block_size", "prefix_caching": "sz_prefix",
               "workload": "sz_workload", "num_requests": "sz_requests",
@@ -107,6 +107,7 @@ def settings_from_widgets() -> Settings:
     return Settings(
         batching=s.sw_batching, kv_layout=s.sw_kv_layout, spec=s.sw_spec, k=int(s.sw_k),
         adaptive_k=bool(s.sw_adaptive), lookup_first=bool(s.sw_lookup),
+        min_confidence=float(s.sw_confidence),
         seats=int(s.sz_seats), num_blocks=int(s.sz_blocks), block_size=int(s.sz_block_size),
         prefix_caching=bool(s.sz_prefix), workload=s.sz_workload,
         num_requests=int(s.sz_requests),
@@ -145,6 +146,9 @@ def _switches() -> None:
     if st.session_state.sw_spec in ("draft", "eagle"):
         st.sidebar.checkbox(t("side.lookup_first"), help=t("side.lookup_first.help"),
                             **_kept("sw_lookup"))
+    if st.session_state.sw_spec == "eagle":
+        st.sidebar.slider(t("side.confidence"), 0.0, 0.9, step=0.1,
+                          help=t("side.confidence.help"), **_kept("sw_confidence"))
 
 
 def _sizes() -> None:

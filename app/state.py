@@ -44,6 +44,8 @@ class Settings:
     k: int = 4  # drafted tokens per step (at most, with adaptive_k)
     adaptive_k: bool = False  # choose k each step from measured costs (engine/spec/adaptive.py)
     lookup_first: bool = False  # draft / eagle: prompt lookup first, the model where it misses
+    # eagle: draft only tokens the head gives at least this probability (0: always k)
+    min_confidence: float = SpecConfig().min_confidence
     seats: int = 8  # max_num_seqs
     num_blocks: int = 64  # KV budget in blocks
     block_size: int = 16
@@ -61,7 +63,8 @@ class Settings:
         if self.spec != "off":
             spec = SpecConfig(method=self.spec, num_speculative_tokens=self.k,
                               adaptive_k=self.adaptive_k,
-                              prompt_lookup_first=self.lookup_first and self.spec != "ngram")
+                              prompt_lookup_first=self.lookup_first and self.spec != "ngram",
+                              min_confidence=self.min_confidence if self.spec == "eagle" else 0.0)
         return EngineConfig(
             model=self.model, batching=self.batching, kv_layout=self.kv_layout, spec=spec,
             max_num_seqs=self.seats, block_size=self.block_size, num_kv_blocks=self.num_blocks,

@@ -461,6 +461,14 @@ def test_the_apprentice_is_offered_once_trained_and_its_command_shown_until_then
     assert not any("python -m engine.spec.train_draft" in i.value for i in at.info)
     # the int4 twin's cost on a GPU is said, not hidden (issue 17: no int4 kernel on CUDA)
     assert any("On a GPU (CUDA) the int4 twin is not cheaper" in c.value for c in at.caption)
+    # with the apprentice on, its confidence stop is a slider that reaches the engine's config
+    assert not any(sl.key == "sw_confidence" for sl in at.sidebar.slider)
+    at.radio(key="sw_spec").set_value("eagle").run()
+    assert at.sidebar.slider(key="sw_confidence").value == 0.5
+    at.sidebar.slider(key="sw_confidence").set_value(0.8).run()
+    assert not at.exception, at.exception[0].value
+    cfg = session(at).settings.engine_config(256).spec
+    assert (cfg.method, cfg.min_confidence) == ("eagle", 0.8)
 
 
 def test_the_speedup_bound_follows_its_sliders_and_the_recorded_costs():
