@@ -48,9 +48,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 SWITCHES = {"batching": ("continuous", "static"), "kv_layout": ("paged", "contiguous"),
             "spec": ("off", "ngram", "draft", "eagle")}
-# two refinements of the spec switch, as in the sidebar: choose k each step, and prompt
-# lookup in front of a draft model (draft / eagle only)
-SPEC_OPTIONS = ("adaptive_k", "lookup_first")
+# besides the three switches, the spec switch's two refinements (as in the sidebar): choose
+# k each step, and prompt lookup in front of a draft model (draft / eagle only)
 DEFAULT_SWITCHES = {"batching": "continuous", "kv_layout": "paged", "spec": "off",
                     "adaptive_k": False, "lookup_first": False}
 HISTORY = 240  # steps the gauges' history keeps
