@@ -29,7 +29,7 @@ from benchmarks.common import (  # decode_rate and run_engine: used here and by 
     write_json,
 )
 from benchmarks.workloads import Workload, get_workload, load_jsonl, with_arrivals
-from engine.config import EngineConfig
+from engine.config import WEIGHTS, EngineConfig
 
 
 def run_naive(workload: Workload, batch_size: int, dtype: torch.dtype, progress=None) -> dict:
@@ -78,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arrivals", default="all-at-once", choices=["all-at-once", "poisson"])
     ap.add_argument("--rate", type=float, default=2.0, help="Poisson arrivals per second")
     ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--weights", default="auto", choices=["auto", "dense", "gguf"],
-                    help="the engine's weights: dense tensors or the GGUF file's own blocks")
+    ap.add_argument("--weights", default="auto", choices=WEIGHTS,
+                    help="the engine's weights: dense tensors, the GGUF file's own blocks, or "
+                         "those with int8 activations (gguf-q8)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--concurrency", default="1,4,16,32", help="decode scaling batch sizes")
     ap.add_argument("--skip-naive", action="store_true")
@@ -92,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = ap.parse_known_args(argv)
     if args.spec:
         return spec_bench.main(rest + (["--quick"] if args.quick else [])
-                               + (["--json", args.json] if args.json else []))
+                               + (["--json", args.json] if args.json else [])
+                               + ["--dtype", args.dtype, "--weights", args.weights])
     if args.peer:
         if args.arrivals != "all-at-once":
             ap.error("--peer sends every request at once (no --arrivals)")

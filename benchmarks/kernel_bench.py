@@ -15,12 +15,14 @@
 
 `--weights` runs a fourth comparison instead (`bench_weights`): batch-1 decode tok/s and the
 share of each weight format's memory floor for dense bf16 (AMX when the CPU has it, our
-matmul on AVX-512 and AVX2) and weights="gguf" (AVX-512, AVX2, portable), then the long-tail
-workload with 16 requests at once through the dense and GGUF engines; `--json` saves it.
+matmul on AVX-512 and AVX2), weights="gguf" (AVX-512, AVX2, portable) and weights="gguf-q8"
+(int8 activations: AVX-512, with VNNI where the CPU has it, and AVX2), then the long-tail
+workload with 16 requests at once through the dense, GGUF and GGUF-q8 engines; `--json` saves it.
 It starts with where a GGUF step's time goes (`bench_gguf_matmuls`: each kind of matmul against
 its bytes, then the rest of the step); `--weights --matmuls-only` runs only that, and
 `--one-thread` runs it on one thread timed in CPU time (usable on a busy shared machine).
-`--rows` times the same matmuls (every layer's and the lm_head's GGUF weights, fp32 rows) at
+`--rows` times the same matmuls (every layer's and the lm_head's GGUF weights, fp32 rows, then
+the same weights pack_q8()ed with int8 rows: AVX-512 with and without VNNI, AVX2) at
 1 to 32 rows, the sizes of decode batches and verification passes, per instruction set: ms
 for one step's worth and GFLOP/s, where from a few rows on the kernel is bound by its
 multiply-adds and the dequantizing, not by memory.
@@ -142,19 +144,9 @@ def bench_layer_loop(engine) -> None:
                 e.step()
 
 
-@contextlib.contextmanager
 def _isa(name: str | None):
     """Run the weight-streaming matmul on this instruction set (SERVELAB_CPU_ISA) for a while."""
-    before = os.environ.get("SERVELAB_CPU_ISA")
-    if name:
-        os.environ["SERVELAB_CPU_ISA"] = name
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("SERVELAB_CPU_ISA", None)
-        else:
-            os.environ["SERVELAB_CPU_ISA"] = before
+    return _env("SERVELAB_CPU_ISA", name) if name else contextlib.nullcontext()
 
 
 def _dense_engine(layout: str, **kw):
@@ -278,13 +270,66 @@ def bench_gguf_rows(rows=(1, 2, 4, 8, 9, 12, 16, 32), rounds: int = 5) -> list[d
                 t = time.perf_counter()
                 step(m)
                 best[m] = min(best[m], time.perf_counter() - t)
-        cells = []
-        for m in rows:
-            gf = 2 * m * n_weights / best[m] / 1e9
-            out.append({"isa": isa, "rows": m, "ms": best[m] * 1e3, "gflop_s": gf})
-            cells.append(f"{m}: {best[m] * 1e3:6.2f} / {gf:5.1f}")
-        print(f"  {isa:8s} " + "  ".join(cells))
+        out += _row_cells(isa, "float", rows, best, n_weights)
+    # the same weights, pack_q8()ed, with the activations rounded to int8 (weights="gguf-q8"):
+    # AVX-512 with VNNI and without (as a CPU without VNNI runs it), AVX2
+    from engine.model.gguf import row_format
+
+    packed = [(torch.ops.servelab.pack_q8(w, row_format(w, k)), k) for w, k in shapes]
+    for isa, vnni in (("avx512", True), ("avx512", False), ("avx2", False)):
+        if isa not in library.supported_isas() or (vnni and not _has_vnni()):
+            continue
+        xs = {m: {k: torch.randn(m, k) for k in {k for _, k in shapes}} for m in rows}
+        best = dict.fromkeys(rows, float("inf"))
+
+        def step_q8(m, isa=isa, xs=xs):
+            for w, k in packed:
+                torch.ops.servelab.matmul_q8(xs[m][k], w, "auto", isa)
+
+        with _env("SERVELAB_CPU_ISA_DISABLE", "" if vnni else "vnni"):
+            for m in rows:
+                step_q8(m)
+            for _ in range(rounds):
+                for m in rows:
+                    t = time.perf_counter()
+                    step_q8(m)
+                    best[m] = min(best[m], time.perf_counter() - t)
+        out += _row_cells(isa + ("-vnni" if vnni else ""), "q8", rows, best, n_weights)
     return out
+
+
+def _row_cells(isa: str, activations: str, rows, best: dict, n_weights: int) -> list[dict]:
+    out, cells = [], []
+    for m in rows:
+        gf = 2 * m * n_weights / best[m] / 1e9
+        out.append({"isa": isa, "activations": activations, "rows": m, "ms": best[m] * 1e3,
+                    "gflop_s": gf})
+        cells.append(f"{m}: {best[m] * 1e3:6.2f} / {gf:5.1f}")
+    print(f"  {isa + ' ' + activations:17s} " + "  ".join(cells))
+    return out
+
+
+def _has_vnni() -> bool:
+    """Does this CPU have AVX-512 VNNI (matmul_q8's vpdpbusd path)?"""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and "avx512_vnni" in line.split() for line in f)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str):
+    """Set an environment variable for a while (the C++ kernels read theirs at each call)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool = False,
@@ -335,6 +380,11 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool 
         for isa in isas:
             if isa != "portable":
                 engines[f"gguf, fp32 activations, {isa}"] = (gguf32, isa)
+    # the same blocks with int8 activations, llama.cpp's arithmetic (VNNI where the CPU has it)
+    q8 = LLMEngine(EngineConfig(dtype="float32", weights="gguf-q8", **kw))
+    for isa in isas:
+        if isa != "portable":
+            engines[f"gguf-q8, int8 activations, {isa}"] = (q8, isa)
     bw = memory_read_bandwidth(torch.device("cpu"))
     print(f"[{gguf.describe()}] read bandwidth {bw / 1e9:.1f} GB/s; matmul paths here: "
           f"{', '.join(isas)}")
@@ -365,7 +415,8 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool 
     other_dtype = str(resolve_dtype("auto", cpu, weights=other)).removeprefix("torch.")
     ways = {f"engine default ({dtype}, weights {weights})": (EngineConfig(**kw), None),
             f"{other_dtype}, weights {other}": (
-                EngineConfig(dtype=other_dtype, weights=other, **kw), None)}
+                EngineConfig(dtype=other_dtype, weights=other, **kw), None),
+            "float32, weights gguf-q8": (EngineConfig(weights="gguf-q8", **kw), None)}
     for name, (cfg, isa) in ways.items():
         with _isa(isa):
             t = time.perf_counter()

@@ -51,7 +51,7 @@ from benchmarks.common import (
     write_json,
 )
 from benchmarks.workloads import get_workload
-from engine.config import EngineConfig, SamplingParams, SpecConfig
+from engine.config import WEIGHTS, EngineConfig, SamplingParams, SpecConfig
 from engine.metrics import RunMetrics
 
 METHODS = ("off", "ngram", "draft", "eagle")
@@ -216,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="requests per run: max(concurrency, this) (4; --quick: 2)")
     ap.add_argument("--max-model-len", type=int, default=256)
     ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--weights", default="auto", choices=WEIGHTS,
+                    help="EngineConfig(weights=...): gguf-q8 makes verification rows cheaper")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch CPU threads (0: torch's default). On a shared machine 1 thread "
@@ -255,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
             base, args.k, min_confidence=conf, adaptive_k=adaptive, prompt_lookup_first=lookup)
         return EngineConfig(max_num_seqs=seats, max_model_len=args.max_model_len,
                             max_num_batched_tokens=max(512, seats * (args.k + 1)),
-                            dtype=args.dtype, device=args.device, spec=spec)
+                            dtype=args.dtype, weights=args.weights, device=args.device,
+                            spec=spec)
 
     has_draft = any(parse_method(m)[0] == "draft" for m in methods)
     probe = LLMEngine(config("draft" if has_draft else "off", 1))

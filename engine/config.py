@@ -17,7 +17,7 @@ SPEC_METHODS = ("ngram", "draft", "eagle")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
-WEIGHTS = ("auto", "dense", "gguf")
+WEIGHTS = ("auto", "dense", "gguf", "gguf-q8")
 
 
 def _choice(name: str, value, allowed) -> None:
@@ -104,6 +104,10 @@ class EngineConfig:
     #            Q8_0 blocks, dequantized in registers by the C++ matmul (a CPU, cpu_kernels;
     #            dtype float32 or bfloat16 activations): 3.5x fewer bytes a step than bf16, and
     #            the shipped values themselves. A local Hugging Face folder has no GGUF file.
+    #   "gguf-q8": the same blocks multiplied as llama.cpp multiplies them: each activation
+    #            row rounded to int8 per block of 32, integer dot products (VNNI where the
+    #            CPU has it), fp32 scales. Faster (README, Performance), batch-invariant, but
+    #            no longer the file's fp32 model: its tokens can differ from "gguf"'s
     #   "auto":  "gguf" on a CPU whose bf16 weights would not run on AMX (AVX2, AVX-512 without
     #            AMX), else "dense" (engine/model/hardware.py resolve_weights)
     weights: str = "auto"

@@ -23,7 +23,7 @@ import os
 import secrets
 import sys
 
-from engine.config import EngineConfig, SpecConfig
+from engine.config import WEIGHTS, EngineConfig, SpecConfig
 
 
 def is_loopback(host: str) -> bool:
@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--speculative-config", default=None, help='JSON, e.g. {"method": "ngram", '
                                                  '"num_speculative_tokens": 4}')
     a("--dtype", default="auto")
+    a("--weights", default="auto", choices=WEIGHTS,
+      help="dense tensors, the GGUF file's own blocks, or those with int8 activations (gguf-q8)")
     a("--device", default="auto")
     a("--seed", type=int, default=0)
     a("--max-queue", type=int, default=1024, help="requests in the server at once; then 429")
@@ -105,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             block_size=args.block_size, num_kv_blocks=args.num_kv_blocks,
             max_model_len=args.max_model_len, max_num_batched_tokens=args.max_num_batched_tokens,
             enable_prefix_caching=args.enable_prefix_caching, device=args.device,
-            dtype=args.dtype, seed=args.seed)
+            dtype=args.dtype, weights=args.weights, seed=args.seed)
     except (ValueError, TypeError) as exc:
         ap.error(str(exc))
     api_key = args.api_key

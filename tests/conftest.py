@@ -71,6 +71,21 @@ def assert_blocks_consistent(alloc, holders) -> None:
     assert alloc.num_free_blocks + len(seen) == alloc.num_blocks, "blocks leaked"
 
 
+def teacher_forced_logits(eng, ids: list[int]):
+    """Logits at every position of `ids`, one prefill through the engine's model and pool."""
+    import torch
+
+    from engine.model.attention import build_metadata
+
+    n = len(ids)
+    bs = eng.config.block_size
+    table = list(range(-(-n // bs)))
+    meta = build_metadata([n], [n], [table], list(range(n)), bs, eng.device)
+    hidden = eng.model.forward(torch.tensor(ids), torch.arange(n), meta, eng.pool.layers,
+                               eng.backend)
+    return eng.model.logits(hidden)
+
+
 def q4_1_edge_blocks():
     """Synthetic Q4_1 rows (8 rows of K = 256) whose scales and minimums are fp16 edge values
     (zero, subnormals, negative, the largest), every q, and gguf-py's fp32 weights for them."""

@@ -16,11 +16,10 @@ import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams, SpecConfig
 from engine.model import cache
-from engine.model.attention import build_metadata
 from engine.model.cpu.packing import cpu_packing_available
 from engine.model.llama import LlamaModel
 from engine.spec.draft import BUILTIN_RECIPE, QuantizedLlama
-from tests.conftest import PROMPTS
+from tests.conftest import PROMPTS, teacher_forced_logits
 
 pytestmark = [
     pytest.mark.slow,
@@ -38,17 +37,6 @@ def _packed_config(**kw) -> EngineConfig:
                         cpu_kernels=bool(library.load() and library.amx_available()), **kw)
 
 
-def _teacher_forced_logits(eng: LLMEngine, ids: list[int]) -> torch.Tensor:
-    """Logits at every position of `ids`, one prefill through the engine's model and pool."""
-    n = len(ids)
-    bs = eng.config.block_size
-    table = list(range(-(-n // bs)))
-    meta = build_metadata([n], [n], [table], list(range(n)), bs, eng.device)
-    hidden = eng.model.forward(torch.tensor(ids), torch.arange(n), meta, eng.pool.layers,
-                               eng.backend)
-    return eng.model.logits(hidden)
-
-
 def test_packed_logits_match_plain(tokenizer):
     plain = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=1, pack_weights=False,
                                    weights="dense"))
@@ -58,7 +46,7 @@ def test_packed_logits_match_plain(tokenizer):
     agree = total = 0
     for prompt in PROMPTS:
         ids = tokenizer.encode(prompt, add_special_tokens=False)
-        a, b = _teacher_forced_logits(plain, ids), _teacher_forced_logits(packed, ids)
+        a, b = teacher_forced_logits(plain, ids), teacher_forced_logits(packed, ids)
         assert torch.isfinite(b).all()
         scale = a.abs().amax(-1, keepdim=True)
         rel = (a - b).abs() / scale

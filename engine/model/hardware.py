@@ -55,7 +55,7 @@ def resolve_dtype(name: str = "auto", device: torch.device | None = None, *,
         return torch.bfloat16
     if not cpu_prefers_bf16():
         return torch.float32
-    if weights == "gguf":
+    if weights in ("gguf", "gguf-q8"):
         return torch.float32
     if weights == "auto":
         from engine.model.cpu import library
@@ -98,16 +98,16 @@ def resolve_weights(name: str, model: str, device: torch.device, dtype: torch.dt
     from engine.model.loader import BUNDLED_MODELS
 
     if model not in BUNDLED_MODELS:
-        raise ValueError(f"weights='gguf' needs a model shipped as a GGUF file "
+        raise ValueError(f"weights={name!r} needs a model shipped as a GGUF file "
                          f"({sorted(BUNDLED_MODELS)}); {model!r} is a Hugging Face folder, which "
                          f"runs with weights='dense'")
     if device.type != "cpu":
-        raise ValueError(f"weights='gguf' runs on the CPU; device is {device.type}")
+        raise ValueError(f"weights={name!r} runs on the CPU; device is {device.type}")
     if not cpu_kernels:
-        raise ValueError("weights='gguf' needs the C++ CPU kernels (cpu_kernels=True, and g++ "
-                         "to build them)")
+        raise ValueError(f"weights={name!r} needs the C++ CPU kernels (cpu_kernels=True, and "
+                         "g++ to build them)")
     if dtype not in (torch.float32, torch.bfloat16):
-        raise ValueError(f"weights='gguf' runs float32 or bfloat16 activations, not "
+        raise ValueError(f"weights={name!r} runs float32 or bfloat16 activations, not "
                          f"{str(dtype).removeprefix('torch.')}")
     from engine.model.cpu import library
 

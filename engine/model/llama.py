@@ -28,11 +28,13 @@ from engine.model.attention import AttentionBackend, AttentionMetadata
 from engine.model.cpu.attention import CpuAttention
 from engine.model.cpu.packing import (
     CPP_LOOP_LAYOUTS,
+    GGUF_LAYOUTS,
     LAYOUTS,
     PACKERS,
     amx_fits,
     choose_layout,
     cpu_packing_available,
+    pack_q8,
 )
 from engine.model.loader import LoadedModel, ModelConfig
 
@@ -113,10 +115,12 @@ class LlamaModel:
     """Weights on one device in one dtype; `forward` runs the flat batch through every layer.
 
     cpu_kernels: run the small per-layer ops as C++ kernels (a CPU, the kernels loaded).
-    layout: the linear weights' layout ("plain", "onednn", "amx", "bf16", "gguf";
+    layout: the linear weights' layout ("plain", "onednn", "amx", "bf16", "gguf", "gguf-q8";
         cpu/packing.py, which also chooses it for the engine). Reordering happens here, once.
         "gguf": the linear layers and the lm_head are the GGUF file's own Q4_1 / Q8_0 rows
         (engine/model/gguf.py); the embedding and norms stay the loaded (dequantized) tensors.
+        "gguf-q8": the same bytes regrouped 16 columns at a time (pack_q8), multiplied as
+        llama.cpp does, with the activations rounded to int8 per block of 32.
     cpp_layer_loop: with weights our C++ matmuls read (amx, bf16, gguf) and plain Llama layers
         (no q/k/v bias, no q/k norm), let steps whose attention the C++ kernel takes whole run
         the layer loop in C++ (off: the same kernels, called from Python; tests and the kernel
@@ -138,10 +142,16 @@ class LlamaModel:
             return w[name].to(device=device, dtype=dtype)
 
         gguf = None
-        if layout == "gguf":  # the file's own blocks, read once per process
+        if layout in GGUF_LAYOUTS:  # the file's own blocks, read once per process
             from engine.model.gguf import read_linear_weights
 
             gguf = read_linear_weights(loaded)
+            if layout == "gguf-q8":  # regrouped for the int8 kernel (its own copy)
+                ins = dict(zip(("qkv", "o", "gate_up", "down", "lm_head"),
+                               (k for _, k in self.linear_shapes(cfg))))
+                gguf = {"lm_head": pack_q8(gguf["lm_head"], ins["lm_head"]),
+                        "layers": [{n: pack_q8(t, ins[n]) for n, t in layer.items()}
+                                   for layer in gguf["layers"]]}
         self.embed = get("embed_tokens.weight")  # [vocab, hidden]
         self.lm_head = gguf["lm_head"] if gguf else self.plain_lm_head
         self.final_norm = get("norm.weight")
@@ -172,7 +182,7 @@ class LlamaModel:
         # y = x W^T (+ b), for weights in this layout (the built-in draft: its int4/int8 ones)
         self.layout = layout
         pack, self.linear = PACKERS[layout]
-        if pack is not None and layout != "gguf":
+        if pack is not None and layout not in GGUF_LAYOUTS:
             for layer in self.layers:
                 for name in self.LINEAR_WEIGHTS:
                     layer[name] = pack(layer[name])
@@ -193,11 +203,14 @@ class LlamaModel:
         if cpu_kernels and not library.available(self.device, self.dtype):
             raise ValueError("cpu_kernels=True needs the C++ CPU kernels on a CPU (they did "
                              "not load here)")
-        if layout in ("bf16", "gguf"):
+        if layout in ("bf16", *GGUF_LAYOUTS):
             if not cpu_kernels:
                 raise ValueError(f"layout={layout!r} needs cpu_kernels=True (the C++ matmul)")
             library.matmul_isa()  # a ValueError now if SERVELAB_CPU_ISA asks for a missing one
             allowed = (torch.bfloat16,) if layout == "bf16" else (torch.float32, torch.bfloat16)
+            if layout == "gguf-q8" and any(n % 16 for n, _ in self.linear_shapes(self.cfg)):
+                raise ValueError("layout='gguf-q8' takes output columns in groups of 16; got "
+                                 f"{self.linear_shapes(self.cfg)}")
             if self.dtype not in allowed:
                 raise ValueError(f"layout={layout!r} runs activations in "
                                  f"{[str(d).removeprefix('torch.') for d in allowed]}, got "
@@ -297,7 +310,8 @@ class LlamaModel:
             return torch.ops.servelab.decode_layers(
                 h, cos, sin, self.cpp_layer_weights, self.final_norm,
                 [kv[0] for kv in kv_caches], [kv[1] for kv in kv_caches], meta.slot_mapping,
-                meta.block_tables, meta.seq_lens, meta.query_start_loc, hq, hkv, self.scale, eps)
+                meta.block_tables, meta.seq_lens, meta.query_start_loc, hq, hkv, self.scale, eps,
+                "q8" if self.layout == "gguf-q8" else "float")
         ops, linear = self.ops, self.linear
         x = ops.rms_norm(h, self.layers[0]["in_norm"], eps)
         for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, kv_caches)):
@@ -334,12 +348,13 @@ def shared_model(loaded: LoadedModel, device: torch.device, dtype: torch.dtype,
     process (engine/model/cache.py). Its weights are read-only, so engines share it and own
     only their KV pools; the rotary tables grow to the longest max_positions asked for.
     weights: "dense" (the loaded tensors, laid out by choose_layout) or "gguf" (the GGUF file's
-    own blocks; a CPU with the C++ kernels, a model shipped as GGUF)."""
-    if weights == "gguf":
-        layout = "gguf"
+    own blocks; a CPU with the C++ kernels, a model shipped as GGUF), or "gguf-q8" (the same
+    blocks, int8 activations)."""
+    if weights in GGUF_LAYOUTS:
+        layout = weights
         if device.type != "cpu" or not cpu_kernels:
-            raise ValueError("weights='gguf' runs on the CPU with the C++ kernels (device='cpu', "
-                             "cpu_kernels=True, and g++ to build them)")
+            raise ValueError(f"weights={weights!r} runs on the CPU with the C++ kernels "
+                             "(device='cpu', cpu_kernels=True, and g++ to build them)")
     else:
         layout = choose_layout(LlamaModel.linear_shapes(loaded.config), device, dtype, pack,
                                cpu_kernels)

@@ -262,7 +262,7 @@ class EagleHead:
         self.vocab = weights["vocab"].to(device=dev, dtype=torch.long)  # [V']
         readout = target.plain_lm_head[self.vocab].contiguous()  # [V', H], frozen, shared rows
         layout = target.layout
-        if layout == "gguf":
+        if layout in ("gguf", "gguf-q8"):
             # the target's format for the head too: its linear weights quantized to Q8_0 here
             # (1.06 bytes a weight: an fp32 head would read ~4x the bytes and cost ~0.4x a
             # target step), its readout the rows of the target's own Q8_0 output head
@@ -270,8 +270,10 @@ class EagleHead:
 
             for n in LINEAR_NAMES:
                 w[n] = quantize_q8_0(weights[n])
-            readout = target.lm_head[self.vocab].contiguous()
-            pack, self.linear = PACKERS["gguf"]
+            from engine.model.gguf import read_linear_weights
+
+            readout = read_linear_weights(target.loaded)["lm_head"][self.vocab].contiguous()
+            pack, self.linear = PACKERS["gguf"]  # the head's own matmuls stay in fp32
         else:
             pack, self.linear = PACKERS[layout]
         if pack is not None:
@@ -282,7 +284,7 @@ class EagleHead:
         self.embed = target.embed  # [vocab, H], the target's
         self.num_params = sum(weights[n].numel() for n in WEIGHT_NAMES)
         self.readout_params = len(self.vocab) * self.cfg.hidden_size
-        if target.layout == "gguf":  # the bytes a step reads: Q8_0 rows and fp32 norms
+        if layout in ("gguf", "gguf-q8"):  # the bytes a step reads: Q8_0 rows, fp32 norms
             self.weight_bytes = sum(t.numel() * t.element_size() for t in (*w.values(), readout))
         else:
             elt = torch.tensor([], dtype=dt).element_size()

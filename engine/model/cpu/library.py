@@ -35,6 +35,10 @@ ISA_FLAGS = {  # name -> (SERVELAB_ISA, compiler flags)
     "avx2": (1, ["-mavx2", "-mfma", "-mf16c"]),  # x86-64
     "avx512": (2, ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma", "-mf16c"]),
     "neon": (3, []),                          # AArch64: NEON is in its baseline
+    # the AVX-512 source again with VNNI's vpdpbusd in its int8 kernel (weights="gguf-q8"),
+    # which matmul.cpp runs instead of AVX-512's own where the CPU has VNNI
+    "avx512vnni": (2, ["-DSERVELAB_VNNI=1", "-mavx512vnni", "-mavx512f", "-mavx512bw",
+                       "-mavx512vl", "-mavx2", "-mfma", "-mf16c"]),
 }
 
 
@@ -48,6 +52,13 @@ def isa_builds(machine: str | None = None) -> list[str]:
     if machine in ("aarch64", "arm64"):
         return ["portable", "neon"]
     return ["portable"]
+
+
+def isa_objects(machine: str | None = None) -> list[str]:
+    """The objects matmul_isa.cpp is compiled into: one per instruction set, and on x86-64 the
+    AVX-512 one a second time with VNNI (a variant of AVX-512, not a set of its own)."""
+    builds = isa_builds(machine)
+    return builds + (["avx512vnni"] if "avx512" in builds else [])
 
 
 def _cpu_signature() -> str:
@@ -104,7 +115,7 @@ def build(out: Path) -> None:
         tmp_path = Path(tmp.name)
     objects = Path(tempfile.mkdtemp(dir=out.parent, prefix=".isa-"))
     try:
-        for name in isa_builds():  # matmul_isa.cpp once per instruction set, its own flags
+        for name in isa_objects():  # matmul_isa.cpp once per instruction set, its own flags
             code, flags = ISA_FLAGS[name]
             obj = objects / f"matmul_{name}.o"
             res = subprocess.run([cxx, "-O3", "-ffp-contract=off", "-std=c++17", "-fPIC", "-c",

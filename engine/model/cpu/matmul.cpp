@@ -7,6 +7,11 @@
 //       CPU has; "avx512", "avx2", "neon" (AArch64), "portable" force one (an error if the
 //       CPU lacks it)
 //   dequantize(w, format, isa="")  the fp32 weights [N, K] those kernels multiply with
+//   pack_q8(w, format)  GGUF rows [N, K/32 * bytes] -> the same bytes in groups of 16 columns
+//       [N/16, 16 * K/32 * bytes], for matmul_q8 (weights="gguf-q8")
+//   matmul_q8(x, w_packed, isa="")  y = x W^T as llama.cpp computes it: x rounded to int8 per
+//       block of 32 (quantize_q8), integer dot products per block, scaled in fp32
+//   quantize_q8(x)  that rounding: (q int8 [M, K], d [M, K/32], s = d * sum(q) [M, K/32])
 //   cpu_isa()  the instruction set an isa="" call runs;  isa_supported(isa)
 //   SERVELAB_CPU_ISA_DISABLE (comma-separated): instruction sets to treat as missing
 //
@@ -19,8 +24,11 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <tuple>
 
 #include "matmul_isa.h"
 
@@ -33,20 +41,28 @@ struct Isa {
   const char* name;
   void (*matmul_columns)(const MatmulJob&, int64_t, int64_t);
   void (*dequantize_rows)(const uint8_t*, int, int64_t, int64_t, int64_t, float*);
+  void (*matmul_q8_columns)(const MatmulQ8Job&, int64_t, int64_t);
+  // the int8 kernel with VNNI's vpdpbusd, where the CPU has it (nullptr: none for this set)
+  void (*matmul_q8_columns_vnni)(const MatmulQ8Job&, int64_t, int64_t);
 };
 
 const Isa kIsas[] = {
 #if defined(__x86_64__) || defined(_M_X64)
-    {"avx512", isa_avx512::matmul_columns, isa_avx512::dequantize_rows},
-    {"avx2", isa_avx2::matmul_columns, isa_avx2::dequantize_rows},
+    {"avx512", isa_avx512::matmul_columns, isa_avx512::dequantize_rows,
+     isa_avx512::matmul_q8_columns, isa_avx512vnni::matmul_q8_columns},
+    {"avx2", isa_avx2::matmul_columns, isa_avx2::dequantize_rows, isa_avx2::matmul_q8_columns,
+     nullptr},
 #elif defined(__aarch64__)
-    {"neon", isa_neon::matmul_columns, isa_neon::dequantize_rows},
+    {"neon", isa_neon::matmul_columns, isa_neon::dequantize_rows, isa_neon::matmul_q8_columns,
+     nullptr},
 #endif
-    {"portable", isa_portable::matmul_columns, isa_portable::dequantize_rows},
+    {"portable", isa_portable::matmul_columns, isa_portable::dequantize_rows,
+     isa_portable::matmul_q8_columns, nullptr},
 };
 
 // SERVELAB_CPU_ISA_DISABLE="avx512,avx2": act as if this CPU lacked these (to try, and test,
-// a narrower CPU's automatic choice and the refusal of a forced set it does not have)
+// a narrower CPU's automatic choice and the refusal of a forced set it does not have); "vnni":
+// the AVX-512 int8 kernel without vpdpbusd
 bool disabled(const std::string& name) {
   const char* env = std::getenv("SERVELAB_CPU_ISA_DISABLE");
   if (!env) return false;
@@ -57,6 +73,7 @@ bool disabled(const std::string& name) {
 bool cpu_has(const std::string& name) {
   if (disabled(name)) return false;
 #if defined(__x86_64__) || defined(_M_X64)
+  if (name == "vnni") return __builtin_cpu_supports("avx512vnni");
   if (name == "avx512")
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") &&
@@ -134,7 +151,126 @@ int64_t weight_k(const at::Tensor& w, const std::string& format, int code, int64
   return w.size(1) / bb * 32;
 }
 
+// x [M, K] rounded to int8 per block of 32 (llama.cpp's Q8_0 / Q8_1 activations, with fp32
+// scales where llama.cpp keeps fp16 ones): d = amax / 127, q = x * (127 / amax) rounded to the
+// nearest (ties to even), sum = sum(q), s = d * sum (Q4_1's m term). Row by row in plain
+// scalar code: the same bits on every instruction set and whatever the other rows.
+void quantize_rows_q8(const float* x, int64_t M, int64_t K, int8_t* q, float* d, float* s,
+                      int32_t* sum) {
+  const int64_t nb = K / 32;
+  at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m)
+      for (int64_t b = 0; b < nb; ++b) {
+        const float* xb = x + m * K + b * 32;
+        int8_t* qb = q + m * K + b * 32;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int32_t total = 0;
+        for (int j = 0; j < 32; ++j) {
+          qb[j] = static_cast<int8_t>(std::nearbyint(xb[j] * id));
+          total += qb[j];
+        }
+        d[m * nb + b] = amax / 127.0f;
+        s[m * nb + b] = d[m * nb + b] * static_cast<float>(total);
+        sum[m * nb + b] = total;
+      }
+  });
+}
+
+struct QuantizedRows {
+  at::Tensor q, d, s, sum;
+};
+
+QuantizedRows quantize_q8_tensors(const at::Tensor& x_in) {
+  TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) % 32 == 0 && x_in.device().is_cpu() &&
+                  x_in.is_floating_point(),
+              "servelab quantize_q8: x must be a 2-D floating-point CPU tensor with a multiple "
+              "of 32 columns, got ", x_in.sizes());
+  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  const int64_t M = x.size(0), K = x.size(1);
+  QuantizedRows r{at::empty({M, K}, x.options().dtype(at::kChar)),
+                  at::empty({M, K / 32}, x.options()), at::empty({M, K / 32}, x.options()),
+                  at::empty({M, K / 32}, x.options().dtype(at::kInt))};
+  quantize_rows_q8(x.data_ptr<float>(), M, K, r.q.data_ptr<int8_t>(), r.d.data_ptr<float>(),
+                   r.s.data_ptr<float>(), r.sum.data_ptr<int32_t>());
+  return r;
+}
+
+// where a GGUF block's q bytes start (after d, and Q4_1's m)
+int64_t gguf_q_offset(int code) { return code == 1 ? 2 : 4; }
+
 }  // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_q8(const at::Tensor& x) {
+  QuantizedRows r = quantize_q8_tensors(x);
+  return {r.q, r.d, r.s};
+}
+
+// GGUF rows [N, K/32 * bb] -> [N/16, 16 * K/32 * bb]: per group of 16 columns and per block, the
+// 16 d (fp16), Q4_1's 16 m, then the q bytes in 64-byte chunks, byte 4 c + j of chunk h being
+// column c's q byte 4 h + j (matmul_isa.cpp, "int8 activations over repacked GGUF blocks")
+at::Tensor pack_q8(const at::Tensor& w, const std::string& format) {
+  const auto [code, bb] = parse_format(format);
+  TORCH_CHECK(code != 0, "servelab pack_q8: format must be 'q8_0' or 'q4_1', got '", format, "'");
+  const int64_t K = weight_k(w, format, code, bb), N = w.size(0), nb = K / 32;
+  TORCH_CHECK(N % 16 == 0, "servelab pack_q8: the int8 kernel takes columns in groups of 16; "
+              "this weight has ", N);
+  const int64_t scales = code == 1 ? 32 : 64, qbytes = bb - gguf_q_offset(code);
+  at::Tensor out = at::empty({N / 16, 16 * nb * bb}, w.options());
+  const uint8_t* src = static_cast<const uint8_t*>(w.data_ptr());
+  uint8_t* dst = static_cast<uint8_t*>(out.data_ptr());
+  at::parallel_for(0, N / 16, 16, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g)
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* o = dst + (g * nb + b) * 16 * bb;
+        for (int64_t c = 0; c < 16; ++c) {
+          const uint8_t* blk = src + (16 * g + c) * nb * bb + b * bb;
+          std::memcpy(o + 2 * c, blk, 2);                       // d
+          if (code == 2) std::memcpy(o + 32 + 2 * c, blk + 2, 2);  // m
+          for (int64_t h = 0; h < qbytes / 4; ++h)
+            std::memcpy(o + scales + 64 * h + 4 * c, blk + gguf_q_offset(code) + 4 * h, 4);
+        }
+      }
+  });
+  return out;
+}
+
+at::Tensor matmul_q8(const at::Tensor& x_in, const at::Tensor& w, const std::string& format_in,
+                     const std::string& isa_name) {
+  TORCH_CHECK(x_in.dim() == 2 && x_in.device().is_cpu() && x_in.is_floating_point(),
+              "servelab matmul_q8: x must be a 2-D floating-point CPU tensor, got ",
+              x_in.sizes());
+  const int64_t K = x_in.size(1), nb = K / 32;
+  TORCH_CHECK(K % 32 == 0 && w.dim() == 2 && w.scalar_type() == at::kByte &&
+                  w.is_contiguous() && w.device().is_cpu(),
+              "servelab matmul_q8: needs K a multiple of 32 and a packed uint8 weight (pack_q8), "
+              "got x ", x_in.sizes(), " and a ", w.scalar_type(), " weight ", w.sizes());
+  std::string format = format_in;
+  if (format == "auto")
+    format = w.size(1) == 16 * nb * 20 ? "q4_1" : w.size(1) == 16 * nb * 34 ? "q8_0" : "";
+  TORCH_CHECK(format == "q4_1" || format == "q8_0", "servelab matmul_q8: a weight of shape ",
+              w.sizes(), " is no packed Q4_1 or Q8_0 weight for ", K, " inputs");
+  const auto [code, bb] = parse_format(format);
+  TORCH_CHECK(w.size(1) == 16 * nb * bb, "servelab matmul_q8: a packed '", format, "' weight for ",
+              K, " inputs has rows of ", 16 * nb * bb, " bytes, got ", w.size(1));
+  const Isa& isa = pick(isa_name);
+  auto kernel = isa.matmul_q8_columns_vnni && cpu_has("vnni") ? isa.matmul_q8_columns_vnni
+                                                              : isa.matmul_q8_columns;
+  const int64_t M = x_in.size(0), N = w.size(0) * 16;
+  const QuantizedRows xq = quantize_q8_tensors(x_in);
+  at::Tensor y = at::empty({M, N}, x_in.options().dtype(at::kFloat));
+  if (M > 0 && N > 0) {
+    const MatmulQ8Job job{xq.q.data_ptr<int8_t>(), xq.d.data_ptr<float>(), xq.s.data_ptr<float>(),
+                          xq.sum.data_ptr<int32_t>(), static_cast<const uint8_t*>(w.data_ptr()),
+                          y.data_ptr<float>(), M, N, K, code};
+    const int64_t units = N / 16;
+    at::parallel_for(0, units, 4, [&](int64_t u0, int64_t u1) {
+      kernel(job, u0 * 16, u1 * 16);
+    });
+  }
+  return x_in.scalar_type() == at::kFloat ? y : y.to(x_in.scalar_type());
+}
 
 std::string cpu_isa() { return pick("").name; }
 
@@ -202,9 +338,15 @@ TORCH_LIBRARY_FRAGMENT(servelab, m) {
         [](std::string isa) { return servelab::isa_supported(isa); });
   m.def("matmul(Tensor x, Tensor w, str format=\"auto\", str isa=\"\") -> Tensor");
   m.def("dequantize(Tensor w, str format, str isa=\"\") -> Tensor");
+  m.def("quantize_q8(Tensor x) -> (Tensor, Tensor, Tensor)");
+  m.def("pack_q8(Tensor w, str format) -> Tensor");
+  m.def("matmul_q8(Tensor x, Tensor w, str format=\"auto\", str isa=\"\") -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(servelab, CPU, m) {
   m.impl("matmul", servelab::matmul);
   m.impl("dequantize", servelab::dequantize);
+  m.impl("quantize_q8", servelab::quantize_q8);
+  m.impl("pack_q8", servelab::pack_q8);
+  m.impl("matmul_q8", servelab::matmul_q8);
 }

@@ -3,6 +3,8 @@
 // library.py compiles this file once per instruction set, each into its own namespace, with its
 // own flags (on x86-64 the first three, on AArch64 the last two):
 //   SERVELAB_ISA=2  isa_avx512    -mavx512f -mavx512bw -mavx512vl -mfma -mf16c
+//                   isa_avx512vnni  the same with -mavx512vnni -DSERVELAB_VNNI=1: only the int8
+//                   kernel (weights="gguf-q8") differs, using vpdpbusd
 //   SERVELAB_ISA=1  isa_avx2      -mavx2 -mfma -mf16c
 //   SERVELAB_ISA=0  isa_portable  no flags (plain C++; the compiler's baseline vectors)
 //   SERVELAB_ISA=3  isa_neon      none needed: NEON (Advanced SIMD) is part of every AArch64 CPU
@@ -33,7 +35,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#if SERVELAB_ISA == 2
+#if SERVELAB_ISA == 2 && SERVELAB_VNNI
+#define ISA_NS isa_avx512vnni
+#elif SERVELAB_ISA == 2
 #define ISA_NS isa_avx512
 #elif SERVELAB_ISA == 1
 #define ISA_NS isa_avx2
@@ -575,6 +579,254 @@ void columns(const MatmulJob& job, int64_t n0, int64_t n1) {
   std::free(panel);
 }
 
+// ---- int8 activations over repacked GGUF blocks (weights="gguf-q8") -------------------------
+// llama.cpp's arithmetic: x rounded to int8 per block of 32 (MatmulQ8Job; quantize_q8 in
+// matmul.cpp), each block's dot product summed exactly in integers, then scaled in fp32:
+//   Q8_0: y += (dw * dx) * sum_j q_j xq_j
+//   Q4_1: y += (dw * dx) * sum_j q_j xq_j  +  mw * xs         (w = dw * q + mw; q = 0..15)
+// The weights are the GGUF file's own bytes, reordered once (pack_q8 in matmul.cpp) so that
+// one vector holds 16 output columns: per group of 16 columns and per block, the 16 d (fp16),
+// for Q4_1 the 16 m, then the q bytes in chunks of 64: byte 4 c + j of chunk h is column c's
+//   Q4_1: GGUF byte 4 h + j (its low nibble q[4 h + j], its high nibble q[16 + 4 h + j]), h < 4
+//   Q8_0: q[4 h + j], h < 8
+// so a 32-bit lane is one column's four consecutive q, and one instruction (vpdpbusd, or
+// vpmaddubsw + vpmaddwd without VNNI) adds four products into each of 16 columns' int32 sums,
+// against four bytes of x broadcast. The scales then cost one vector operation per 16
+// columns, not one per column: this is what makes int8 pay (per-column int8 dot products,
+// tried first, ran no faster than the fp32 path). Integer sums are exact, so every (row,
+// column) result is a fixed sequence of fp32 operations whatever the batch: batch-invariant.
+
+constexpr int64_t kQ8Cols = 16;  // columns per packed group
+constexpr int64_t q8_group_block_bytes(int fmt) { return fmt == kFormatQ8_0 ? 544 : 320; }
+// offset of the q bytes and the number of 64-byte chunks in a group's block
+constexpr int64_t q8_q_offset(int fmt) { return fmt == kFormatQ8_0 ? 32 : 64; }
+constexpr int q8_chunks(int fmt) { return fmt == kFormatQ8_0 ? 8 : 4; }
+// byte offset of the 4 x values chunk h multiplies: Q4_1's low nibbles (h) and high ones (h + 4)
+inline int64_t q8_x_offset(int fmt, int h) {
+  return fmt == kFormatQ8_0 ? 4 * h : (h < 4 ? 4 * h : 16 + 4 * (h - 4));
+}
+
+#if SERVELAB_ISA == 2
+using IVec = __m512i;
+using FVec = __m512;
+constexpr int kQ8Lanes = 16;  // columns a vector holds
+inline FVec q8_scales(const uint8_t* p) {  // 16 fp16 -> fp32
+  return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
+}
+// the block's weights of 16 columns as unsigned bytes (w) and, for Q8_0 without VNNI, the
+// sign of each (neg); 8 vectors in x order
+struct Q8Weights {
+  IVec w[8];
+  __mmask64 neg[8];
+};
+template <int FMT>
+inline void q8_load(const uint8_t* qb, int half, Q8Weights& out) {
+  (void)half;
+  if constexpr (FMT == kFormatQ4_1) {
+    const IVec low4 = _mm512_set1_epi8(0xf);
+    for (int h = 0; h < 4; ++h) {
+      const IVec v = _mm512_loadu_si512(qb + 64 * h);
+      out.w[h] = _mm512_and_si512(v, low4);
+      out.w[h + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+    }
+  } else {
+    for (int h = 0; h < 8; ++h) {
+      const IVec v = _mm512_loadu_si512(qb + 64 * h);
+#if SERVELAB_VNNI
+      out.w[h] = _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));  // q + 128
+#else
+      out.w[h] = _mm512_abs_epi8(v);
+      out.neg[h] = _mm512_movepi8_mask(v);
+#endif
+    }
+  }
+}
+// sum over the block's 8 chunks of w . (4 bytes of x broadcast), into 16 int32 lanes
+template <int FMT>
+inline IVec q8_dot(const Q8Weights& wt, const int8_t* xb, int32_t xsum) {
+  IVec s[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+  for (int h = 0; h < 8; ++h) {
+    int32_t x4;
+    std::memcpy(&x4, xb + q8_x_offset(FMT, h), 4);
+    IVec xv = _mm512_set1_epi32(x4);
+#if SERVELAB_VNNI
+    s[h & 1] = _mm512_dpbusd_epi32(s[h & 1], wt.w[h], xv);
+#else
+    if constexpr (FMT == kFormatQ8_0) xv = _mm512_mask_sub_epi8(xv, wt.neg[h], _mm512_setzero_si512(), xv);
+    s[h & 1] = _mm512_add_epi32(s[h & 1], _mm512_madd_epi16(_mm512_maddubs_epi16(wt.w[h], xv),
+                                                            _mm512_set1_epi16(1)));
+#endif
+  }
+  IVec sum = _mm512_add_epi32(s[0], s[1]);
+#if SERVELAB_VNNI
+  if constexpr (FMT == kFormatQ8_0)  // the q + 128 above: take 128 * sum(x) back off
+    sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(128 * xsum));
+#else
+  (void)xsum;
+#endif
+  return sum;
+}
+inline FVec fv_zero() { return _mm512_setzero_ps(); }
+inline FVec fv_set1(float v) { return _mm512_set1_ps(v); }
+inline FVec fv_fma(FVec a, FVec b, FVec c) { return _mm512_fmadd_ps(a, b, c); }
+inline FVec fv_mul(FVec a, FVec b) { return _mm512_mul_ps(a, b); }
+inline FVec fv_add(FVec a, FVec b) { return _mm512_add_ps(a, b); }
+inline FVec fv_cvt(IVec v) { return _mm512_cvtepi32_ps(v); }
+inline void fv_store(float* p, FVec v) { _mm512_storeu_ps(p, v); }
+
+#elif SERVELAB_ISA == 1
+// AVX2: a vector holds 8 columns, so a group of 16 runs as two halves (half 0: columns 0-7)
+using IVec = __m256i;
+using FVec = __m256;
+constexpr int kQ8Lanes = 8;
+inline FVec q8_scales(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p));
+}
+struct Q8Weights {
+  IVec w[8];
+  IVec q[8];  // Q8_0: the signed q, whose signs x takes
+};
+template <int FMT>
+inline void q8_load(const uint8_t* qb, int half, Q8Weights& out) {
+  const __m256i low4 = _mm256_set1_epi8(0xf);
+  for (int h = 0; h < q8_chunks(FMT); ++h) {
+    const IVec v = _mm256_loadu_si256((const __m256i*)(qb + 64 * h + 32 * half));
+    if constexpr (FMT == kFormatQ4_1) {
+      out.w[h] = _mm256_and_si256(v, low4);
+      out.w[h + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    } else {
+      out.q[h] = v;
+      out.w[h] = _mm256_sign_epi8(v, v);
+    }
+  }
+}
+template <int FMT>
+inline IVec q8_dot(const Q8Weights& wt, const int8_t* xb, int32_t) {
+  IVec s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+  for (int h = 0; h < 8; ++h) {
+    int32_t x4;
+    std::memcpy(&x4, xb + q8_x_offset(FMT, h), 4);
+    IVec xv = _mm256_set1_epi32(x4);
+    if constexpr (FMT == kFormatQ8_0) xv = _mm256_sign_epi8(xv, wt.q[h]);
+    s[h & 1] = _mm256_add_epi32(s[h & 1], _mm256_madd_epi16(_mm256_maddubs_epi16(wt.w[h], xv),
+                                                            _mm256_set1_epi16(1)));
+  }
+  return _mm256_add_epi32(s[0], s[1]);
+}
+inline FVec fv_zero() { return _mm256_setzero_ps(); }
+inline FVec fv_set1(float v) { return _mm256_set1_ps(v); }
+inline FVec fv_fma(FVec a, FVec b, FVec c) { return _mm256_fmadd_ps(a, b, c); }
+inline FVec fv_mul(FVec a, FVec b) { return _mm256_mul_ps(a, b); }
+inline FVec fv_add(FVec a, FVec b) { return _mm256_add_ps(a, b); }
+inline FVec fv_cvt(IVec v) { return _mm256_cvtepi32_ps(v); }
+inline void fv_store(float* p, FVec v) { _mm256_storeu_ps(p, v); }
+
+#else
+// portable C++ (and AArch64 for now: NEON's sdot would be the next step): 16 columns in arrays
+constexpr int kQ8Lanes = 16;
+struct IVec {
+  int32_t v[16];
+};
+struct FVec {
+  float v[16];
+};
+inline FVec q8_scales(const uint8_t* p) {
+  FVec r;
+  for (int c = 0; c < 16; ++c) r.v[c] = half_to_float(load_u16(p + 2 * c));
+  return r;
+}
+struct Q8Weights {
+  const uint8_t* qb;
+};
+template <int FMT>
+inline void q8_load(const uint8_t* qb, int, Q8Weights& out) { out.qb = qb; }
+template <int FMT>
+inline IVec q8_dot(const Q8Weights& wt, const int8_t* xb, int32_t) {
+  IVec s{};
+  for (int h = 0; h < q8_chunks(FMT); ++h)
+    for (int c = 0; c < 16; ++c)
+      for (int j = 0; j < 4; ++j) {
+        const uint8_t byte = wt.qb[64 * h + 4 * c + j];
+        if constexpr (FMT == kFormatQ4_1) {
+          s.v[c] += (byte & 0xf) * xb[4 * h + j] + (byte >> 4) * xb[16 + 4 * h + j];
+        } else {
+          s.v[c] += static_cast<int8_t>(byte) * xb[4 * h + j];
+        }
+      }
+  return s;
+}
+inline FVec fv_zero() { return FVec{}; }
+inline FVec fv_set1(float v) {
+  FVec r;
+  for (float& f : r.v) f = v;
+  return r;
+}
+inline FVec fv_fma(FVec a, FVec b, FVec c) {  // a * b + c, rounded twice (-ffp-contract=off)
+  for (int l = 0; l < 16; ++l) c.v[l] = c.v[l] + a.v[l] * b.v[l];
+  return c;
+}
+inline FVec fv_mul(FVec a, FVec b) {
+  for (int l = 0; l < 16; ++l) a.v[l] = a.v[l] * b.v[l];
+  return a;
+}
+inline FVec fv_add(FVec a, FVec b) {
+  for (int l = 0; l < 16; ++l) a.v[l] = a.v[l] + b.v[l];
+  return a;
+}
+inline FVec fv_cvt(IVec v) {
+  FVec r;
+  for (int l = 0; l < 16; ++l) r.v[l] = static_cast<float>(v.v[l]);
+  return r;
+}
+inline void fv_store(float* p, FVec v) { std::memcpy(p, v.v, sizeof v.v); }
+#endif
+
+constexpr int kQ8Halves = kQ8Cols / kQ8Lanes;  // vectors per group of 16 columns
+
+// Rows [m0, m0 + RR) x the 16 columns of group g (half `half` of them on AVX2).
+template <int FMT, int RR>
+void q8_tile(const MatmulQ8Job& job, int64_t m0, int64_t g, int half) {
+  const int64_t K = job.K, nb = K / 32, GB = q8_group_block_bytes(FMT);
+  const uint8_t* grp = job.w + g * nb * GB;
+  FVec acc[RR], macc[RR];
+  for (int r = 0; r < RR; ++r) acc[r] = fv_zero(), macc[r] = fv_zero();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = grp + b * GB;
+    if (half == 0)  // the block 4 ahead (the group's blocks are back to back, then the next's)
+      for (int64_t line = 0; line < GB; line += 64)
+        prefetch_l1(reinterpret_cast<const char*>(blk + 4 * GB + line));
+    const FVec dw = q8_scales(blk + 2 * kQ8Lanes * half);
+    Q8Weights wt;
+    q8_load<FMT>(blk + q8_q_offset(FMT), half, wt);
+    for (int r = 0; r < RR; ++r) {
+      const int64_t i = (m0 + r) * nb + b;
+      const IVec isum = q8_dot<FMT>(wt, job.xq + (m0 + r) * K + b * 32, job.xsum[i]);
+      acc[r] = fv_fma(fv_cvt(isum), fv_mul(dw, fv_set1(job.xd[i])), acc[r]);
+      if constexpr (FMT == kFormatQ4_1)
+        macc[r] = fv_fma(q8_scales(blk + 32 + 2 * kQ8Lanes * half), fv_set1(job.xs[i]),
+                         macc[r]);
+    }
+  }
+  for (int r = 0; r < RR; ++r)
+    fv_store(job.y + (m0 + r) * job.N + g * kQ8Cols + half * kQ8Lanes,
+             FMT == kFormatQ4_1 ? fv_add(acc[r], macc[r]) : acc[r]);
+}
+
+template <int FMT>
+void q8_columns(const MatmulQ8Job& job, int64_t n0, int64_t n1) {
+  for (int64_t g = n0 / kQ8Cols; g < n1 / kQ8Cols; ++g)
+    for (int half = 0; half < kQ8Halves; ++half) {
+      int64_t m = 0;
+      for (; m + 4 <= job.M; m += 4) q8_tile<FMT, 4>(job, m, g, half);
+      switch (job.M - m) {
+        case 1: q8_tile<FMT, 1>(job, m, g, half); break;
+        case 2: q8_tile<FMT, 2>(job, m, g, half); break;
+        case 3: q8_tile<FMT, 3>(job, m, g, half); break;
+        default: break;
+      }
+    }
+}
+
 template <int FMT>
 void dequant_rows(const uint8_t* w, int64_t K, int64_t n0, int64_t n1, float* out) {
   for (int64_t n = n0; n < n1; ++n) dequant_row<FMT>(w, K, n, out + n * K);
@@ -597,6 +849,13 @@ void dequantize_rows(const uint8_t* w, int format, int64_t K, int64_t n0, int64_
     case kFormatQ8_0: dequant_rows<kFormatQ8_0>(w, K, n0, n1, out); break;
     default: dequant_rows<kFormatQ4_1>(w, K, n0, n1, out); break;
   }
+}
+
+void matmul_q8_columns(const MatmulQ8Job& job, int64_t n0, int64_t n1) {
+  if (job.format == kFormatQ8_0)
+    q8_columns<kFormatQ8_0>(job, n0, n1);
+  else
+    q8_columns<kFormatQ4_1>(job, n0, n1);
 }
 
 int column_tile() { return kColTile; }

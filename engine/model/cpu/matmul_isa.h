@@ -15,9 +15,25 @@ struct MatmulJob {
   int format;
 };
 
+// y[M, N] = x W^T with x rounded to int8 per block of 32 (weights="gguf-q8"): x[m, 32 b + j]
+// ~ xd[m, b] * xq[m, 32 b + j]; xsum[m, b] = the sum of that block's xq, xs[m, b] = xd[m, b] *
+// xsum[m, b]. w: the GGUF rows repacked in groups of 16 columns (pack_q8 in matmul.cpp; the
+// layout is described in matmul_isa.cpp); format 1 Q8_0, 2 Q4_1; N a multiple of 16.
+struct MatmulQ8Job {
+  const int8_t* xq;
+  const float* xd;
+  const float* xs;
+  const int32_t* xsum;
+  const uint8_t* w;
+  float* y;
+  int64_t M, N, K;
+  int format;
+};
+
 #define SERVELAB_DECLARE_ISA(NS)                                                     \
   namespace NS {                                                                     \
   void matmul_columns(const MatmulJob& job, int64_t n0, int64_t n1);                 \
+  void matmul_q8_columns(const MatmulQ8Job& job, int64_t n0, int64_t n1);           \
   void dequantize_rows(const uint8_t* w, int format, int64_t K, int64_t n0, int64_t n1, \
                        float* out);                                                  \
   int column_tile();                                                                 \
@@ -27,6 +43,7 @@ SERVELAB_DECLARE_ISA(isa_portable)
 #if defined(__x86_64__) || defined(_M_X64)
 SERVELAB_DECLARE_ISA(isa_avx2)
 SERVELAB_DECLARE_ISA(isa_avx512)
+SERVELAB_DECLARE_ISA(isa_avx512vnni)  // the same source with VNNI's vpdpbusd for int8 products
 #elif defined(__aarch64__)
 SERVELAB_DECLARE_ISA(isa_neon)
 #endif

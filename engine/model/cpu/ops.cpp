@@ -43,6 +43,8 @@ at::Tensor amx_linear(const at::Tensor& x, const at::Tensor& w_vnni,
                       const c10::optional<at::Tensor>& bias);
 at::Tensor matmul(const at::Tensor& x, const at::Tensor& w, const std::string& format,
                   const std::string& isa);
+at::Tensor matmul_q8(const at::Tensor& x, const at::Tensor& w, const std::string& format,
+                     const std::string& isa);
 }
 
 namespace {
@@ -530,14 +532,19 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
 // and the dispatcher between the ~300 calls.
 // layers: 6 tensors per layer (in_norm, qkv, o, post_norm, gate_up, down); the linear weights
 // vnni_pack()ed for AMX (3-D), or 2-D for matmul.cpp (bf16 [out, in], or GGUF Q4_1 / Q8_0
-// rows); h: the embeddings [n, hidden]; returns the final norm's output.
+// rows, or pack_q8()ed ones with activations="q8": weights="gguf-q8"); h: the embeddings
+// [n, hidden]; returns the final norm's output.
 at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos, const at::Tensor& sin,
                          at::TensorList layers, const at::Tensor& final_norm,
                          at::TensorList k_caches, at::TensorList v_caches,
                          const at::Tensor& slot_mapping, const at::Tensor& block_tables,
                          const at::Tensor& seq_lens, const at::Tensor& query_start_loc,
-                         int64_t num_heads, int64_t num_kv_heads, double scale, double eps) {
+                         int64_t num_heads, int64_t num_kv_heads, double scale, double eps,
+                         const std::string& activations) {
   const int64_t L = static_cast<int64_t>(k_caches.size());
+  TORCH_CHECK(activations == "float" || activations == "q8", "servelab decode_layers: "
+              "activations must be 'float' or 'q8', got '", activations, "'");
+  const bool q8 = activations == "q8";
   TORCH_CHECK(L > 0 && static_cast<int64_t>(layers.size()) == 6 * L &&
                   static_cast<int64_t>(v_caches.size()) == L,
               "servelab decode_layers: 6 weights and a K and V cache per layer");
@@ -545,6 +552,7 @@ at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos, const at
   const int64_t qk = (hq + hkv) * d;
   const c10::optional<at::Tensor> no_bias;
   const auto linear = [&](const at::Tensor& in, const at::Tensor& weight) {
+    if (q8) return servelab::matmul_q8(in, weight, "auto", "");
     return weight.dim() == 3 ? servelab::amx_linear(in, weight, no_bias)
                              : servelab::matmul(in, weight, "auto", "");
   };
@@ -580,7 +588,7 @@ TORCH_LIBRARY(servelab, m) {
   m.def("decode_layers(Tensor h, Tensor cos, Tensor sin, Tensor[] layers, Tensor final_norm, "
         "Tensor[] k_caches, Tensor[] v_caches, Tensor slot_mapping, Tensor block_tables, "
         "Tensor seq_lens, Tensor query_start_loc, int num_heads, int num_kv_heads, float scale, "
-        "float eps) -> Tensor");
+        "float eps, str activations=\"float\") -> Tensor");
   m.def("store_kv(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, Tensor slot_mapping) -> ()");
 }
 

@@ -12,6 +12,9 @@ streams the weights. Each layout is made once, at model construction, instead of
             AVX-512, AVX2 or portable C++, chosen at run time; batch-invariant)
   "gguf"    the GGUF file's own Q4_1 / Q8_0 rows (engine/model/gguf.py), read by the same
             matmul, which dequantizes them in registers (EngineConfig(weights="gguf"))
+  "gguf-q8" the same bytes regrouped 16 output columns at a time (`pack_q8`), read by the
+            int8 kernel (matmul.cpp `matmul_q8`): llama.cpp's arithmetic, the activations
+            rounded to int8 per block of 32 (EngineConfig(weights="gguf-q8"))
 
 `choose_layout` picks one from the engine's switches and the hardware; README (Performance)
 has the measured gains (`python -m benchmarks.kernel_bench`, `python -m benchmarks.bench`).
@@ -24,9 +27,11 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-LAYOUTS = ("plain", "onednn", "amx", "bf16", "gguf")
+LAYOUTS = ("plain", "onednn", "amx", "bf16", "gguf", "gguf-q8")
 # layouts the C++ layer loop (ops.cpp decode_layers) reads
-CPP_LOOP_LAYOUTS = ("amx", "bf16", "gguf")
+CPP_LOOP_LAYOUTS = ("amx", "bf16", "gguf", "gguf-q8")
+# layouts whose weights are the GGUF file's blocks
+GGUF_LAYOUTS = ("gguf", "gguf-q8")
 # oneDNN packs for a typical row count; decode batches are a few to a few dozen rows
 PACK_ROWS_HINT = 16
 
@@ -72,6 +77,21 @@ def kernel_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = 
     return y if bias is None else y + bias
 
 
+def pack_q8(rows: torch.Tensor, in_features: int) -> torch.Tensor:
+    """GGUF Q4_1 / Q8_0 rows [out, bytes] of a layer with in_features inputs -> the same bytes
+    in groups of 16 columns, the layout `q8_linear` reads (matmul.cpp pack_q8)."""
+    from engine.model.gguf import row_format
+
+    return torch.ops.servelab.pack_q8(rows, row_format(rows, in_features))
+
+
+def q8_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+              ) -> torch.Tensor:
+    """F.linear for `pack_q8`ed GGUF weights, x rounded to int8 per block of 32 first."""
+    y = torch.ops.servelab.matmul_q8(x, w)
+    return y if bias is None else y + bias
+
+
 def _onednn_pack(w: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS_HINT)
 
@@ -83,6 +103,7 @@ PACKERS: dict[str, tuple[Callable | None, Callable]] = {
     "amx": (vnni_pack, amx_linear),
     "bf16": (torch.Tensor.contiguous, kernel_linear),
     "gguf": (None, kernel_linear),  # the weights come from the GGUF file, not from packing
+    "gguf-q8": (None, q8_linear),  # the GGUF file's, regrouped by pack_q8 in LlamaModel
 }
 
 
