@@ -29,6 +29,7 @@
 #include <cstring>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "matmul_isa.h"
 
@@ -258,11 +259,19 @@ at::Tensor matmul_q8(const at::Tensor& x_in, const at::Tensor& w, const std::str
   auto kernel = isa.matmul_q8_columns_vnni && cpu_has("vnni") ? isa.matmul_q8_columns_vnni
                                                               : isa.matmul_q8_columns;
   const int64_t M = x_in.size(0), N = w.size(0) * 16;
-  const QuantizedRows xq = quantize_q8_tensors(x_in);
-  at::Tensor y = at::empty({M, N}, x_in.options().dtype(at::kFloat));
+  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  at::Tensor y = at::empty({M, N}, x.options());
   if (M > 0 && N > 0) {
-    const MatmulQ8Job job{xq.q.data_ptr<int8_t>(), xq.d.data_ptr<float>(), xq.s.data_ptr<float>(),
-                          xq.sum.data_ptr<int32_t>(), static_cast<const uint8_t*>(w.data_ptr()),
+    // x rounded to int8, in this thread's scratch (a decode step makes ~120 of these calls,
+    // each a few microseconds of work: four tensor allocations a call were a sizeable share)
+    thread_local std::vector<int32_t> scratch;
+    scratch.resize(static_cast<size_t>(M * K / 4 + 3 * M * nb));
+    int8_t* q = reinterpret_cast<int8_t*>(scratch.data());
+    float* d = reinterpret_cast<float*>(scratch.data() + M * K / 4);
+    float* xs = d + M * nb;
+    int32_t* sum = scratch.data() + M * K / 4 + 2 * M * nb;
+    quantize_rows_q8(x.data_ptr<float>(), M, K, q, d, xs, sum);
+    const MatmulQ8Job job{q, d, xs, sum, static_cast<const uint8_t*>(w.data_ptr()),
                           y.data_ptr<float>(), M, N, K, code};
     const int64_t units = N / 16;
     at::parallel_for(0, units, 4, [&](int64_t u0, int64_t u1) {
