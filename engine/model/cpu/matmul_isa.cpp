@@ -650,7 +650,11 @@ inline IVec q8_dot(const Q8Weights& wt, const int8_t* xb, int32_t xsum) {
     std::memcpy(&x4, xb + q8_x_offset(FMT, h), 4);
     IVec xv = _mm512_set1_epi32(x4);
 #if SERVELAB_VNNI
-    s[h & 1] = _mm512_dpbusd_epi32(s[h & 1], wt.w[h], xv);
+    // each vpdpbusd from zero, then an add: chaining them through one accumulator waits on
+    // its latency (Zen 4: a step's matmuls 5.25 ms at batch 1 chained, against 4.08 without
+    // VNNI at all)
+    s[h & 1] = _mm512_add_epi32(s[h & 1],
+                                _mm512_dpbusd_epi32(_mm512_setzero_si512(), wt.w[h], xv));
 #else
     if constexpr (FMT == kFormatQ8_0) xv = _mm512_mask_sub_epi8(xv, wt.neg[h], _mm512_setzero_si512(), xv);
     s[h & 1] = _mm512_add_epi32(s[h & 1], _mm512_madd_epi16(_mm512_maddubs_epi16(wt.w[h], xv),
