@@ -236,11 +236,14 @@ def bench_gguf_matmuls(gguf, isas: list[str], bw: float, rounds: int = 5,
 
 def bench_gguf_rows(rows=(1, 2, 4, 8, 9, 12, 16, 32), rounds: int = 5) -> list[dict]:
     """One step's GGUF matmuls (30 layers x qkv, o, gate_up, down, and the lm_head) at each
-    row count, per instruction set: ms and GFLOP/s (2 * rows * weights per step). The row
-    counts take turns within each round; the best round counts."""
+    row count, per instruction set: ms and GFLOP/s (2 * rows * weights per step); then the
+    same weights pack_q8()ed with int8 rows (weights="gguf-q8": AVX-512 with VNNI where the CPU
+    has it and without, AVX2). Each round runs every path at every row count in turn, so a
+    slow moment of the machine hits them all; the best round counts."""
     from engine.config import EngineConfig
     from engine.engine import LLMEngine
     from engine.model.cpu import library
+    from engine.model.gguf import row_format
 
     model = LLMEngine(EngineConfig(weights="gguf", max_num_seqs=1, max_model_len=64)).model
     def k_of(name):  # the input width of each kind of weight
@@ -249,52 +252,38 @@ def bench_gguf_rows(rows=(1, 2, 4, 8, 9, 12, 16, 32), rounds: int = 5) -> list[d
     shapes = [(layer[name], k_of(name)) for layer in model.layers
               for name in model.LINEAR_WEIGHTS]
     shapes.append((model.lm_head, model.cfg.hidden_size))
+    packed = [(torch.ops.servelab.pack_q8(w, row_format(w, k)), k) for w, k in shapes]
     n_weights = sum(w.shape[0] * k for w, k in shapes)
     print(f"GGUF matmuls of one step ({n_weights / 1e6:.0f} M weights, fp32 rows), "
           f"{torch.get_num_threads()} thread(s): ms / GFLOP/s")
-    out = []
-    for isa in library.supported_isas():
-        if isa == "portable":  # there for correctness, not speed
-            continue
-        xs = {m: {k: torch.randn(m, k) for k in {k for _, k in shapes}} for m in rows}
-        best = dict.fromkeys(rows, float("inf"))
+    xs = {m: {k: torch.randn(m, k) for k in {k for _, k in shapes}} for m in rows}
 
-        def step(m, isa=isa, xs=xs):
-            for w, k in shapes:
+    def step(m, isa, q8):
+        for w, k in packed if q8 else shapes:
+            if q8:
+                torch.ops.servelab.matmul_q8(xs[m][k], w, "auto", isa)
+            else:
                 torch.ops.servelab.matmul(xs[m][k], w, "auto", isa)
 
-        for m in rows:
-            step(m)
-        for _ in range(rounds):
-            for m in rows:
-                t = time.perf_counter()
-                step(m)
-                best[m] = min(best[m], time.perf_counter() - t)
-        out += _row_cells(isa, "float", rows, best, n_weights)
-    # the same weights, pack_q8()ed, with the activations rounded to int8 (weights="gguf-q8"):
-    # AVX-512 with VNNI and without (as a CPU without VNNI runs it), AVX2
-    from engine.model.gguf import row_format
-
-    packed = [(torch.ops.servelab.pack_q8(w, row_format(w, k)), k) for w, k in shapes]
-    for isa, vnni in (("avx512", True), ("avx512", False), ("avx2", False)):
-        if isa not in library.supported_isas() or (vnni and not _has_vnni()):
-            continue
-        xs = {m: {k: torch.randn(m, k) for k in {k for _, k in shapes}} for m in rows}
-        best = dict.fromkeys(rows, float("inf"))
-
-        def step_q8(m, isa=isa, xs=xs):
-            for w, k in packed:
-                torch.ops.servelab.matmul_q8(xs[m][k], w, "auto", isa)
-
-        with _env("SERVELAB_CPU_ISA_DISABLE", "" if vnni else "vnni"):
-            for m in rows:
-                step_q8(m)
-            for _ in range(rounds):
+    isas = [isa for isa in library.supported_isas() if isa != "portable"]  # portable: correctness
+    # (label, activations, isa, VNNI allowed)
+    paths = [(isa, "float", isa, False) for isa in isas]
+    paths += [(isa + ("-vnni" if vnni else ""), "q8", isa, vnni)
+              for isa, vnni in (("avx512", True), ("avx512", False), ("avx2", False))
+              if isa in isas and (_has_vnni() or not vnni)]
+    best = {(label, act, m): float("inf") for label, act, *_ in paths for m in rows}
+    for r in range(rounds + 1):  # round 0 warms up
+        for label, act, isa, vnni in paths:
+            with _env("SERVELAB_CPU_ISA_DISABLE", "" if vnni else "vnni"):
                 for m in rows:
                     t = time.perf_counter()
-                    step_q8(m)
-                    best[m] = min(best[m], time.perf_counter() - t)
-        out += _row_cells(isa + ("-vnni" if vnni else ""), "q8", rows, best, n_weights)
+                    step(m, isa, act == "q8")
+                    if r:
+                        best[label, act, m] = min(best[label, act, m],
+                                                  time.perf_counter() - t)
+    out = []
+    for label, act, *_ in paths:
+        out += _row_cells(label, act, rows, {m: best[label, act, m] for m in rows}, n_weights)
     return out
 
 
