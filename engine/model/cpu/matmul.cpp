@@ -179,33 +179,24 @@ void quantize_rows_q8(const float* x, int64_t M, int64_t K, int8_t* q, float* d,
   });
 }
 
-struct QuantizedRows {
-  at::Tensor q, d, s, sum;
-};
+// where a GGUF block's q bytes start (after d, and Q4_1's m)
+int64_t gguf_q_offset(int code) { return code == 1 ? 2 : 4; }
 
-QuantizedRows quantize_q8_tensors(const at::Tensor& x_in) {
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_q8(const at::Tensor& x_in) {
   TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) % 32 == 0 && x_in.device().is_cpu() &&
                   x_in.is_floating_point(),
               "servelab quantize_q8: x must be a 2-D floating-point CPU tensor with a multiple "
               "of 32 columns, got ", x_in.sizes());
   const at::Tensor x = x_in.to(at::kFloat).contiguous();
   const int64_t M = x.size(0), K = x.size(1);
-  QuantizedRows r{at::empty({M, K}, x.options().dtype(at::kChar)),
-                  at::empty({M, K / 32}, x.options()), at::empty({M, K / 32}, x.options()),
-                  at::empty({M, K / 32}, x.options().dtype(at::kInt))};
-  quantize_rows_q8(x.data_ptr<float>(), M, K, r.q.data_ptr<int8_t>(), r.d.data_ptr<float>(),
-                   r.s.data_ptr<float>(), r.sum.data_ptr<int32_t>());
-  return r;
-}
-
-// where a GGUF block's q bytes start (after d, and Q4_1's m)
-int64_t gguf_q_offset(int code) { return code == 1 ? 2 : 4; }
-
-}  // namespace
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_q8(const at::Tensor& x) {
-  QuantizedRows r = quantize_q8_tensors(x);
-  return {r.q, r.d, r.s};
+  at::Tensor q = at::empty({M, K}, x.options().dtype(at::kChar));
+  at::Tensor d = at::empty({M, K / 32}, x.options()), s = at::empty({M, K / 32}, x.options());
+  std::vector<int32_t> sum(static_cast<size_t>(M * K / 32));
+  quantize_rows_q8(x.data_ptr<float>(), M, K, q.data_ptr<int8_t>(), d.data_ptr<float>(),
+                   s.data_ptr<float>(), sum.data());
+  return {q, d, s};
 }
 
 // GGUF rows [N, K/32 * bb] -> [N/16, 16 * K/32 * bb]: per group of 16 columns and per block, the
