@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "--max-model-len", str(args.max_model_len),
                                  "--block-size", str(args.block_size), "--dtype", args.dtype]
                          + (["--device", args.device] if args.device != "auto" else [])
+                         + (["--weights", args.weights] if args.weights != "auto" else [])
                          + (["--quick"] if args.quick else [])
                          + (["--workload-file", args.workload_file] if args.workload_file else [])
                          + (["--out", args.json] if args.json else []))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.config import SpecConfig
-from engine.serve import is_loopback, main, spec_config
+from engine.serve import build_parser, is_loopback, main, spec_config
 
 
 def test_spec_config_json():
@@ -40,6 +40,7 @@ def test_loopback():
     (["--max-num-seqs", "0"], "max_num_seqs"),
     (["--speculative-config", "[1]"], "JSON object"),
     (["--enable-prefix-caching", "--kv-layout", "contiguous"], "enable_prefix_caching"),
+    (["--weights", "int4"], "--weights"),
 ])
 def test_bad_flags_exit_with_a_message(argv, needle, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -47,3 +48,11 @@ def test_bad_flags_exit_with_a_message(argv, needle, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
+
+
+def test_weights_flag_takes_every_engine_choice():
+    from engine.config import WEIGHTS
+
+    assert build_parser().parse_args([]).weights == "auto"
+    for name in WEIGHTS:
+        assert build_parser().parse_args(["--weights", name]).weights == name
