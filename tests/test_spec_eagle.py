@@ -185,7 +185,7 @@ def effective_weights(model, w: dict) -> dict:
     from engine.model.gguf import quantize_q8_0
 
     out = {n: w[n] for n in eagle.WEIGHT_NAMES}
-    if model.layout == "gguf":
+    if model.layout in ("gguf", "gguf-q8"):
         for n in eagle.LINEAR_NAMES:
             rows = quantize_q8_0(w[n]).numpy()
             deq = gguf.quants.dequantize(rows, gguf.GGMLQuantizationType.Q8_0)
@@ -193,11 +193,14 @@ def effective_weights(model, w: dict) -> dict:
     return out
 
 
-def test_head_on_a_gguf_target_reads_q8_0_rows():
+@pytest.mark.parametrize("weights", ["gguf", "gguf-q8"])
+def test_head_on_a_gguf_target_reads_q8_0_rows(weights):
     """On a GGUF target (the default on CPUs without AMX) the head's linear weights are Q8_0
     rows and its readout is the target's own Q8_0 output-head rows of the reduced vocabulary:
     about a quarter of the bytes of an fp32 head, with a forward equal to the fp32 training
-    forward on the dequantized weights, within accumulation-order error."""
+    forward on the dequantized weights, within accumulation-order error. With int8 activations
+    in the target (gguf-q8, its weights regrouped) the head keeps fp32 activations and the
+    file's own rows."""
     from engine.kv import KVPool, PagedAllocator
     from engine.model import cpu
     from engine.model.attention import build_metadata, get_backend
@@ -207,14 +210,17 @@ def test_head_on_a_gguf_target_reads_q8_0_rows():
     if not cpu.library.load():
         pytest.skip("the C++ CPU kernels did not build here")
     gguf_target = shared_model(load_model("smollm2-135m", torch.float32), torch.device("cpu"),
-                               torch.float32, 256, cpu_kernels=True, weights="gguf")
+                               torch.float32, 256, cpu_kernels=True, weights=weights)
     torch.manual_seed(0)
     w = eagle.init_weights(gguf_target, torch.arange(0, 4096, 2), seed=3)
     w["fc"][:, 576:] = torch.randn(576, 576) * 0.05
     head = eagle.EagleHead(gguf_target, w)
     for n in eagle.LINEAR_NAMES:
         assert head.w[n].dtype == torch.uint8 and head.w[n].shape[1] == w[n].shape[1] // 32 * 34
-    assert torch.equal(head.readout, gguf_target.lm_head[w["vocab"]])
+    from engine.model.gguf import read_linear_weights
+
+    rows = read_linear_weights(gguf_target.loaded)["lm_head"]
+    assert torch.equal(head.readout, rows[w["vocab"]])
     dense = sum(w[n].numel() * 4 for n in eagle.WEIGHT_NAMES) + 2048 * 576 * 4
     assert head.weight_bytes < 0.3 * dense
     cfg, n, bs = gguf_target.cfg, 9, 4

@@ -121,7 +121,7 @@ class LlamaModel:
         (engine/model/gguf.py); the embedding and norms stay the loaded (dequantized) tensors.
         "gguf-q8": the same bytes regrouped 16 columns at a time (pack_q8), multiplied as
         llama.cpp does, with the activations rounded to int8 per block of 32.
-    cpp_layer_loop: with weights our C++ matmuls read (amx, bf16, gguf) and plain Llama layers
+    cpp_layer_loop: with weights our C++ matmuls read (amx, bf16, gguf*) and plain Llama layers
         (no q/k/v bias, no q/k norm), let steps whose attention the C++ kernel takes whole run
         the layer loop in C++ (off: the same kernels, called from Python; tests and the kernel
         bench compare the two).

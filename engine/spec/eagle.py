@@ -66,7 +66,7 @@ from torch import Tensor
 
 from engine.kv import KVPool, PagedAllocator
 from engine.model.attention import build_metadata
-from engine.model.cpu.packing import PACKERS
+from engine.model.cpu.packing import GGUF_LAYOUTS, PACKERS
 from engine.model.llama import LlamaModel, rope_inv_freq
 from engine.request import Request
 from engine.sampler import probabilities
@@ -262,7 +262,7 @@ class EagleHead:
         self.vocab = weights["vocab"].to(device=dev, dtype=torch.long)  # [V']
         readout = target.plain_lm_head[self.vocab].contiguous()  # [V', H], frozen, shared rows
         layout = target.layout
-        if layout in ("gguf", "gguf-q8"):
+        if layout in GGUF_LAYOUTS:
             # the target's format for the head too: its linear weights quantized to Q8_0 here
             # (1.06 bytes a weight: an fp32 head would read ~4x the bytes and cost ~0.4x a
             # target step), its readout the rows of the target's own Q8_0 output head
@@ -284,7 +284,7 @@ class EagleHead:
         self.embed = target.embed  # [vocab, H], the target's
         self.num_params = sum(weights[n].numel() for n in WEIGHT_NAMES)
         self.readout_params = len(self.vocab) * self.cfg.hidden_size
-        if layout in ("gguf", "gguf-q8"):  # the bytes a step reads: Q8_0 rows, fp32 norms
+        if layout in GGUF_LAYOUTS:  # the bytes a step reads: Q8_0 rows, fp32 norms
             self.weight_bytes = sum(t.numel() * t.element_size() for t in (*w.values(), readout))
         else:
             elt = torch.tensor([], dtype=dt).element_size()
