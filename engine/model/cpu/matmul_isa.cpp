@@ -786,6 +786,13 @@ inline void fv_store(float* p, FVec v) { std::memcpy(p, v.v, sizeof v.v); }
 #endif
 
 constexpr int kQ8Halves = kQ8Cols / kQ8Lanes;  // vectors per group of 16 columns
+// rows a tile holds, each unpacked block serving them all: AVX-512's 32 registers take 8
+// rows (8 sums, 8 m sums, 8 weight vectors); AVX2's 16 take 4
+#if SERVELAB_ISA == 2
+constexpr int kQ8RowTile = 8;
+#else
+constexpr int kQ8RowTile = 4;
+#endif
 
 // Rows [m0, m0 + RR) x the 16 columns of group g (half `half` of them on AVX2).
 template <int FMT, int RR>
@@ -816,19 +823,22 @@ void q8_tile(const MatmulQ8Job& job, int64_t m0, int64_t g, int half) {
              FMT == kFormatQ4_1 ? fv_add(acc[r], macc[r]) : acc[r]);
 }
 
+// q8_tile<FMT, RR> for RR = rows (1 .. kQ8RowTile)
+template <int FMT, int RR = 1>
+inline void q8_rows(const MatmulQ8Job& job, int64_t m0, int64_t rows, int64_t g, int half) {
+  if (rows == RR) {
+    q8_tile<FMT, RR>(job, m0, g, half);
+    return;
+  }
+  if constexpr (RR < kQ8RowTile) q8_rows<FMT, RR + 1>(job, m0, rows, g, half);
+}
+
 template <int FMT>
 void q8_columns(const MatmulQ8Job& job, int64_t n0, int64_t n1) {
   for (int64_t g = n0 / kQ8Cols; g < n1 / kQ8Cols; ++g)
-    for (int half = 0; half < kQ8Halves; ++half) {
-      int64_t m = 0;
-      for (; m + 4 <= job.M; m += 4) q8_tile<FMT, 4>(job, m, g, half);
-      switch (job.M - m) {
-        case 1: q8_tile<FMT, 1>(job, m, g, half); break;
-        case 2: q8_tile<FMT, 2>(job, m, g, half); break;
-        case 3: q8_tile<FMT, 3>(job, m, g, half); break;
-        default: break;
-      }
-    }
+    for (int half = 0; half < kQ8Halves; ++half)
+      for (int64_t m = 0; m < job.M; m += kQ8RowTile)
+        q8_rows<FMT>(job, m, job.M - m < kQ8RowTile ? job.M - m : kQ8RowTile, g, half);
 }
 
 template <int FMT>
