@@ -807,15 +807,14 @@ void q8_tile(const MatmulQ8Job& job, int64_t m0, int64_t g, int half) {
       for (int64_t line = 0; line < GB; line += 64)
         prefetch_l1(reinterpret_cast<const char*>(blk + 4 * GB + line));
     const FVec dw = q8_scales(blk + 2 * kQ8Lanes * half);
+    const FVec mw = FMT == kFormatQ4_1 ? q8_scales(blk + 32 + 2 * kQ8Lanes * half) : dw;
     Q8Weights wt;
     q8_load<FMT>(blk + q8_q_offset(FMT), half, wt);
     for (int r = 0; r < RR; ++r) {
       const int64_t i = (m0 + r) * nb + b;
       const IVec isum = q8_dot<FMT>(wt, job.xq + (m0 + r) * K + b * 32, job.xsum[i]);
       acc[r] = fv_fma(fv_cvt(isum), fv_mul(dw, fv_set1(job.xd[i])), acc[r]);
-      if constexpr (FMT == kFormatQ4_1)
-        macc[r] = fv_fma(q8_scales(blk + 32 + 2 * kQ8Lanes * half), fv_set1(job.xs[i]),
-                         macc[r]);
+      if constexpr (FMT == kFormatQ4_1) macc[r] = fv_fma(mw, fv_set1(job.xs[i]), macc[r]);
     }
   }
   for (int r = 0; r < RR; ++r)
