@@ -270,7 +270,7 @@ def bench_gguf_rows(rows=(1, 2, 4, 8, 9, 12, 16, 32), rounds: int = 5) -> list[d
     paths = [(isa, "float", isa, False) for isa in isas]
     paths += [(isa + ("-vnni" if vnni else ""), "q8", isa, vnni)
               for isa, vnni in (("avx512", True), ("avx512", False), ("avx2", False))
-              if isa in isas and (_has_vnni() or not vnni)]
+              if isa in isas and (library.has_vnni() or not vnni)]
     best = {(label, act, m): float("inf") for label, act, *_ in paths for m in rows}
     for r in range(rounds + 1):  # round 0 warms up
         for label, act, isa, vnni in paths:
@@ -296,15 +296,6 @@ def _row_cells(isa: str, activations: str, rows, best: dict, n_weights: int) -> 
         cells.append(f"{m}: {best[m] * 1e3:6.2f} / {gf:5.1f}")
     print(f"  {isa + ' ' + activations:17s} " + "  ".join(cells))
     return out
-
-
-def _has_vnni() -> bool:
-    """Does this CPU have AVX-512 VNNI (matmul_q8's vpdpbusd path)?"""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and "avx512_vnni" in line.split() for line in f)
-    except OSError:
-        return False
 
 
 @contextlib.contextmanager

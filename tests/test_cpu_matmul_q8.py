@@ -42,18 +42,10 @@ def path(request, ops, monkeypatch):
     isa, vnni = request.param
     if isa not in library.isa_builds() or not ops.isa_supported(isa):
         pytest.skip(f"this CPU has no {isa} (the other paths run here)")
-    if vnni and not _cpu_has_vnni():
+    if vnni and not library.has_vnni():
         pytest.skip("this CPU has no AVX-512 VNNI (the AVX-512 path without it runs here)")
     monkeypatch.setenv("SERVELAB_CPU_ISA_DISABLE", "" if vnni else "vnni")
     return isa
-
-
-def _cpu_has_vnni() -> bool:
-    try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags"))
-    except (OSError, StopIteration):
-        return False
-    return "avx512_vnni" in flags.split()
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +171,7 @@ def test_vnni_and_plain_avx512_give_the_same_bits(ops, weights, monkeypatch, fmt
     """Both AVX-512 variants sum the same integers into the same lanes and scale them alike:
     the same bits. So matmul_q8 may take VNNI from 9 rows on and the plain one below, and a
     row's result still does not depend on its batch."""
-    if not (ops.isa_supported("avx512") and _cpu_has_vnni()):
+    if not (ops.isa_supported("avx512") and library.has_vnni()):
         pytest.skip("needs AVX-512 with VNNI")
     raw, w = weights[fmt]
     packed, x = ops.pack_q8(raw, fmt), _inputs(12, w.shape[1], 3)

@@ -187,6 +187,11 @@ def matmul_isa() -> str:
         raise ValueError(str(exc).splitlines()[0]) from None
 
 
+def has_vnni() -> bool:
+    """Does this CPU have AVX-512 VNNI (the int8 kernel's vpdpbusd path, weights="gguf-q8")?"""
+    return "avx512_vnni" in _cpu_signature().split()
+
+
 def supported_isas() -> list[str]:
     """The matmul paths this CPU can run (tests force each)."""
     return [isa for isa in ISAS if load() and torch.ops.servelab.isa_supported(isa)]
