@@ -6,7 +6,10 @@ with Debian's g++-aarch64-linux-gnu, together with the portable build and a smal
 no torch (tests/native/matmul_driver.cpp), and run under qemu-aarch64. The same properties as
 tests/test_cpu_matmul.py holds for the x86 paths: the dequantized weights equal gguf-py's to the
 bit; the product equals the exact one within fp32 accumulation-order error; every row's result
-is the same bits whatever the other rows, their number and the split of the columns.
+is the same bits whatever the other rows, their number and the split of the columns. The int8
+kernel (weights="gguf-q8"), plain NEON and with ARMv8.2's sdot, gives the same bits as the x86
+AVX2 kernel on this machine (both scale the same exact integer sums with the same fused
+multiply-adds), and the portable one the same bits as its x86 build.
 
 qemu runs the instructions, not the speed: these tests say nothing of how fast NEON is.
 Without the two tools (`apt install g++-aarch64-linux-gnu qemu-user`; .ci/run installs them)
@@ -29,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CXX, QEMU = "aarch64-linux-gnu-g++", "qemu-aarch64"
 FORMATS = {"bf16": 0, "q8_0": 1, "q4_1": 2}
 PATHS = ["neon", "portable"]
+OPS = {"matmul": 0, "dequantize": 1, "matmul_q8": 2}
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +43,15 @@ def driver(tmp_path_factory) -> Path:
                     "qemu-user to test the NEON matmul here")
     out = tmp_path_factory.mktemp("neon")
     source = ROOT / "engine/model/cpu/matmul_isa.cpp"
+    from engine.model.cpu.library import ISA_FLAGS, isa_objects
+
     objects = []
-    for name, code in (("neon", 3), ("portable", 0)):  # library.py's flags for each
+    for name in isa_objects("aarch64"):  # neon, neondot, portable: library.py's flags for each
+        code, flags = ISA_FLAGS[name]
         obj = out / f"{name}.o"
         subprocess.run([CXX, "-O3", "-ffp-contract=off", "-std=c++17", "-c",
-                        f"-DSERVELAB_ISA={code}", str(source), "-o", str(obj)], check=True)
+                        f"-DSERVELAB_ISA={code}", *flags, str(source), "-o", str(obj)],
+                       check=True)
         objects.append(str(obj))
     exe = out / "matmul_driver"
     subprocess.run([CXX, "-O2", "-std=c++17", "-static",
@@ -54,12 +62,13 @@ def driver(tmp_path_factory) -> Path:
 
 def run(driver: Path, isa: str, fmt: str, raw: np.ndarray, k: int, pool: np.ndarray,
         calls: list[tuple[str, int, list[int]]]) -> list[np.ndarray]:
-    """Each call ("matmul", split, row indices) or ("dequantize", 0, []) under qemu; results."""
+    """Each call ("matmul" or "matmul_q8", split, row indices) or ("dequantize", 0, []) under
+    qemu; results. For "matmul_q8", `raw` is the weight as pack_q8 regroups it."""
     work = driver.parent
     n = raw.shape[0]
     plan = [len(calls)]
     for op, split, idx in calls:
-        plan += [0 if op == "matmul" else 1, split, len(idx), *idx]
+        plan += [OPS[op], split, len(idx), *idx]
     (work / "w.bin").write_bytes(np.ascontiguousarray(raw).tobytes())
     (work / "pool.bin").write_bytes(np.ascontiguousarray(pool, dtype=np.float32).tobytes())
     (work / "plan.bin").write_bytes(np.array(plan, dtype=np.int32).tobytes())
@@ -69,7 +78,7 @@ def run(driver: Path, isa: str, fmt: str, raw: np.ndarray, k: int, pool: np.ndar
     flat = np.fromfile(work / "out.bin", dtype=np.float32)
     results, at = [], 0
     for op, _, idx in calls:
-        shape = (len(idx), n) if op == "matmul" else (n, k)
+        shape = (n, k) if op == "dequantize" else (len(idx), n)
         size = shape[0] * shape[1]
         results.append(flat[at:at + size].reshape(shape))
         at += size
@@ -135,6 +144,44 @@ def test_matmul_within_accumulation_error_and_batch_invariant(driver, weights, i
         assert np.array_equal(got.view(np.uint32), alone[idx].view(np.uint32)), len(idx)
 
 
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0", "q4_1_edges"])
+def test_int8_kernel_gives_the_x86_bits_and_is_batch_invariant(driver, weights, fmt):
+    """weights="gguf-q8" on ARM: NEON with and without sdot, and portable, each in one qemu run
+    of every row alone and batches of 1-5, 8 and 13 rows, the columns split in runs of 16 or
+    whole. Every row equals, bit for bit, what this machine's kernels compute (AVX2 for both
+    NEON builds, x86's portable build for ARM's), so the x86 tests' error bounds hold on ARM."""
+    import torch
+
+    from engine.model.cpu import library
+
+    assert library.load(), "the C++ CPU kernels did not build (see the message above)"
+    ops = torch.ops.servelab
+    if not ops.isa_supported("avx2"):
+        pytest.skip("this x86-64 CPU has no AVX2 to compare NEON's int8 kernel with")
+    raw, _, k = weights[fmt]
+    if raw.shape[0] % 16:  # the edge blocks: 8 columns, twice (a group is 16)
+        raw = np.concatenate([raw, raw[::-1]])
+    packed = ops.pack_q8(torch.from_numpy(np.ascontiguousarray(raw)),
+                         fmt.removesuffix("_edges")).numpy()
+    rows = packed.reshape(raw.shape[0], -1)  # the same bytes; run() reads N from the shape
+    g = np.random.default_rng(5)
+    pool = (g.standard_normal((24, k)) * g.uniform(0, 4, (24, 1))).astype(np.float32)
+    pool[0, :32] = 0.0  # an all-zero block (scale 0)
+    rng = random.Random(f"q8-{fmt}")
+    batches = [[rng.randrange(len(pool)) for _ in range(size)] for size in (1, 2, 3, 4, 5, 8, 13)]
+    calls = ([("matmul_q8", raw.shape[0], [i]) for i in range(len(pool))]
+             + [("matmul_q8", rng.choice([16, raw.shape[0]]), idx) for idx in batches])
+    x = torch.from_numpy(pool)
+    for isa, twin in (("neon", "avx2"), ("neondot", "avx2"), ("portable", "portable")):
+        results = run(driver, isa, fmt.removesuffix("_edges"), rows, k, pool, calls)
+        alone = np.concatenate(results[:len(pool)])
+        host = ops.matmul_q8(x, torch.from_numpy(packed), "auto", twin).numpy()
+        assert np.array_equal(alone.view(np.uint32), host.view(np.uint32)), (
+            f"{isa}: {(alone != host).sum()} of {alone.size} results differ from x86 {twin}")
+        for idx, got in zip(batches, results[len(pool):]):
+            assert np.array_equal(got.view(np.uint32), alone[idx].view(np.uint32)), (isa, idx)
+
+
 def test_the_library_sources_compile_for_aarch64(driver):
     """The rest of the C++ library (the layer loop, the ops, the matmul's run-time choice, which
     on AArch64 offers neon and portable) parses for AArch64 against the installed torch's
@@ -145,6 +192,8 @@ def test_the_library_sources_compile_for_aarch64(driver):
 
     assert library.isa_builds("aarch64") == ["portable", "neon"]
     assert library.isa_builds("x86_64") == ["portable", "avx2", "avx512"]
+    assert library.isa_objects("aarch64") == ["portable", "neon", "neondot"]
+    assert library.isa_objects("x86_64") == ["portable", "avx2", "avx512", "avx512vnni"]
     includes = [f"-I{p}" for p in cpp_extension.include_paths()]
     jobs = [subprocess.Popen([CXX, "-fsyntax-only", "-w", "-std=c++17", "-fopenmp",
                               "-DCPU_CAPABILITY=DEFAULT", *includes, str(src)],

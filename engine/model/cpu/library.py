@@ -39,6 +39,8 @@ ISA_FLAGS = {  # name -> (SERVELAB_ISA, compiler flags)
     # which matmul.cpp runs instead of AVX-512's own where the CPU has VNNI
     "avx512vnni": (2, ["-DSERVELAB_VNNI=1", "-mavx512vnni", "-mavx512f", "-mavx512bw",
                        "-mavx512vl", "-mavx2", "-mfma", "-mf16c"]),
+    # and the NEON source with ARMv8.2's sdot, which matmul.cpp runs where the CPU has it
+    "neondot": (3, ["-DSERVELAB_DOTPROD=1", "-march=armv8.2-a+dotprod"]),
 }
 
 
@@ -55,10 +57,12 @@ def isa_builds(machine: str | None = None) -> list[str]:
 
 
 def isa_objects(machine: str | None = None) -> list[str]:
-    """The objects matmul_isa.cpp is compiled into: one per instruction set, and on x86-64 the
-    AVX-512 one a second time with VNNI (a variant of AVX-512, not a set of its own)."""
+    """The objects matmul_isa.cpp is compiled into: one per instruction set, and the int8
+    kernel's dot-product variants (not sets of their own): on x86-64 AVX-512 a second time with
+    VNNI, on AArch64 NEON a second time with sdot."""
     builds = isa_builds(machine)
-    return builds + (["avx512vnni"] if "avx512" in builds else [])
+    return builds + [variant for base, variant in (("avx512", "avx512vnni"), ("neon", "neondot"))
+                     if base in builds]
 
 
 def _cpu_signature() -> str:

@@ -33,6 +33,10 @@
 
 #include "matmul_isa.h"
 
+#if defined(__aarch64__)
+#include <sys/auxv.h>  // getauxval(AT_HWCAP): the CPU's features, as Linux reports them
+#endif
+
 namespace servelab {
 namespace {
 
@@ -43,27 +47,34 @@ struct Isa {
   void (*matmul_columns)(const MatmulJob&, int64_t, int64_t);
   void (*dequantize_rows)(const uint8_t*, int, int64_t, int64_t, int64_t, float*);
   void (*matmul_q8_columns)(const MatmulQ8Job&, int64_t, int64_t);
-  // the int8 kernel with VNNI's vpdpbusd, where the CPU has it (nullptr: none for this set)
-  void (*matmul_q8_columns_vnni)(const MatmulQ8Job&, int64_t, int64_t);
+  // the int8 kernel with a dot-product instruction (x86 VNNI's vpdpbusd, ARM's sdot), where
+  // the CPU has `dot` (nullptr: none for this set), from `dot_from_rows` rows on
+  void (*matmul_q8_columns_dot)(const MatmulQ8Job&, int64_t, int64_t);
+  const char* dot;
+  int64_t dot_from_rows;
 };
 
 const Isa kIsas[] = {
 #if defined(__x86_64__) || defined(_M_X64)
     {"avx512", isa_avx512::matmul_columns, isa_avx512::dequantize_rows,
-     isa_avx512::matmul_q8_columns, isa_avx512vnni::matmul_q8_columns},
+     // VNNI's vpdpbusd from 9 rows on: on a Zen 4 it ran a step's matmuls 0.8x as fast as
+     // vpmaddubsw + vpmaddwd at 1-8 rows and up to 1.4x faster at 12-32 (kernel_bench --rows)
+     isa_avx512::matmul_q8_columns, isa_avx512vnni::matmul_q8_columns, "vnni", 9},
     {"avx2", isa_avx2::matmul_columns, isa_avx2::dequantize_rows, isa_avx2::matmul_q8_columns,
-     nullptr},
+     nullptr, "", 0},
 #elif defined(__aarch64__)
+    // sdot at every row count: one instruction where plain NEON takes five (its speed is
+    // unmeasured here: the tests run NEON under qemu)
     {"neon", isa_neon::matmul_columns, isa_neon::dequantize_rows, isa_neon::matmul_q8_columns,
-     nullptr},
+     isa_neondot::matmul_q8_columns, "dotprod", 1},
 #endif
     {"portable", isa_portable::matmul_columns, isa_portable::dequantize_rows,
-     isa_portable::matmul_q8_columns, nullptr},
+     isa_portable::matmul_q8_columns, nullptr, "", 0},
 };
 
 // SERVELAB_CPU_ISA_DISABLE="avx512,avx2": act as if this CPU lacked these (to try, and test,
-// a narrower CPU's automatic choice and the refusal of a forced set it does not have); "vnni":
-// the AVX-512 int8 kernel without vpdpbusd
+// a narrower CPU's automatic choice and the refusal of a forced set it does not have); "vnni"
+// and "dotprod": the AVX-512 and NEON int8 kernels without vpdpbusd and sdot
 bool disabled(const std::string& name) {
   const char* env = std::getenv("SERVELAB_CPU_ISA_DISABLE");
   if (!env) return false;
@@ -84,6 +95,7 @@ bool cpu_has(const std::string& name) {
            __builtin_cpu_supports("f16c");
 #elif defined(__aarch64__)
   if (name == "neon") return true;  // Advanced SIMD is part of every AArch64 CPU
+  if (name == "dotprod") return getauxval(AT_HWCAP) & HWCAP_ASIMDDP;  // ARMv8.2's sdot
 #endif
   return name == "portable";
 }
@@ -152,30 +164,14 @@ int64_t weight_k(const at::Tensor& w, const std::string& format, int code, int64
   return w.size(1) / bb * 32;
 }
 
-// x [M, K] rounded to int8 per block of 32 (llama.cpp's Q8_0 / Q8_1 activations, with fp32
-// scales where llama.cpp keeps fp16 ones): d = amax / 127, q = x * (127 / amax) rounded to the
-// nearest (ties to even), sum = sum(q), s = d * sum (Q4_1's m term). Row by row in plain
-// scalar code: the same bits on every instruction set and whatever the other rows.
+// x [M, K] rounded to int8 per block of 32 (quantize_block_q8 in matmul_isa.h), row by row:
+// the same bits on every instruction set and whatever the other rows.
 void quantize_rows_q8(const float* x, int64_t M, int64_t K, int8_t* q, float* d, float* s,
                       int32_t* sum) {
   const int64_t nb = K / 32;
   at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
-    for (int64_t m = m0; m < m1; ++m)
-      for (int64_t b = 0; b < nb; ++b) {
-        const float* xb = x + m * K + b * 32;
-        int8_t* qb = q + m * K + b * 32;
-        float amax = 0.0f;
-        for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
-        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        int32_t total = 0;
-        for (int j = 0; j < 32; ++j) {
-          qb[j] = static_cast<int8_t>(std::nearbyint(xb[j] * id));
-          total += qb[j];
-        }
-        d[m * nb + b] = amax / 127.0f;
-        s[m * nb + b] = d[m * nb + b] * static_cast<float>(total);
-        sum[m * nb + b] = total;
-      }
+    for (int64_t i = m0 * nb; i < m1 * nb; ++i)  // block i: row i / nb, block i % nb
+      quantize_block_q8(x + 32 * i, q + 32 * i, d + i, s + i, sum + i);
   });
 }
 
@@ -248,13 +244,10 @@ at::Tensor matmul_q8(const at::Tensor& x_in, const at::Tensor& w, const std::str
               K, " inputs has rows of ", 16 * nb * bb, " bytes, got ", w.size(1));
   const Isa& isa = pick(isa_name);
   const int64_t M = x_in.size(0), N = w.size(0) * 16;
-  // VNNI's vpdpbusd from 9 rows on: on a Zen 4 it ran a step's matmuls 0.8x as fast as
-  // vpmaddubsw + vpmaddwd at 1-8 rows and up to 1.4x faster at 12-32 (kernel_bench --rows).
-  // Both give the same bits (the same integer sums, scaled alike), so the choice by row count
-  // keeps every row's result independent of its batch.
-  constexpr int64_t kVnniFromRows = 9;
-  auto kernel = isa.matmul_q8_columns_vnni && cpu_has("vnni") && M >= kVnniFromRows
-                    ? isa.matmul_q8_columns_vnni
+  // the dot-product kernel and the plain one give the same bits (the same integer sums, scaled
+  // alike), so a choice by row count keeps every row's result independent of its batch
+  auto kernel = isa.matmul_q8_columns_dot && cpu_has(isa.dot) && M >= isa.dot_from_rows
+                    ? isa.matmul_q8_columns_dot
                     : isa.matmul_q8_columns;
   const at::Tensor x = x_in.to(at::kFloat).contiguous();
   at::Tensor y = at::empty({M, N}, x.options());

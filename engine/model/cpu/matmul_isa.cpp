@@ -8,6 +8,9 @@
 //   SERVELAB_ISA=1  isa_avx2      -mavx2 -mfma -mf16c
 //   SERVELAB_ISA=0  isa_portable  no flags (plain C++; the compiler's baseline vectors)
 //   SERVELAB_ISA=3  isa_neon      none needed: NEON (Advanced SIMD) is part of every AArch64 CPU
+//                   isa_neondot   the same with -march=armv8.2-a+dotprod -DSERVELAB_DOTPROD=1:
+//                   only the int8 kernel differs, using sdot (Apple M1 on, Graviton 2 on,
+//                   Cortex-A76 / Raspberry Pi 5 on)
 // so a wider CPU can run (and the tests can force) every narrower path. matmul.cpp picks one at
 // run time and splits the output columns over threads. This file includes no ATen or standard
 // library templates: an inline function compiled here with AVX-512 must never be the copy a
@@ -43,6 +46,8 @@
 #define ISA_NS isa_avx2
 #elif SERVELAB_ISA == 0
 #define ISA_NS isa_portable
+#elif SERVELAB_ISA == 3 && SERVELAB_DOTPROD
+#define ISA_NS isa_neondot
 #elif SERVELAB_ISA == 3
 #define ISA_NS isa_neon
 #else
@@ -725,8 +730,92 @@ inline FVec fv_add(FVec a, FVec b) { return _mm256_add_ps(a, b); }
 inline FVec fv_cvt(IVec v) { return _mm256_cvtepi32_ps(v); }
 inline void fv_store(float* p, FVec v) { _mm256_storeu_ps(p, v); }
 
+#elif SERVELAB_ISA == 3
+// NEON: a group's 16 columns in four 128-bit vectors of 4 columns each; a 16-byte load of a
+// chunk holds 4 columns' 4 consecutive q. The weights stay where they are (a block is 32
+// vectors, as many as NEON has registers): each row of a tile reads them again, from L1.
+constexpr int kQ8Lanes = 16;
+struct IVec {
+  int32x4_t v[4];
+};
+struct FVec {
+  float32x4_t v[4];
+};
+inline FVec q8_scales(const uint8_t* p) {  // 16 fp16 -> fp32
+  FVec r;
+  for (int i = 0; i < 4; ++i)
+    r.v[i] = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t*>(p) +
+                                                         4 * i)));
+  return r;
+}
+struct Q8Weights {
+  const uint8_t* qb;
+};
+template <int FMT>
+inline void q8_load(const uint8_t* qb, int, Q8Weights& out) { out.qb = qb; }
+// acc + per 32-bit lane (one column) the sum of its four byte products w * x
+inline int32x4_t q8_dot4(int32x4_t acc, int8x16_t w, int8x16_t x) {
+#if SERVELAB_DOTPROD
+  return vdotq_s32(acc, w, x);
 #else
-// portable C++ (and AArch64 for now: NEON's sdot would be the next step): 16 columns in arrays
+  // products of 8 bytes (2 columns x 4) at a time, exact in int16; pairwise sums to int32,
+  // then the two pairs of each column added: [c0, c1, c2, c3], the same integers as sdot
+  const int16x8_t lo = vmull_s8(vget_low_s8(w), vget_low_s8(x)), hi = vmull_high_s8(w, x);
+  return vaddq_s32(acc, vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi)));
+#endif
+}
+template <int FMT>
+inline IVec q8_dot(const Q8Weights& wt, const int8_t* xb, int32_t) {
+  IVec s;
+  for (int c = 0; c < 4; ++c) s.v[c] = vdupq_n_s32(0);
+  const auto x4 = [&](int h) {  // the 4 bytes of x chunk h multiplies, in every lane
+    int32_t v;
+    std::memcpy(&v, xb + q8_x_offset(FMT, h), 4);
+    return vreinterpretq_s8_s32(vdupq_n_s32(v));
+  };
+  for (int h = 0; h < q8_chunks(FMT); ++h) {
+    const int8x16_t x = x4(h);
+    for (int c = 0; c < 4; ++c) {
+      const uint8x16_t v = vld1q_u8(wt.qb + 64 * h + 16 * c);
+      if constexpr (FMT == kFormatQ4_1) {
+        s.v[c] = q8_dot4(s.v[c], vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0xf))), x);
+        s.v[c] = q8_dot4(s.v[c], vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), x4(h + 4));
+      } else {
+        s.v[c] = q8_dot4(s.v[c], vreinterpretq_s8_u8(v), x);
+      }
+    }
+  }
+  return s;
+}
+inline FVec fv_set1(float v) {
+  FVec r;
+  for (auto& q : r.v) q = vdupq_n_f32(v);
+  return r;
+}
+inline FVec fv_zero() { return fv_set1(0.0f); }
+inline FVec fv_fma(FVec a, FVec b, FVec c) {  // a * b + c, fused, as AVX2 and AVX-512
+  for (int i = 0; i < 4; ++i) c.v[i] = vfmaq_f32(c.v[i], a.v[i], b.v[i]);
+  return c;
+}
+inline FVec fv_mul(FVec a, FVec b) {
+  for (int i = 0; i < 4; ++i) a.v[i] = vmulq_f32(a.v[i], b.v[i]);
+  return a;
+}
+inline FVec fv_add(FVec a, FVec b) {
+  for (int i = 0; i < 4; ++i) a.v[i] = vaddq_f32(a.v[i], b.v[i]);
+  return a;
+}
+inline FVec fv_cvt(IVec v) {
+  FVec r;
+  for (int i = 0; i < 4; ++i) r.v[i] = vcvtq_f32_s32(v.v[i]);
+  return r;
+}
+inline void fv_store(float* p, FVec v) {
+  for (int i = 0; i < 4; ++i) vst1q_f32(p + 4 * i, v.v[i]);
+}
+
+#else
+// portable C++: 16 columns in arrays
 constexpr int kQ8Lanes = 16;
 struct IVec {
   int32_t v[16];
@@ -790,6 +879,8 @@ constexpr int kQ8Halves = kQ8Cols / kQ8Lanes;  // vectors per group of 16 column
 // rows (8 sums, 8 m sums, 8 weight vectors); AVX2's 16 take 4
 #if SERVELAB_ISA == 2
 constexpr int kQ8RowTile = 8;
+#elif SERVELAB_ISA == 3
+constexpr int kQ8RowTile = 2;  // NEON: 16 of its 32 registers for 2 rows' sums and m sums
 #else
 constexpr int kQ8RowTile = 4;
 #endif

@@ -2,6 +2,7 @@
 // library.py compiles once per instruction set into the namespaces below. Plain C++ only.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace servelab {
@@ -30,6 +31,29 @@ struct MatmulQ8Job {
   int format;
 };
 
+// One block of 32 activations rounded as llama.cpp rounds them (Q8_0 / Q8_1, with fp32 scales
+// where llama.cpp keeps fp16 ones): d = amax / 127, q = x * (127 / amax) rounded to the nearest
+// (ties to even), sum = sum(q), s = d * sum (Q4_1's m term). Plain scalar code, so the same bits
+// on every CPU. For matmul.cpp and tests/native/matmul_driver.cpp only: static, so no copy of
+// it compiled with an instruction set's flags is ever the one another caller links to.
+static inline void quantize_block_q8(const float* x, int8_t* q, float* d, float* s,
+                                     int32_t* sum) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    const float a = std::fabs(x[j]);
+    amax = a > amax ? a : amax;
+  }
+  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+  int32_t total = 0;
+  for (int j = 0; j < 32; ++j) {
+    q[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
+    total += q[j];
+  }
+  *d = amax / 127.0f;
+  *s = *d * static_cast<float>(total);
+  *sum = total;
+}
+
 #define SERVELAB_DECLARE_ISA(NS)                                                     \
   namespace NS {                                                                     \
   void matmul_columns(const MatmulJob& job, int64_t n0, int64_t n1);                 \
@@ -46,6 +70,7 @@ SERVELAB_DECLARE_ISA(isa_avx512)
 SERVELAB_DECLARE_ISA(isa_avx512vnni)  // the same source with VNNI's vpdpbusd for int8 products
 #elif defined(__aarch64__)
 SERVELAB_DECLARE_ISA(isa_neon)
+SERVELAB_DECLARE_ISA(isa_neondot)  // the same source with ARMv8.2's sdot for int8 products
 #endif
 
 #undef SERVELAB_DECLARE_ISA
