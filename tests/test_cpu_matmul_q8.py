@@ -146,6 +146,34 @@ def test_matmul_q8_equals_the_exact_product(ops, path, weights, fmt, rows):
     assert (err <= bound).all(), f"worst error {(err / bound).max():.2f}x the bound"
 
 
+@pytest.mark.parametrize("q", [15, 0, "alternating"])
+def test_q4_1_block_sums_at_their_largest_are_exact(ops, path, q):
+    """The AVX-512 (without VNNI) and AVX2 kernels sum a Q4_1 block's byte products in int16
+    and widen once (matmul_isa.cpp, q4_1_block_sum): q = 15 against x = +-127 everywhere is
+    the largest such sum (16 products of 1905 per int16 lane: 30480). Every q 15 (or 0, or
+    15 and 0 alternating by nibble) with d = 1 and m = 0, against rows of x = +1, -1, and
+    alternating +1 / -1: each integer sum is then exactly known, and an int16 that wrapped or
+    saturated would be off by 65536 or more."""
+    import gguf
+
+    k, n = 256, 16
+    byte = {15: 0xFF, 0: 0x00, "alternating": 0x0F}[q]
+    block = np.zeros(20, dtype=np.uint8)
+    block[0:2] = np.array([0x3C00], dtype=np.uint16).view(np.uint8)  # d = 1.0, m = 0
+    block[4:] = byte
+    raw = np.tile(block, (n, k // 32))
+    w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q4_1).astype(np.float64)
+    x = torch.ones(3, k)
+    x[1] = -1.0
+    x[2, 1::2] = -1.0
+    got = ops.matmul_q8(x, ops.pack_q8(torch.from_numpy(raw), "q4_1"), "auto", path).double()
+    qx, d, _ = ops.quantize_q8(x)
+    assert qx.abs().max() == 127
+    exact = (qx.double().view(3, -1, 32) * d.double().unsqueeze(-1)).view(3, k) @ \
+        torch.from_numpy(w).T
+    assert torch.allclose(got, exact, rtol=1e-6, atol=1e-6), (got[:, 0], exact[:, 0])
+
+
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
 def test_matmul_q8_rows_are_batch_invariant(ops, path, weights, fmt):
     raw, w = weights[fmt]

@@ -601,6 +601,13 @@ void columns(const MatmulJob& job, int64_t n0, int64_t n1) {
 // tried first, ran no faster than the fp32 path). Integer sums are exact, so every (row,
 // column) result is a fixed sequence of fp32 operations whatever the batch: batch-invariant.
 
+// q4_1_block_sum: without VNNI a byte product pair comes out of vpmaddubsw as int16 and needs
+// a vpmaddwd to widen it to int32. For Q4_1 the widening waits until the block's end: q is
+// 0..15 and x's int8 is within [-127, 127] (quantize_block_q8 rounds x * 127 / max|x|, never
+// past 127), so a pair's sum is within 2 * 15 * 127 = 3810 and the block's 8 within 30480 <
+// 32767: int16 holds them exactly (no saturation), and the one vpmaddwd at the end gives the
+// same int32 sums as widening every pair, with 8 of the 16 multiply-unit instructions of a
+// block instead. Q8_0's |q| goes to 128, a pair to 32512: it widens every pair.
 constexpr int64_t kQ8Cols = 16;  // columns per packed group
 constexpr int64_t q8_group_block_bytes(int fmt) { return fmt == kFormatQ8_0 ? 544 : 320; }
 // offset of the q bytes and the number of 64-byte chunks in a group's block
@@ -649,6 +656,18 @@ inline void q8_load(const uint8_t* qb, int half, Q8Weights& out) {
 // sum over the block's 8 chunks of w . (4 bytes of x broadcast), into 16 int32 lanes
 template <int FMT>
 inline IVec q8_dot(const Q8Weights& wt, const int8_t* xb, int32_t xsum) {
+#if !SERVELAB_VNNI
+  if constexpr (FMT == kFormatQ4_1) {  // the whole block summed in int16 (see q4_1_block_sum)
+    __m512i s16[2];
+    for (int h = 0; h < 8; ++h) {
+      int32_t x4;
+      std::memcpy(&x4, xb + q8_x_offset(FMT, h), 4);
+      const __m512i p = _mm512_maddubs_epi16(wt.w[h], _mm512_set1_epi32(x4));
+      s16[h & 1] = h < 2 ? p : _mm512_add_epi16(s16[h & 1], p);
+    }
+    return _mm512_madd_epi16(_mm512_add_epi16(s16[0], s16[1]), _mm512_set1_epi16(1));
+  }
+#endif
   IVec s[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
   for (int h = 0; h < 8; ++h) {
     int32_t x4;
@@ -711,6 +730,16 @@ inline void q8_load(const uint8_t* qb, int half, Q8Weights& out) {
 }
 template <int FMT>
 inline IVec q8_dot(const Q8Weights& wt, const int8_t* xb, int32_t) {
+  if constexpr (FMT == kFormatQ4_1) {  // the whole block summed in int16 (see q4_1_block_sum)
+    __m256i s16[2];
+    for (int h = 0; h < 8; ++h) {
+      int32_t x4;
+      std::memcpy(&x4, xb + q8_x_offset(FMT, h), 4);
+      const __m256i p = _mm256_maddubs_epi16(wt.w[h], _mm256_set1_epi32(x4));
+      s16[h & 1] = h < 2 ? p : _mm256_add_epi16(s16[h & 1], p);
+    }
+    return _mm256_madd_epi16(_mm256_add_epi16(s16[0], s16[1]), _mm256_set1_epi16(1));
+  }
   IVec s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
   for (int h = 0; h < 8; ++h) {
     int32_t x4;
