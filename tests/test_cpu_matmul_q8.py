@@ -214,6 +214,22 @@ def engines():
     return {w: LLMEngine(EngineConfig(weights=w, max_model_len=256)) for w in ("gguf", "gguf-q8")}
 
 
+def test_engine_gguf_q8_weights_lie_in_one_region_in_step_order(engines):
+    """The packed weights are one allocation (packing.step_order_arena), each matrix after the
+    one a decode step reads before it, the first 2 MB aligned, and the same bytes as pack_q8
+    of the file's rows."""
+    model = engines["gguf-q8"].model
+    order = [layer[n] for layer in model.layers for n in model.LINEAR_WEIGHTS] + [model.lm_head]
+    base = order[0].untyped_storage().data_ptr()
+    assert all(t.untyped_storage().data_ptr() == base for t in order)
+    assert order[0].data_ptr() % (2 << 20) == 0
+    for a, b in zip(order, order[1:]):
+        end = a.data_ptr() + a.numel() * a.element_size()
+        assert end <= b.data_ptr() < end + 64
+    gguf_rows = engines["gguf"].model.layers[3]["gate_up"]
+    assert torch.equal(model.layers[3]["gate_up"], torch.ops.servelab.pack_q8(gguf_rows, "q4_1"))
+
+
 def test_engine_gguf_q8_stays_close_to_the_fp32_model(engines):
     """Rounding the activations to int8 moves the logits a little: teacher-forced on the fp32
     GGUF engine's own greedy answers, the int8 engine picks the same next token at nearly

@@ -35,6 +35,7 @@ from engine.model.cpu.packing import (
     choose_layout,
     cpu_packing_available,
     pack_q8,
+    step_order_arena,
 )
 from engine.model.loader import LoadedModel, ModelConfig
 
@@ -149,9 +150,14 @@ class LlamaModel:
             if layout == "gguf-q8":  # regrouped for the int8 kernel (its own copy)
                 ins = dict(zip(("qkv", "o", "gate_up", "down", "lm_head"),
                                (k for _, k in self.linear_shapes(cfg))))
-                gguf = {"lm_head": pack_q8(gguf["lm_head"], ins["lm_head"]),
-                        "layers": [{n: pack_q8(t, ins[n]) for n, t in layer.items()}
-                                   for layer in gguf["layers"]]}
+                packed = [pack_q8(layer[n], ins[n]) for layer in gguf["layers"]
+                          for n in self.LINEAR_WEIGHTS] + [pack_q8(gguf["lm_head"],
+                                                                   ins["lm_head"])]
+                packed = step_order_arena(packed)  # one region, read front to back
+                names = self.LINEAR_WEIGHTS
+                gguf = {"lm_head": packed[-1],
+                        "layers": [dict(zip(names, packed[i:i + len(names)]))
+                                   for i in range(0, len(packed) - 1, len(names))]}
         self.embed = get("embed_tokens.weight")  # [vocab, hidden]
         self.lm_head = gguf["lm_head"] if gguf else self.plain_lm_head
         self.final_norm = get("norm.weight")

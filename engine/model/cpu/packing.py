@@ -85,6 +85,38 @@ def pack_q8(rows: torch.Tensor, in_features: int) -> torch.Tensor:
     return torch.ops.servelab.pack_q8(rows, row_format(rows, in_features))
 
 
+HUGE_PAGE = 2 << 20  # bytes of an x86-64 / AArch64 transparent huge page
+
+
+def step_order_arena(weights: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Copies of `weights` laid back to back, in the order a decode step reads them, in one
+    anonymous mapping aligned to 2 MB and advised for transparent huge pages (Linux's
+    MADV_HUGEPAGE, where the OS has it). The step then streams one region from start to end:
+    each matrix begins where the last one ended, so the CPU's prefetcher, already running
+    ahead, has its first lines on the way, and a huge page spares a TLB miss every 4 KB.
+    As separate allocations the weights cost each of a batch-1 decode step's ~120 int8
+    matmuls 4-10 us more than one matmul over them all (a one-off measurement on a Zen 4,
+    README, Performance); in the arena, a decode step ran 1.05x as fast (median of 16 paired
+    rounds). The copies are the same bytes: nothing computed changes."""
+    import mmap
+
+    align = 64
+    sizes = [t.numel() * t.element_size() for t in weights]
+    total = sum((n + align - 1) // align * align for n in sizes)
+    region = mmap.mmap(-1, total + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        region.madvise(mmap.MADV_HUGEPAGE)
+    raw = torch.frombuffer(region, dtype=torch.uint8)  # keeps the mapping alive
+    at = -raw.data_ptr() % HUGE_PAGE
+    out = []
+    for t, n in zip(weights, sizes):
+        view = raw[at:at + n].view(t.dtype).view(t.shape)
+        view.copy_(t)
+        out.append(view)
+        at += (n + align - 1) // align * align
+    return out
+
+
 def q8_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
               ) -> torch.Tensor:
     """F.linear for `pack_q8`ed GGUF weights, x rounded to int8 per block of 32 first."""
