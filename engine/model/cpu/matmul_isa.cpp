@@ -952,12 +952,50 @@ inline void q8_rows(const MatmulQ8Job& job, int64_t m0, int64_t rows, int64_t g,
   if constexpr (RR < kQ8RowTile) q8_rows<FMT, RR + 1>(job, m0, rows, g, half);
 }
 
+// Row m x all 16 columns of group g in one pass over its blocks, every half in the same
+// iteration (AVX2: a group is two vectors wide): a row alone (a batch-1 decode, a tile's last
+// row) then reads each block once while it is in L1 and broadcasts its x once for both halves.
+// Each column sees exactly q8_tile's operations in q8_tile's order: the same bits.
+template <int FMT>
+void q8_row_group(const MatmulQ8Job& job, int64_t m, int64_t g) {
+  const int64_t K = job.K, nb = K / 32, GB = q8_group_block_bytes(FMT);
+  const uint8_t* grp = job.w + g * nb * GB;
+  FVec acc[kQ8Halves], macc[kQ8Halves];
+  for (int h = 0; h < kQ8Halves; ++h) acc[h] = fv_zero(), macc[h] = fv_zero();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = grp + b * GB;
+    for (int64_t line = 0; line < GB; line += 64)  // the block 4 ahead, as q8_tile
+      prefetch_l1(reinterpret_cast<const char*>(blk + 4 * GB + line));
+    const int64_t i = m * nb + b;
+    for (int half = 0; half < kQ8Halves; ++half) {
+      Q8Weights wt;
+      q8_load<FMT>(blk + q8_q_offset(FMT), half, wt);
+      const IVec isum = q8_dot<FMT>(wt, job.xq + m * K + b * 32, job.xsum[i]);
+      acc[half] = fv_fma(fv_cvt(isum), fv_mul(q8_scales(blk + 2 * kQ8Lanes * half),
+                                              fv_set1(job.xd[i])), acc[half]);
+      if constexpr (FMT == kFormatQ4_1)
+        macc[half] = fv_fma(q8_scales(blk + 32 + 2 * kQ8Lanes * half), fv_set1(job.xs[i]),
+                            macc[half]);
+    }
+  }
+  for (int half = 0; half < kQ8Halves; ++half)
+    fv_store(job.y + m * job.N + g * kQ8Cols + half * kQ8Lanes,
+             FMT == kFormatQ4_1 ? fv_add(acc[half], macc[half]) : acc[half]);
+}
+
 template <int FMT>
 void q8_columns(const MatmulQ8Job& job, int64_t n0, int64_t n1) {
-  for (int64_t g = n0 / kQ8Cols; g < n1 / kQ8Cols; ++g)
+  const int64_t tail = job.M % kQ8RowTile;  // rows after the last whole tile
+  const int64_t whole = job.M - tail;
+  // a lone row in two halves (AVX2): q8_row_group, one pass. Measured on a Zen 4 (one-off,
+  // old and new loop taking turns in one process): batch-1 decode 1.25x (median of 10 pairs)
+  const bool by_group = kQ8Halves > 1 && tail == 1;
+  for (int64_t g = n0 / kQ8Cols; g < n1 / kQ8Cols; ++g) {
     for (int half = 0; half < kQ8Halves; ++half)
-      for (int64_t m = 0; m < job.M; m += kQ8RowTile)
+      for (int64_t m = 0; m < (by_group ? whole : job.M); m += kQ8RowTile)
         q8_rows<FMT>(job, m, job.M - m < kQ8RowTile ? job.M - m : kQ8RowTile, g, half);
+    if (by_group) q8_row_group<FMT>(job, whole, g);
+  }
 }
 
 template <int FMT>
