@@ -914,32 +914,41 @@ constexpr int kQ8RowTile = 2;  // NEON: 16 of its 32 registers for 2 rows' sums 
 constexpr int kQ8RowTile = 4;
 #endif
 
-// Rows [m0, m0 + RR) x the 16 columns of group g (half `half` of them on AVX2).
-template <int FMT, int RR>
-void q8_tile(const MatmulQ8Job& job, int64_t m0, int64_t g, int half) {
+// Rows [m0, m0 + RR) x NH vectors of group g's 16 columns, from half h0 on (AVX2: half 0 is
+// columns 0-7, half 1 columns 8-15; elsewhere a vector is the whole group). Tiles of rows take
+// one half a pass (NH = 1); a row alone takes the whole group in one pass (NH = kQ8Halves),
+// reading each block once and broadcasting its x once for both halves. Each column sees the
+// same operations in the same order either way: the same bits.
+template <int FMT, int RR, int NH = 1>
+void q8_tile(const MatmulQ8Job& job, int64_t m0, int64_t g, int h0) {
   const int64_t K = job.K, nb = K / 32, GB = q8_group_block_bytes(FMT);
   const uint8_t* grp = job.w + g * nb * GB;
-  FVec acc[RR], macc[RR];
-  for (int r = 0; r < RR; ++r) acc[r] = fv_zero(), macc[r] = fv_zero();
+  FVec acc[RR][NH], macc[RR][NH];
+  for (int r = 0; r < RR; ++r)
+    for (int h = 0; h < NH; ++h) acc[r][h] = fv_zero(), macc[r][h] = fv_zero();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = grp + b * GB;
-    if (half == 0)  // the block 4 ahead (the group's blocks are back to back, then the next's)
+    if (h0 == 0)  // the block 4 ahead (the group's blocks are back to back, then the next's)
       for (int64_t line = 0; line < GB; line += 64)
         prefetch_l1(reinterpret_cast<const char*>(blk + 4 * GB + line));
-    const FVec dw = q8_scales(blk + 2 * kQ8Lanes * half);
-    const FVec mw = FMT == kFormatQ4_1 ? q8_scales(blk + 32 + 2 * kQ8Lanes * half) : dw;
-    Q8Weights wt;
-    q8_load<FMT>(blk + q8_q_offset(FMT), half, wt);
-    for (int r = 0; r < RR; ++r) {
-      const int64_t i = (m0 + r) * nb + b;
-      const IVec isum = q8_dot<FMT>(wt, job.xq + (m0 + r) * K + b * 32, job.xsum[i]);
-      acc[r] = fv_fma(fv_cvt(isum), fv_mul(dw, fv_set1(job.xd[i])), acc[r]);
-      if constexpr (FMT == kFormatQ4_1) macc[r] = fv_fma(mw, fv_set1(job.xs[i]), macc[r]);
+    for (int h = 0; h < NH; ++h) {
+      const int half = h0 + h;
+      const FVec dw = q8_scales(blk + 2 * kQ8Lanes * half);
+      const FVec mw = FMT == kFormatQ4_1 ? q8_scales(blk + 32 + 2 * kQ8Lanes * half) : dw;
+      Q8Weights wt;
+      q8_load<FMT>(blk + q8_q_offset(FMT), half, wt);
+      for (int r = 0; r < RR; ++r) {
+        const int64_t i = (m0 + r) * nb + b;
+        const IVec isum = q8_dot<FMT>(wt, job.xq + (m0 + r) * K + b * 32, job.xsum[i]);
+        acc[r][h] = fv_fma(fv_cvt(isum), fv_mul(dw, fv_set1(job.xd[i])), acc[r][h]);
+        if constexpr (FMT == kFormatQ4_1) macc[r][h] = fv_fma(mw, fv_set1(job.xs[i]), macc[r][h]);
+      }
     }
   }
   for (int r = 0; r < RR; ++r)
-    fv_store(job.y + (m0 + r) * job.N + g * kQ8Cols + half * kQ8Lanes,
-             FMT == kFormatQ4_1 ? fv_add(acc[r], macc[r]) : acc[r]);
+    for (int h = 0; h < NH; ++h)
+      fv_store(job.y + (m0 + r) * job.N + g * kQ8Cols + (h0 + h) * kQ8Lanes,
+               FMT == kFormatQ4_1 ? fv_add(acc[r][h], macc[r][h]) : acc[r][h]);
 }
 
 // q8_tile<FMT, RR> for RR = rows (1 .. kQ8RowTile)
@@ -952,49 +961,19 @@ inline void q8_rows(const MatmulQ8Job& job, int64_t m0, int64_t rows, int64_t g,
   if constexpr (RR < kQ8RowTile) q8_rows<FMT, RR + 1>(job, m0, rows, g, half);
 }
 
-// Row m x all 16 columns of group g in one pass over its blocks, every half in the same
-// iteration (AVX2: a group is two vectors wide): a row alone (a batch-1 decode, a tile's last
-// row) then reads each block once while it is in L1 and broadcasts its x once for both halves.
-// Each column sees exactly q8_tile's operations in q8_tile's order: the same bits.
-template <int FMT>
-void q8_row_group(const MatmulQ8Job& job, int64_t m, int64_t g) {
-  const int64_t K = job.K, nb = K / 32, GB = q8_group_block_bytes(FMT);
-  const uint8_t* grp = job.w + g * nb * GB;
-  FVec acc[kQ8Halves], macc[kQ8Halves];
-  for (int h = 0; h < kQ8Halves; ++h) acc[h] = fv_zero(), macc[h] = fv_zero();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = grp + b * GB;
-    for (int64_t line = 0; line < GB; line += 64)  // the block 4 ahead, as q8_tile
-      prefetch_l1(reinterpret_cast<const char*>(blk + 4 * GB + line));
-    const int64_t i = m * nb + b;
-    for (int half = 0; half < kQ8Halves; ++half) {
-      Q8Weights wt;
-      q8_load<FMT>(blk + q8_q_offset(FMT), half, wt);
-      const IVec isum = q8_dot<FMT>(wt, job.xq + m * K + b * 32, job.xsum[i]);
-      acc[half] = fv_fma(fv_cvt(isum), fv_mul(q8_scales(blk + 2 * kQ8Lanes * half),
-                                              fv_set1(job.xd[i])), acc[half]);
-      if constexpr (FMT == kFormatQ4_1)
-        macc[half] = fv_fma(q8_scales(blk + 32 + 2 * kQ8Lanes * half), fv_set1(job.xs[i]),
-                            macc[half]);
-    }
-  }
-  for (int half = 0; half < kQ8Halves; ++half)
-    fv_store(job.y + m * job.N + g * kQ8Cols + half * kQ8Lanes,
-             FMT == kFormatQ4_1 ? fv_add(acc[half], macc[half]) : acc[half]);
-}
-
 template <int FMT>
 void q8_columns(const MatmulQ8Job& job, int64_t n0, int64_t n1) {
   const int64_t tail = job.M % kQ8RowTile;  // rows after the last whole tile
   const int64_t whole = job.M - tail;
-  // a lone row in two halves (AVX2): q8_row_group, one pass. Measured on a Zen 4 (one-off,
-  // old and new loop taking turns in one process): batch-1 decode 1.25x (median of 10 pairs)
-  const bool by_group = kQ8Halves > 1 && tail == 1;
+  // a lone last row on AVX2 (a batch-1 decode: the only row) takes both halves in one pass.
+  // Measured on a Zen 4 (one-off, old and new loop taking turns in one process): AVX2
+  // batch-1 decode 1.25x (median of 10 pairs)
+  const bool lone = kQ8Halves > 1 && tail == 1;
   for (int64_t g = n0 / kQ8Cols; g < n1 / kQ8Cols; ++g) {
     for (int half = 0; half < kQ8Halves; ++half)
-      for (int64_t m = 0; m < (by_group ? whole : job.M); m += kQ8RowTile)
+      for (int64_t m = 0; m < (lone ? whole : job.M); m += kQ8RowTile)
         q8_rows<FMT>(job, m, job.M - m < kQ8RowTile ? job.M - m : kQ8RowTile, g, half);
-    if (by_group) q8_row_group<FMT>(job, whole, g);
+    if (lone) q8_tile<FMT, 1, kQ8Halves>(job, whole, g, 0);
   }
 }
 
