@@ -201,22 +201,34 @@ def test_off_switch_falls_back_to_pytorch(monkeypatch):
     assert cpu_library.available(torch.device("cpu"), torch.float32)
 
 
-@needs_amx
+# (dtype, weights): the layouts the C++ layer loop runs. AMX's bf16 tiles (the default on an
+# AMX CPU) only there; the others on any x86-64 or AArch64 CPU
+LOOP_LAYOUTS = [
+    pytest.param("bfloat16", "auto", marks=needs_amx, id="amx"),
+    pytest.param("float32", "gguf", id="gguf-fp32"),
+    pytest.param("bfloat16", "gguf", id="gguf-bf16"),
+    pytest.param("float32", "gguf-q8", id="gguf-q8"),
+]
+
+
+@pytest.mark.parametrize("dtype,weights", LOOP_LAYOUTS)
 @pytest.mark.parametrize("query_lens", [
     [1, 1, 1],  # decodes
     [3, 3, 3],  # verifications of 2-token drafts
     [1, 5, 70],  # a decode, a prompt's chunk and a whole longer prompt in one step
 ])
-def test_cpp_layer_loop_is_the_python_loop(tokenizer, query_lens):
+def test_cpp_layer_loop_is_the_python_loop(tokenizer, query_lens, dtype, weights):
     """A step whose attention the C++ kernel takes whole (any step, with the kernel's head
     shapes) runs the layer stack in one C++ call (decode_layers); it must
-    give exactly the bits of the Python loop over the same kernels, and write the same K/V."""
-    eng = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=4))
+    give exactly the bits of the Python loop over the same kernels, and write the same K/V,
+    for every weight layout the loop runs."""
+    eng = LLMEngine(EngineConfig(dtype=dtype, weights=weights, max_num_seqs=4))
     model, bs = eng.model, eng.config.block_size
     assert model.cpp_layer_weights is not None and eng.backend_name == "cpu"
+    assert model.layout == ("amx" if weights == "auto" else weights)
     # the same weights and kernels, with the layer loop in Python
     python_loop = LlamaModel(model.loaded, eng.device, eng.dtype, 1024, cpu_kernels=True,
-                             layout="amx", cpp_layer_loop=False)
+                             layout=model.layout, cpp_layer_loop=False)
     # three requests with cached contexts of different lengths, each in its own blocks
     contexts = [tokenizer.encode(p, add_special_tokens=False) for p in PROMPTS[:3]]
     tables, next_block = [], 0
