@@ -226,16 +226,15 @@ at::Tensor pack_q8(const at::Tensor& w, const std::string& format) {
   return out;
 }
 
-at::Tensor matmul_q8(const at::Tensor& x_in, const at::Tensor& w, const std::string& format_in,
-                     const std::string& isa_name) {
-  TORCH_CHECK(x_in.dim() == 2 && x_in.device().is_cpu() && x_in.is_floating_point(),
-              "servelab matmul_q8: x must be a 2-D floating-point CPU tensor, got ",
-              x_in.sizes());
-  const int64_t K = x_in.size(1), nb = K / 32;
+namespace {
+
+// Q8_0 / Q4_1 code of a packed weight for K inputs, told apart by its bytes per row
+int q8_format(const at::Tensor& w, int64_t K, const std::string& format_in) {
+  const int64_t nb = K / 32;
   TORCH_CHECK(K % 32 == 0 && w.dim() == 2 && w.scalar_type() == at::kByte &&
                   w.is_contiguous() && w.device().is_cpu(),
               "servelab matmul_q8: needs K a multiple of 32 and a packed uint8 weight (pack_q8), "
-              "got x ", x_in.sizes(), " and a ", w.scalar_type(), " weight ", w.sizes());
+              "got K = ", K, " and a ", w.scalar_type(), " weight ", w.sizes());
   std::string format = format_in;
   if (format == "auto")
     format = w.size(1) == 16 * nb * 20 ? "q4_1" : w.size(1) == 16 * nb * 34 ? "q8_0" : "";
@@ -244,33 +243,73 @@ at::Tensor matmul_q8(const at::Tensor& x_in, const at::Tensor& w, const std::str
   const auto [code, bb] = parse_format(format);
   TORCH_CHECK(w.size(1) == 16 * nb * bb, "servelab matmul_q8: a packed '", format, "' weight for ",
               K, " inputs has rows of ", 16 * nb * bb, " bytes, got ", w.size(1));
-  const Isa& isa = pick(isa_name);
-  const int64_t M = x_in.size(0), N = w.size(0) * 16;
+  return code;
+}
+
+// y[M, N] = x W^T over a packed weight in format `code`, into y (fp32, contiguous)
+void matmul_q8_run(const float* x, int64_t M, int64_t K, const at::Tensor& w, int code,
+                   const MatmulChoice& choice, float* y) {
+  const int64_t N = w.size(0) * 16, nb = K / 32;
+  if (M == 0 || N == 0) return;
+  const Isa& isa = kIsas[choice.isa];
   // the dot-product kernel and the plain one give the same bits (the same integer sums, scaled
   // alike), so a choice by row count keeps every row's result independent of its batch
-  auto kernel = isa.matmul_q8_columns_dot && cpu_has(isa.dot) && M >= isa.dot_from_rows
-                    ? isa.matmul_q8_columns_dot
-                    : isa.matmul_q8_columns;
+  auto kernel = choice.dot && M >= isa.dot_from_rows ? isa.matmul_q8_columns_dot
+                                                     : isa.matmul_q8_columns;
+  // x rounded to int8, in this thread's scratch (a decode step makes ~120 of these calls,
+  // each a few microseconds of work: four tensor allocations a call were a sizeable share)
+  thread_local std::vector<int32_t> scratch;
+  scratch.resize(static_cast<size_t>(M * K / 4 + 3 * M * nb));
+  int8_t* q = reinterpret_cast<int8_t*>(scratch.data());
+  float* d = reinterpret_cast<float*>(scratch.data() + M * K / 4);
+  float* xs = d + M * nb;
+  int32_t* sum = scratch.data() + M * K / 4 + 2 * M * nb;
+  quantize_rows_q8(x, M, K, q, d, xs, sum);
+  const MatmulQ8Job job{q, d, xs, sum, static_cast<const uint8_t*>(w.data_ptr()), y, M, N, K,
+                        code};
+  at::parallel_for(0, N / 16, 4, [&](int64_t u0, int64_t u1) {
+    kernel(job, u0 * 16, u1 * 16);
+  });
+}
+
+// y[M, N] = x W^T for a bf16 / GGUF weight in format `code`, into y (fp32, contiguous)
+void matmul_run(const float* x, int64_t M, int64_t K, const at::Tensor& w, int code,
+                const MatmulChoice& choice, float* y) {
+  const int64_t N = w.size(0);
+  if (M == 0 || N == 0) return;
+  const Isa& isa = kIsas[choice.isa];
+  const MatmulJob job{x, static_cast<const uint8_t*>(w.data_ptr()), y, M, N, K, code};
+  const int64_t units = (N + kSplitColumns - 1) / kSplitColumns;
+  at::parallel_for(0, units, 4, [&](int64_t u0, int64_t u1) {
+    isa.matmul_columns(job, u0 * kSplitColumns, std::min(N, u1 * kSplitColumns));
+  });
+}
+
+}  // namespace
+
+MatmulChoice choose_matmul(const std::string& isa_name) {
+  const Isa& isa = pick(isa_name);
+  const int index = static_cast<int>(&isa - kIsas);
+  return {index, isa.matmul_q8_columns_dot != nullptr && cpu_has(isa.dot)};
+}
+
+at::Tensor matmul_q8(const at::Tensor& x_in, const at::Tensor& w, const std::string& format_in,
+                     const std::string& isa_name) {
+  TORCH_CHECK(x_in.dim() == 2 && x_in.device().is_cpu() && x_in.is_floating_point(),
+              "servelab matmul_q8: x must be a 2-D floating-point CPU tensor, got ",
+              x_in.sizes());
+  const int64_t K = x_in.size(1);
+  const int code = q8_format(w, K, format_in);
+  const MatmulChoice choice = choose_matmul(isa_name);
   const at::Tensor x = x_in.to(at::kFloat).contiguous();
-  at::Tensor y = at::empty({M, N}, x.options());
-  if (M > 0 && N > 0) {
-    // x rounded to int8, in this thread's scratch (a decode step makes ~120 of these calls,
-    // each a few microseconds of work: four tensor allocations a call were a sizeable share)
-    thread_local std::vector<int32_t> scratch;
-    scratch.resize(static_cast<size_t>(M * K / 4 + 3 * M * nb));
-    int8_t* q = reinterpret_cast<int8_t*>(scratch.data());
-    float* d = reinterpret_cast<float*>(scratch.data() + M * K / 4);
-    float* xs = d + M * nb;
-    int32_t* sum = scratch.data() + M * K / 4 + 2 * M * nb;
-    quantize_rows_q8(x.data_ptr<float>(), M, K, q, d, xs, sum);
-    const MatmulQ8Job job{q, d, xs, sum, static_cast<const uint8_t*>(w.data_ptr()),
-                          y.data_ptr<float>(), M, N, K, code};
-    const int64_t units = N / 16;
-    at::parallel_for(0, units, 4, [&](int64_t u0, int64_t u1) {
-      kernel(job, u0 * 16, u1 * 16);
-    });
-  }
+  at::Tensor y = at::empty({x.size(0), w.size(0) * 16}, x.options());
+  matmul_q8_run(x.data_ptr<float>(), x.size(0), K, w, code, choice, y.data_ptr<float>());
   return x_in.scalar_type() == at::kFloat ? y : y.to(x_in.scalar_type());
+}
+
+void matmul_q8_into(const float* x, int64_t M, int64_t K, const at::Tensor& w,
+                    const MatmulChoice& choice, float* y) {
+  matmul_q8_run(x, M, K, w, q8_format(w, K, "auto"), choice, y);
 }
 
 std::string cpu_isa() { return pick("").name; }
@@ -294,29 +333,34 @@ std::string resolve_format(const std::string& format, const at::Tensor& w, int64
   return "";
 }
 
+namespace {
+
+// the format code of a bf16 / GGUF weight for x with K columns, checked
+int matmul_format(const at::Tensor& w, int64_t K, const std::string& format_in) {
+  const std::string format = resolve_format(format_in, w, K);
+  const auto [code, bb] = parse_format(format);
+  const int64_t wk = weight_k(w, format, code, bb);
+  TORCH_CHECK(K == wk, "servelab matmul: x has ", K, " columns, the '", format, "' weight ", wk);
+  return code;
+}
+
+}  // namespace
+
 at::Tensor matmul(const at::Tensor& x_in, const at::Tensor& w, const std::string& format_in,
                   const std::string& isa_name) {
-  TORCH_CHECK(x_in.dim() == 2, "servelab matmul: x must be 2-D, got ", x_in.sizes());
-  const std::string format = resolve_format(format_in, w, x_in.size(1));
-  const auto [code, bb] = parse_format(format);
-  const int64_t K = weight_k(w, format, code, bb), N = w.size(0);
   TORCH_CHECK(x_in.dim() == 2 && x_in.device().is_cpu() && x_in.is_floating_point(),
               "servelab matmul: x must be a 2-D floating-point CPU tensor, got ", x_in.sizes());
-  TORCH_CHECK(x_in.size(1) == K, "servelab matmul: x has ", x_in.size(1), " columns, the '",
-              format, "' weight ", K);
-  const Isa& isa = pick(isa_name);
+  const int code = matmul_format(w, x_in.size(1), format_in);
+  const MatmulChoice choice = choose_matmul(isa_name);
   const at::Tensor x = x_in.to(at::kFloat).contiguous();
-  const int64_t M = x.size(0);
-  at::Tensor y = at::empty({M, N}, x.options());
-  if (M > 0 && N > 0) {
-    const MatmulJob job{x.data_ptr<float>(), static_cast<const uint8_t*>(w.data_ptr()),
-                        y.data_ptr<float>(), M, N, K, code};
-    const int64_t units = (N + kSplitColumns - 1) / kSplitColumns;
-    at::parallel_for(0, units, 4, [&](int64_t u0, int64_t u1) {
-      isa.matmul_columns(job, u0 * kSplitColumns, std::min(N, u1 * kSplitColumns));
-    });
-  }
+  at::Tensor y = at::empty({x.size(0), w.size(0)}, x.options());
+  matmul_run(x.data_ptr<float>(), x.size(0), x.size(1), w, code, choice, y.data_ptr<float>());
   return x_in.scalar_type() == at::kFloat ? y : y.to(x_in.scalar_type());
+}
+
+void matmul_into(const float* x, int64_t M, int64_t K, const at::Tensor& w,
+                 const MatmulChoice& choice, float* y) {
+  matmul_run(x, M, K, w, matmul_format(w, K, "auto"), choice, y);
 }
 
 at::Tensor dequantize(const at::Tensor& w, const std::string& format, const std::string& isa_name) {

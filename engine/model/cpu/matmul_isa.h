@@ -54,6 +54,13 @@ static inline void quantize_block_q8(const float* x, int8_t* q, float* d, float*
   *sum = total;
 }
 
+// matmul.cpp's run-time choice for a run of calls (decode_layers makes one a step): which
+// entry of its instruction sets, and whether its int8 kernel may use the dot-product variant
+struct MatmulChoice {
+  int isa;
+  bool dot;
+};
+
 #define SERVELAB_DECLARE_ISA(NS)                                                     \
   namespace NS {                                                                     \
   void matmul_columns(const MatmulJob& job, int64_t n0, int64_t n1);                 \

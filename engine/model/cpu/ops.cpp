@@ -31,6 +31,8 @@
 #include <utility>
 #include <vector>
 
+#include "matmul_isa.h"  // MatmulChoice
+
 // the model dtypes ServeLab runs: float32, bfloat16, float16
 #define DISPATCH_MODEL_DTYPES(TYPE, NAME, ...)                            \
   AT_DISPATCH_SWITCH(TYPE, NAME,                                          \
@@ -45,6 +47,13 @@ at::Tensor matmul(const at::Tensor& x, const at::Tensor& w, const std::string& f
                   const std::string& isa);
 at::Tensor matmul_q8(const at::Tensor& x, const at::Tensor& w, const std::string& format,
                      const std::string& isa);
+// decode_layers' forms: the instruction set chosen once, fp32 x [M, K] and y [M, N]
+// (contiguous) in the caller's buffers
+MatmulChoice choose_matmul(const std::string& isa);
+void matmul_into(const float* x, int64_t M, int64_t K, const at::Tensor& w,
+                 const MatmulChoice& choice, float* y);
+void matmul_q8_into(const float* x, int64_t M, int64_t K, const at::Tensor& w,
+                    const MatmulChoice& choice, float* y);
 }
 
 namespace {
@@ -89,10 +98,18 @@ void map_rounded(const T* a, const T* b, T* out, int64_t n, F f) {
 // (ATen's pow(x, 2) is x * x); their sums come from ATen's own reduction in one call, so every
 // sum adds in torch's order (ATen's cascade order depends on the shape, and a different order
 // can move the last bit, and then a rounding); mean = sum / H in float, as ATen's mean does.
+// The squares and their sums, [rows, H] and [rows] floats: made per call by the ops below,
+// once a step by decode_layers.
+struct NormScratch {
+  at::Tensor sq, sums;
+  NormScratch(int64_t rows, int64_t H)
+      : sq(at::empty({rows, H}, at::kFloat)), sums(at::empty({rows}, at::kFloat)) {}
+};
+
 template <typename T>
-void rms_norm_rows(const T* x, const T* w, T* y, int64_t rows, int64_t H, double eps) {
-  at::Tensor sq = at::empty({rows, H}, at::kFloat);
-  float* sp = sq.mutable_data_ptr<float>();
+void rms_norm_rows(const T* x, const T* w, T* y, int64_t rows, int64_t H, double eps,
+                   NormScratch& scratch) {
+  float* sp = scratch.sq.mutable_data_ptr<float>();
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * H;
     float* sr = sp + r * H;
@@ -107,8 +124,8 @@ void rms_norm_rows(const T* x, const T* w, T* y, int64_t rows, int64_t H, double
     }
     for (; k < H; ++k) sr[k] = up(xr[k]) * up(xr[k]);
   }
-  const at::Tensor sums = sq.sum(-1);
-  const float* sums_p = sums.const_data_ptr<float>();
+  at::sum_out(scratch.sums, scratch.sq, at::IntArrayRef{-1});  // = sq.sum(-1), the same kernel
+  const float* sums_p = scratch.sums.const_data_ptr<float>();
   for (int64_t r = 0; r < rows; ++r) {
     const float var = sums_p[r] / static_cast<float>(H);
     const float inv = 1.0f / std::sqrt(var + static_cast<float>(eps));
@@ -132,9 +149,10 @@ at::Tensor rms_norm(const at::Tensor& x_in, const at::Tensor& weight, double eps
   check_norm(x, w);
   const int64_t H = x.size(-1), rows = H ? x.numel() / H : 0;
   at::Tensor y = at::empty_like(x);
+  NormScratch scratch(rows, H);
   DISPATCH_MODEL_DTYPES(x.scalar_type(), "rms_norm", [&] {
     rms_norm_rows(x.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(),
-                  y.mutable_data_ptr<scalar_t>(), rows, H, eps);
+                  y.mutable_data_ptr<scalar_t>(), rows, H, eps, scratch);
   });
   return y;
 }
@@ -151,13 +169,14 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& h_in, const at
   check_norm(h, w);
   const int64_t H = h.size(-1), rows = H ? h.numel() / H : 0;
   at::Tensor sum = at::empty_like(h), y = at::empty_like(h);
+  NormScratch scratch(rows, H);
   DISPATCH_MODEL_DTYPES(h.scalar_type(), "add_rms_norm", [&] {
     const scalar_t* hp = h.const_data_ptr<scalar_t>();
     const scalar_t* dp = d.const_data_ptr<scalar_t>();
     scalar_t* sp = sum.mutable_data_ptr<scalar_t>();
     map_rounded(hp, dp, sp, rows * H, [](auto a, auto b) { return a + b; });
     rms_norm_rows(sp, w.const_data_ptr<scalar_t>(), y.mutable_data_ptr<scalar_t>(), rows, H,
-                  eps);
+                  eps, scratch);
   });
   return {sum, y};
 }
@@ -165,46 +184,51 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& h_in, const at
 // out = T(T(x * cos) + T(swap(x) * sin_signed)), swap = the two halves exchanged: llama.py's
 // apply_rope (rotate_half with its minus sign folded into sin). x: [n, heads, d] (a strided
 // view of the fused qkv output is fine); cos, sin: n * d numbers, one row per token.
+// x: token t's head h at xp + t * s0 + h * s1; cp, sp: n * d; op: [n, heads, d] contiguous
+template <typename scalar_t>
+void rope_rows(const scalar_t* xp, int64_t s0, int64_t s1, int64_t n, int64_t heads, int64_t d,
+               const scalar_t* cp, const scalar_t* sp, scalar_t* op) {
+  const int64_t half = d / 2;
+  using Vec = Vectorized<scalar_t>;
+  const bool vectorized = half % Vec::size() == 0;
+  for (int64_t t = 0; t < n; ++t) {
+    const scalar_t* ct = cp + t * d;
+    const scalar_t* st = sp + t * d;
+    for (int64_t h = 0; h < heads; ++h) {
+      const scalar_t* x1 = xp + t * s0 + h * s1;  // first half; x2 = x1 + half
+      scalar_t* o = op + (t * heads + h) * d;
+      if (vectorized) {
+        // every Vec * and + rounds its result to scalar_t, as ATen's mul and add do
+        for (int64_t i = 0; i < half; i += Vec::size()) {
+          const Vec a = Vec::loadu(x1 + i), b = Vec::loadu(x1 + half + i);
+          (a * Vec::loadu(ct + i) + b * Vec::loadu(st + i)).store(o + i);
+          (b * Vec::loadu(ct + half + i) + a * Vec::loadu(st + half + i)).store(o + half + i);
+        }
+        continue;
+      }
+      for (int64_t i = 0; i < d; ++i) {
+        const int64_t j = i < half ? i + half : i - half;
+        const scalar_t a = down<scalar_t>(up(x1[i]) * up(ct[i]));
+        const scalar_t b = down<scalar_t>(up(x1[j]) * up(st[i]));
+        o[i] = down<scalar_t>(up(a) + up(b));
+      }
+    }
+  }
+}
+
 at::Tensor rope(const at::Tensor& x, const at::Tensor& cos_in, const at::Tensor& sin_in) {
   check_cpu(x, "x");
   TORCH_CHECK(x.dim() == 3, "servelab rope: x must be [tokens, heads, head_dim]");
-  const int64_t n = x.size(0), heads = x.size(1), d = x.size(2), half = d / 2;
+  const int64_t n = x.size(0), heads = x.size(1), d = x.size(2);
   at::Tensor c = cos_in.contiguous(), s = sin_in.contiguous();
   TORCH_CHECK(d % 2 == 0 && c.numel() == n * d && s.numel() == n * d &&
                   c.scalar_type() == x.scalar_type() && s.scalar_type() == x.scalar_type(),
               "servelab rope: cos and sin must be [tokens, 1, head_dim] in x's dtype");
   at::Tensor out = at::empty({n, heads, d}, x.options());
-  const int64_t s0 = x.stride(0), s1 = x.stride(1);
   DISPATCH_MODEL_DTYPES(x.scalar_type(), "rope", [&] {
-    const scalar_t* xp = x.const_data_ptr<scalar_t>();
-    const scalar_t* cp = c.const_data_ptr<scalar_t>();
-    const scalar_t* sp = s.const_data_ptr<scalar_t>();
-    scalar_t* op = out.mutable_data_ptr<scalar_t>();
-    using Vec = Vectorized<scalar_t>;
-    const bool vectorized = half % Vec::size() == 0;
-    for (int64_t t = 0; t < n; ++t) {
-      const scalar_t* ct = cp + t * d;
-      const scalar_t* st = sp + t * d;
-      for (int64_t h = 0; h < heads; ++h) {
-        const scalar_t* x1 = xp + t * s0 + h * s1;  // first half; x2 = x1 + half
-        scalar_t* o = op + (t * heads + h) * d;
-        if (vectorized) {
-          // every Vec * and + rounds its result to scalar_t, as ATen's mul and add do
-          for (int64_t i = 0; i < half; i += Vec::size()) {
-            const Vec a = Vec::loadu(x1 + i), b = Vec::loadu(x1 + half + i);
-            (a * Vec::loadu(ct + i) + b * Vec::loadu(st + i)).store(o + i);
-            (b * Vec::loadu(ct + half + i) + a * Vec::loadu(st + half + i)).store(o + half + i);
-          }
-          continue;
-        }
-        for (int64_t i = 0; i < d; ++i) {
-          const int64_t j = i < half ? i + half : i - half;
-          const scalar_t a = down<scalar_t>(up(x1[i]) * up(ct[i]));
-          const scalar_t b = down<scalar_t>(up(x1[j]) * up(st[i]));
-          o[i] = down<scalar_t>(up(a) + up(b));
-        }
-      }
-    }
+    rope_rows(x.const_data_ptr<scalar_t>(), x.stride(0), x.stride(1), n, heads, d,
+              c.const_data_ptr<scalar_t>(), s.const_data_ptr<scalar_t>(),
+              out.mutable_data_ptr<scalar_t>());
   });
   return out;
 }
@@ -237,12 +261,10 @@ void silu_mul_row(const T* g, const T* u, T* o, int64_t I) {
   }
 }
 
-// [n, 2I] (gate then up, the fused projection) -> T(T(silu(gate)) * up): F.silu(gate) * up.
-at::Tensor silu_mul(const at::Tensor& gu_in) {
-  check_cpu(gu_in, "gate_up");
-  at::Tensor gu = gu_in.contiguous();
-  TORCH_CHECK(gu.dim() == 2 && gu.size(1) % 2 == 0, "servelab silu_mul: gate_up must be [n, 2I]");
-  const int64_t n = gu.size(0), I = gu.size(1) / 2;
+// [n, 2I] (gate then up, the fused projection) -> T(T(silu(gate)) * up): F.silu(gate) * up,
+// into out [n, I] (contiguous).
+template <typename scalar_t>
+void silu_mul_into(const scalar_t* g, int64_t n, int64_t I, scalar_t* o) {
   // a prefill: ATen's kernels (same arithmetic) use every core. Below AVX-512 always ATen's:
   // its AVX2 silu does not round as Vectorized<float>'s exp does here (measured on a Zen 3,
   // tests/test_cpu_ops.py), and the two loops must give the same bits
@@ -251,14 +273,23 @@ at::Tensor silu_mul(const at::Tensor& gu_in) {
 #else
   if (true) {
 #endif
-    const at::Tensor gate = gu.narrow(1, 0, I), up_ = gu.narrow(1, I, I);
-    return at::silu(gate) * up_;
+    const auto opts = at::TensorOptions().dtype(c10::CppTypeToScalarType<scalar_t>::value);
+    const at::Tensor gu = at::from_blob(const_cast<scalar_t*>(g), {n, 2 * I}, opts);
+    at::Tensor out = at::from_blob(o, {n, I}, opts);
+    at::mul_out(out, at::silu(gu.narrow(1, 0, I)), gu.narrow(1, I, I));
+    return;
   }
+  for (int64_t r = 0; r < n; ++r) silu_mul_row(g + r * 2 * I, g + r * 2 * I + I, o + r * I, I);
+}
+
+at::Tensor silu_mul(const at::Tensor& gu_in) {
+  check_cpu(gu_in, "gate_up");
+  at::Tensor gu = gu_in.contiguous();
+  TORCH_CHECK(gu.dim() == 2 && gu.size(1) % 2 == 0, "servelab silu_mul: gate_up must be [n, 2I]");
+  const int64_t n = gu.size(0), I = gu.size(1) / 2;
   at::Tensor out = at::empty({n, I}, gu.options());
   DISPATCH_MODEL_DTYPES(gu.scalar_type(), "silu_mul", [&] {
-    const scalar_t* g = gu.const_data_ptr<scalar_t>();
-    scalar_t* o = out.mutable_data_ptr<scalar_t>();
-    for (int64_t r = 0; r < n; ++r) silu_mul_row(g + r * 2 * I, g + r * 2 * I + I, o + r * I, I);
+    silu_mul_into(gu.const_data_ptr<scalar_t>(), n, I, out.mutable_data_ptr<scalar_t>());
   });
   return out;
 }
@@ -266,6 +297,23 @@ at::Tensor silu_mul(const at::Tensor& gu_in) {
 // Write token t's K and V ([n, kv_heads, head_dim], strided views are fine) into pool slot
 // slot_mapping[t] of k_cache / v_cache ([blocks, block_size, kv_heads, head_dim]); a slot of
 // -1 (an idle static rider) is skipped. TorchAttention.store_kv in one pass.
+// token t's K head h at kp + (t * ks0 + h * ks1) elements of es bytes (V alike) -> its slot's
+// row of the caches (num_slots rows of kvh * d)
+void store_kv_rows(char* kc, char* vc, int64_t num_slots, const char* kp, int64_t ks0,
+                   int64_t ks1, const char* vp, int64_t vs0, int64_t vs1, int64_t n, int64_t kvh,
+                   int64_t d, int64_t es, const int64_t* sl) {
+  const int64_t row = kvh * d;
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t slot = sl[t];
+    if (slot < 0) continue;
+    TORCH_CHECK(slot < num_slots, "servelab store_kv: slot ", slot, " is outside the pool");
+    for (int64_t h = 0; h < kvh; ++h) {
+      std::memcpy(kc + (slot * row + h * d) * es, kp + (t * ks0 + h * ks1) * es, d * es);
+      std::memcpy(vc + (slot * row + h * d) * es, vp + (t * vs0 + h * vs1) * es, d * es);
+    }
+  }
+}
+
 void store_kv(at::Tensor k_cache, at::Tensor v_cache, const at::Tensor& k, const at::Tensor& v,
               const at::Tensor& slot_mapping) {
   check_cpu(k, "k");
@@ -276,25 +324,13 @@ void store_kv(at::Tensor k_cache, at::Tensor v_cache, const at::Tensor& k, const
               "servelab store_kv: k and v must have the cache's dtype");
   TORCH_CHECK(slot_mapping.scalar_type() == at::kLong, "servelab store_kv: slots must be int64");
   const int64_t n = k.size(0), kvh = k.size(1), d = k.size(2);
-  const int64_t row = kvh * d, num_slots = k_cache.numel() / row;
+  const int64_t num_slots = k_cache.numel() / (kvh * d);
   at::Tensor slots = slot_mapping.contiguous();
   const int64_t* sl = slots.const_data_ptr<int64_t>();
-  const int64_t es = k.element_size();
-  auto* kc = static_cast<char*>(k_cache.data_ptr());
-  auto* vc = static_cast<char*>(v_cache.data_ptr());
-  const auto* kp = static_cast<const char*>(k.const_data_ptr());
-  const auto* vp = static_cast<const char*>(v.const_data_ptr());
-  for (int64_t t = 0; t < n; ++t) {
-    const int64_t slot = sl[t];
-    if (slot < 0) continue;
-    TORCH_CHECK(slot < num_slots, "servelab store_kv: slot ", slot, " is outside the pool");
-    for (int64_t h = 0; h < kvh; ++h) {
-      std::memcpy(kc + (slot * row + h * d) * es, kp + (t * k.stride(0) + h * k.stride(1)) * es,
-                  d * es);
-      std::memcpy(vc + (slot * row + h * d) * es, vp + (t * v.stride(0) + h * v.stride(1)) * es,
-                  d * es);
-    }
-  }
+  store_kv_rows(static_cast<char*>(k_cache.data_ptr()), static_cast<char*>(v_cache.data_ptr()),
+                num_slots, static_cast<const char*>(k.const_data_ptr()), k.stride(0),
+                k.stride(1), static_cast<const char*>(v.const_data_ptr()), v.stride(0),
+                v.stride(1), n, kvh, d, k.element_size(), sl);
 }
 
 // --- paged decode attention ---------------------------------------------------------------
@@ -442,84 +478,111 @@ void attend(const T* q, int64_t q_head_stride, int64_t group, int64_t ctx, float
 // (tests/test_attention.py checks this over random batches and thread counts).
 // Tasks: (sequence, block of kQueryBlock queries, KV head), split over the cores; a task's
 // Hq / Hkv query heads share every K and V row they read.
+// The step's sequences, as the kernel reads them (int32, contiguous), checked against `rows`
+// query rows and caches of `bs`-position blocks: once a call, or once a step (decode_layers).
+struct AttentionMeta {
+  at::Tensor tables, lens, qsl;
+  int64_t B, max_blocks;
+};
+
+AttentionMeta attention_meta(const at::Tensor& block_tables_in, const at::Tensor& seq_lens_in,
+                             const at::Tensor& query_start_loc, int64_t rows, int64_t bs) {
+  AttentionMeta m{block_tables_in.to(at::kInt).contiguous(), seq_lens_in.to(at::kInt).contiguous(),
+                  query_start_loc.to(at::kInt).contiguous(), 0, 0};
+  m.B = m.lens.numel();
+  m.max_blocks = m.tables.size(1);
+  TORCH_CHECK(m.qsl.numel() == m.B + 1 && m.tables.size(0) == m.B,
+              "servelab paged_attention: q must be [tokens, Hq, D] in the cache's dtype, "
+              "with B block tables and seq_lens and B + 1 query starts");
+  const int32_t* lp = m.lens.const_data_ptr<int32_t>();
+  const int32_t* sp = m.qsl.const_data_ptr<int32_t>();
+  TORCH_CHECK(sp[0] == 0 && sp[m.B] == rows,
+              "servelab paged_attention: query starts must run from 0 to the number of rows");
+  for (int64_t b = 0; b < m.B; ++b) {
+    TORCH_CHECK(sp[b + 1] > sp[b] && lp[b] >= sp[b + 1] - sp[b],
+                "servelab paged_attention: sequence ", b, " brings ", sp[b + 1] - sp[b],
+                " queries with a context of ", lp[b]);
+    TORCH_CHECK(lp[b] <= m.max_blocks * bs,
+                "servelab paged_attention: seq_len ", lp[b], " does not fit its block table");
+  }
+  return m;
+}
+
+void check_attention_heads(int64_t Hq, int64_t Hkv, int64_t D) {
+  TORCH_CHECK(Hq % Hkv == 0 && (D == 64 || D == 128) && Hq / Hkv <= kMaxGroup,
+              "servelab paged_attention: head dim must be 64 or 128 with at most ", kMaxGroup,
+              " query heads per KV head, got ", D, " and ", Hq, " / ", Hkv);
+}
+
+// q: query row t's head h at qp + t * qs0 + h * qs1; caches [blocks, bs, Hkv, D] at kp, vp;
+// out: [rows, Hq, D] contiguous at op.
+template <typename scalar_t>
+void attention_rows(const scalar_t* qp, int64_t qs0, int64_t qs1, int64_t Hq, int64_t D,
+                    const scalar_t* kp, const scalar_t* vp, int64_t bs, int64_t Hkv,
+                    const AttentionMeta& meta, double scale, scalar_t* op) {
+  const int64_t group = Hq / Hkv, B = meta.B, max_blocks = meta.max_blocks;
+  const int32_t* tp = meta.tables.const_data_ptr<int32_t>();
+  const int32_t* lp = meta.lens.const_data_ptr<int32_t>();
+  const int32_t* sp = meta.qsl.const_data_ptr<int32_t>();
+  // (sequence, first query) of each block of at most kQueryBlock queries: a long prompt is
+  // several tasks per KV head, so it spreads over the cores like a batch of decodes
+  std::vector<std::pair<int32_t, int32_t>> blocks;
+  for (int64_t b = 0; b < B; ++b)
+    for (int32_t i = 0; i < sp[b + 1] - sp[b]; i += kQueryBlock) blocks.emplace_back(b, i);
+  const int64_t num_blocks = static_cast<int64_t>(blocks.size());
+  at::parallel_for(0, num_blocks * Hkv, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = blocks[task / Hkv].first, i0 = blocks[task / Hkv].second;
+      const int64_t g = task % Hkv, len = lp[b], m = sp[b + 1] - sp[b];
+      const int64_t i1 = std::min<int64_t>(m, i0 + kQueryBlock);
+      const int32_t* table = tp + b * max_blocks;
+      // call fn(j, k_row, v_row) for positions j < ctx, walking the block table block by
+      // block (head g's rows of one block are Hkv * D apart)
+      auto kv_rows = [&](int64_t ctx, auto&& fn) {
+        for (int64_t blk = 0, j = 0; j < ctx; ++blk) {
+          int64_t off = (int64_t(table[blk]) * bs * Hkv + g) * D;
+          for (int64_t o = 0; o < bs && j < ctx; ++o, ++j, off += Hkv * D)
+            fn(j, kp + off, vp + off);
+        }
+      };
+      scores.resize(group * len);
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t t = sp[b] + i, ctx = len - m + i + 1;  // this query sees ctx positions
+        const scalar_t* qh = qp + t * qs0 + g * group * qs1;
+        scalar_t* o = op + (t * Hq + g * group) * D;
+        // DV vectors per head: 4 / 8 with AVX-512's 16 lanes, 8 / 16 with AVX2's 8
+        constexpr int kV = fVec::size();
+        if (D == 64)
+          attend<scalar_t, 64 / kV>(qh, qs1, group, ctx, scale, scores.data(), len, o, kv_rows);
+        else
+          attend<scalar_t, 128 / kV>(qh, qs1, group, ctx, scale, scores.data(), len, o,
+                                     kv_rows);
+      }
+    }
+  });
+}
+
 at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
-                           const at::Tensor& v_cache, const at::Tensor& block_tables_in,
-                           const at::Tensor& seq_lens_in, const at::Tensor& query_start_loc,
+                           const at::Tensor& v_cache, const at::Tensor& block_tables,
+                           const at::Tensor& seq_lens, const at::Tensor& query_start_loc,
                            double scale) {
   check_cpu(q, "q");
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && k_cache.is_contiguous() &&
                   v_cache.is_contiguous() && k_cache.sizes() == v_cache.sizes(),
               "servelab paged_attention: q [tokens, heads, d], caches [blocks, bs, kvh, d]");
-  const at::Tensor tables = block_tables_in.to(at::kInt).contiguous();
-  const at::Tensor lens = seq_lens_in.to(at::kInt).contiguous();
-  const at::Tensor qsl = query_start_loc.to(at::kInt).contiguous();
-  const int64_t B = lens.numel(), Hq = q.size(1), D = q.size(2);
-  const int64_t bs = k_cache.size(1), Hkv = k_cache.size(2), max_blocks = tables.size(1);
-  TORCH_CHECK(qsl.numel() == B + 1 && k_cache.size(3) == D && Hq % Hkv == 0 &&
-                  tables.size(0) == B && q.scalar_type() == k_cache.scalar_type(),
+  const int64_t Hq = q.size(1), D = q.size(2), bs = k_cache.size(1), Hkv = k_cache.size(2);
+  TORCH_CHECK(k_cache.size(3) == D && q.scalar_type() == k_cache.scalar_type(),
               "servelab paged_attention: q must be [tokens, Hq, D] in the cache's dtype, "
               "with B block tables and seq_lens and B + 1 query starts");
-  const int64_t group = Hq / Hkv;
-  TORCH_CHECK((D == 64 || D == 128) && group <= kMaxGroup,
-              "servelab paged_attention: head dim must be 64 or 128 with at most ", kMaxGroup,
-              " query heads per KV head, got ", D, " and ", group);
-  const int32_t* tp = tables.const_data_ptr<int32_t>();
-  const int32_t* lp = lens.const_data_ptr<int32_t>();
-  const int32_t* sp = qsl.const_data_ptr<int32_t>();
-  TORCH_CHECK(sp[0] == 0 && sp[B] == q.size(0),
-              "servelab paged_attention: query starts must run from 0 to the number of rows");
-  for (int64_t b = 0; b < B; ++b) {
-    TORCH_CHECK(sp[b + 1] > sp[b] && lp[b] >= sp[b + 1] - sp[b],
-                "servelab paged_attention: sequence ", b, " brings ", sp[b + 1] - sp[b],
-                " queries with a context of ", lp[b]);
-    TORCH_CHECK(lp[b] <= max_blocks * bs,
-                "servelab paged_attention: seq_len ", lp[b], " does not fit its block table");
-  }
-  const int64_t qs0 = q.stride(0), qs1 = q.stride(1);
+  check_attention_heads(Hq, Hkv, D);
+  const AttentionMeta meta = attention_meta(block_tables, seq_lens, query_start_loc, q.size(0),
+                                            bs);
   at::Tensor out = at::empty({q.size(0), Hq, D}, q.options());
   DISPATCH_MODEL_DTYPES(q.scalar_type(), "paged_attention", [&] {
-    const scalar_t* qp = q.const_data_ptr<scalar_t>();
-    const scalar_t* kp = k_cache.const_data_ptr<scalar_t>();
-    const scalar_t* vp = v_cache.const_data_ptr<scalar_t>();
-    scalar_t* op = out.mutable_data_ptr<scalar_t>();
-    // (sequence, first query) of each block of at most kQueryBlock queries: a long prompt is
-    // several tasks per KV head, so it spreads over the cores like a batch of decodes
-    std::vector<std::pair<int32_t, int32_t>> blocks;
-    for (int64_t b = 0; b < B; ++b)
-      for (int32_t i = 0; i < sp[b + 1] - sp[b]; i += kQueryBlock) blocks.emplace_back(b, i);
-    const int64_t num_blocks = static_cast<int64_t>(blocks.size());
-    at::parallel_for(0, num_blocks * Hkv, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> scores;
-      for (int64_t task = begin; task < end; ++task) {
-        const int64_t b = blocks[task / Hkv].first, i0 = blocks[task / Hkv].second;
-        const int64_t g = task % Hkv, len = lp[b], m = sp[b + 1] - sp[b];
-        const int64_t i1 = std::min<int64_t>(m, i0 + kQueryBlock);
-        const int32_t* table = tp + b * max_blocks;
-        // call fn(j, k_row, v_row) for positions j < ctx, walking the block table block by
-        // block (head g's rows of one block are Hkv * D apart)
-        auto kv_rows = [&](int64_t ctx, auto&& fn) {
-          for (int64_t blk = 0, j = 0; j < ctx; ++blk) {
-            int64_t off = (int64_t(table[blk]) * bs * Hkv + g) * D;
-            for (int64_t o = 0; o < bs && j < ctx; ++o, ++j, off += Hkv * D)
-              fn(j, kp + off, vp + off);
-          }
-        };
-        scores.resize(group * len);
-        for (int64_t i = i0; i < i1; ++i) {
-          const int64_t t = sp[b] + i, ctx = len - m + i + 1;  // this query sees ctx positions
-          const scalar_t* qh = qp + t * qs0 + g * group * qs1;
-          scalar_t* o = op + (t * Hq + g * group) * D;
-          // DV vectors per head: 4 / 8 with AVX-512's 16 lanes, 8 / 16 with AVX2's 8
-          constexpr int kV = fVec::size();
-          if (D == 64)
-            attend<scalar_t, 64 / kV>(qh, qs1, group, ctx, scale, scores.data(), len, o,
-                                      kv_rows);
-          else
-            attend<scalar_t, 128 / kV>(qh, qs1, group, ctx, scale, scores.data(), len, o,
-                                       kv_rows);
-        }
-      }
-    });
+    attention_rows(q.const_data_ptr<scalar_t>(), q.stride(0), q.stride(1), Hq, D,
+                   k_cache.const_data_ptr<scalar_t>(), v_cache.const_data_ptr<scalar_t>(), bs,
+                   Hkv, meta, scale, out.mutable_data_ptr<scalar_t>());
   });
   return out;
 }
@@ -528,18 +591,23 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
 // LlamaModel.forward's layer loop for a step whose attention the kernel above takes whole
 // (any step, when the heads fit it: CpuAttention.takes_whole_step), with weights one of our
 // matmuls reads: the same kernels as the Python loop, called in the same order on the same
-// views, so the same bits (tests/test_cpu_ops.py, tests/test_cpu_matmul.py), without Python
-// and the dispatcher between the ~300 calls.
+// rows, so the same bits (tests/test_cpu_ops.py: test_cpp_layer_loop_is_the_python_loop),
+// without Python and the dispatcher between the ~300 calls. The kernels run here on raw
+// pointers into one buffer made once a step: a tensor, a view or a dispatcher call costs
+// about half a microsecond, and the loop used to make ~25 a layer (a 1-token step on a Zen 4:
+// rope 3.2 -> 0.3 us a layer, an add + RMSNorm 4.8 -> 2.6 us, of which ATen's sum is ~2). The
+// matmul's instruction set is chosen once a step too (matmul.cpp, choose_matmul).
 // layers: 6 tensors per layer (in_norm, qkv, o, post_norm, gate_up, down); the linear weights
 // vnni_pack()ed for AMX (3-D), or 2-D for matmul.cpp (bf16 [out, in], or GGUF Q4_1 / Q8_0
 // rows, or pack_q8()ed ones with activations="q8": weights="gguf-q8"); h: the embeddings
 // [n, hidden]; returns the final norm's output.
-at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos, const at::Tensor& sin,
-                         at::TensorList layers, const at::Tensor& final_norm,
-                         at::TensorList k_caches, at::TensorList v_caches,
-                         const at::Tensor& slot_mapping, const at::Tensor& block_tables,
-                         const at::Tensor& seq_lens, const at::Tensor& query_start_loc,
-                         int64_t num_heads, int64_t num_kv_heads, double scale, double eps,
+at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos_in,
+                         const at::Tensor& sin_in, at::TensorList layers,
+                         const at::Tensor& final_norm, at::TensorList k_caches,
+                         at::TensorList v_caches, const at::Tensor& slot_mapping,
+                         const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                         const at::Tensor& query_start_loc, int64_t num_heads,
+                         int64_t num_kv_heads, double scale, double eps,
                          const std::string& activations) {
   const int64_t L = static_cast<int64_t>(k_caches.size());
   TORCH_CHECK(activations == "float" || activations == "q8", "servelab decode_layers: "
@@ -548,32 +616,112 @@ at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos, const at
   TORCH_CHECK(L > 0 && static_cast<int64_t>(layers.size()) == 6 * L &&
                   static_cast<int64_t>(v_caches.size()) == L,
               "servelab decode_layers: 6 weights and a K and V cache per layer");
-  const int64_t n = h_in.size(0), d = k_caches[0].size(3), hq = num_heads, hkv = num_kv_heads;
-  const int64_t qk = (hq + hkv) * d;
+  check_cpu(h_in, "h");
+  const at::Tensor h0 = h_in.contiguous();
+  const int64_t n = h0.size(0), H = h0.size(1), d = k_caches[0].size(3);
+  const int64_t hq = num_heads, hkv = num_kv_heads, bs = k_caches[0].size(1);
+  const int64_t qk = (hq + hkv) * d, qkv_n = (hq + 2 * hkv) * d;
+  // the MLP's width, from gate_up's outputs (packed in groups of 16 for int8 and for AMX)
+  const int64_t I = (q8 || layers[4].dim() == 3 ? 16 : 1) * layers[4].size(0) / 2;
+  check_attention_heads(hq, hkv, d);
+  for (int64_t i = 0; i < L; ++i)
+    TORCH_CHECK(k_caches[i].is_contiguous() && v_caches[i].is_contiguous() &&
+                    k_caches[i].sizes() == k_caches[0].sizes() &&
+                    v_caches[i].sizes() == k_caches[0].sizes() &&
+                    k_caches[i].scalar_type() == h0.scalar_type() &&
+                    v_caches[i].scalar_type() == h0.scalar_type() && k_caches[i].size(2) == hkv,
+                "servelab decode_layers: every layer's K and V cache [blocks, bs, kv_heads, d], "
+                "contiguous, in h's dtype");
+  const at::Tensor cos = cos_in.contiguous(), sin = sin_in.contiguous();
+  TORCH_CHECK(cos.numel() == n * d && sin.numel() == n * d &&
+                  cos.scalar_type() == h0.scalar_type() && sin.scalar_type() == h0.scalar_type(),
+              "servelab decode_layers: cos and sin must be [tokens, 1, head_dim] in h's dtype");
+  const at::Tensor slots = slot_mapping.contiguous();
+  TORCH_CHECK(slots.scalar_type() == at::kLong && slots.numel() == n,
+              "servelab decode_layers: one int64 slot per token");
+  const AttentionMeta meta = attention_meta(block_tables, seq_lens, query_start_loc, n, bs);
+  const servelab::MatmulChoice choice = servelab::choose_matmul("");  // once a step
   const c10::optional<at::Tensor> no_bias;
-  const auto linear = [&](const at::Tensor& in, const at::Tensor& weight) {
-    if (q8) return servelab::matmul_q8(in, weight, "auto", "");
-    return weight.dim() == 3 ? servelab::amx_linear(in, weight, no_bias)
-                             : servelab::matmul(in, weight, "auto", "");
-  };
-  at::Tensor h = h_in;
-  at::Tensor x = rms_norm(h, layers[0], eps);
-  for (int64_t i = 0; i < L; ++i) {
-    const at::Tensor* w = layers.data() + 6 * i;  // in_norm, qkv, o, post_norm, gate_up, down
-    const at::Tensor qkv = linear(x, w[1]);
-    const at::Tensor v = qkv.narrow(1, qk, hkv * d).view({n, hkv, d});
-    const at::Tensor qk_rot = rope(qkv.narrow(1, 0, qk).view({n, hq + hkv, d}), cos, sin);
-    const at::Tensor q = qk_rot.narrow(1, 0, hq), k = qk_rot.narrow(1, hq, hkv);
-    store_kv(k_caches[i], v_caches[i], k, v, slot_mapping);
-    const at::Tensor attn =
-        paged_attention(q, k_caches[i], v_caches[i], block_tables, seq_lens, query_start_loc,
-                        scale);
-    std::tie(h, x) = add_rms_norm(
-        h, linear(attn.reshape({n, hq * d}), w[2]), w[3], eps);
-    const at::Tensor mlp = linear(silu_mul(linear(x, w[4])), w[5]);
-    std::tie(h, x) = add_rms_norm(h, mlp, i + 1 < L ? layers[6 * (i + 1)] : final_norm, eps);
-  }
-  return x;
+
+  // Every intermediate of the step in one buffer, each [n, width] contiguous: the residual h,
+  // the fused qkv, q and k rotated, attention's output, a linear's output (o, then the MLP's
+  // down), gate_up, and silu(gate) * up. The layer's normed input x is the result tensor.
+  const int64_t widths[] = {H, qkv_n, qk, hq * d, H, 2 * I, I};
+  int64_t total = 0;
+  for (int64_t w : widths) total += n * w;
+  at::Tensor ws = at::empty({total}, h0.options());
+  at::Tensor x_out = at::empty({n, H}, h0.options());
+  NormScratch scratch(n, H);
+  DISPATCH_MODEL_DTYPES(h0.scalar_type(), "decode_layers", [&] {
+    using T = scalar_t;
+    T* buf[7];
+    T* next = ws.mutable_data_ptr<T>();
+    for (int j = 0; j < 7; ++j) {
+      buf[j] = next;
+      next += n * widths[j];
+    }
+    T *h = buf[0], *qkv = buf[1], *qk_rot = buf[2], *attn = buf[3], *lin = buf[4],
+      *gu = buf[5], *act = buf[6], *x = x_out.mutable_data_ptr<T>();
+    const auto opts = h0.options();
+    // out[n, N] = in[n, K] W^T: fp32 activations straight into the buffer; bf16 / fp16 ones
+    // (AMX tiles, or a matmul rounding its fp32 result) through the tensor ops
+    const auto linear = [&](const T* in, int64_t K, const at::Tensor& w, int64_t N, T* out) {
+      if constexpr (std::is_same_v<T, float>) {
+        if (w.dim() == 2) {
+          TORCH_CHECK((q8 ? w.size(0) * 16 : w.size(0)) == N,
+                      "servelab decode_layers: a weight of shape ", w.sizes(), " for ", N,
+                      " outputs");
+          // (the casts only name T = float: the dispatch lambda is no template)
+          const auto* xf = reinterpret_cast<const float*>(in);
+          auto* yf = reinterpret_cast<float*>(out);
+          if (q8) return servelab::matmul_q8_into(xf, n, K, w, choice, yf);
+          return servelab::matmul_into(xf, n, K, w, choice, yf);
+        }
+      }
+      const at::Tensor xt = at::from_blob(const_cast<T*>(in), {n, K}, opts);
+      const at::Tensor y = q8 ? servelab::matmul_q8(xt, w, "auto", "")
+                              : w.dim() == 3 ? servelab::amx_linear(xt, w, no_bias)
+                                             : servelab::matmul(xt, w, "auto", "");
+      TORCH_CHECK(y.size(0) == n && y.size(1) == N && y.is_contiguous(),
+                  "servelab decode_layers: a weight of shape ", w.sizes(), " for ", N,
+                  " outputs");
+      std::memcpy(out, y.const_data_ptr<T>(), n * N * sizeof(T));
+    };
+    // h = T(h_prev + delta), then x = rms_norm(h) * w: add_rms_norm, into the buffers
+    const auto add_norm = [&](const T* h_prev, const T* delta, const at::Tensor& w) {
+      map_rounded(h_prev, delta, h, n * H, [](auto a, auto b) { return a + b; });
+      rms_norm_rows(static_cast<const T*>(h), w.const_data_ptr<T>(), x, n, H, eps, scratch);
+    };
+    for (int64_t i = 0; i <= L; ++i)
+      check_norm(x_out, i < L ? layers[6 * i] : final_norm);
+    rms_norm_rows(h0.const_data_ptr<T>(), layers[0].const_data_ptr<T>(), x, n, H, eps, scratch);
+    const T* h_prev = h0.const_data_ptr<T>();
+    const T* cp = cos.const_data_ptr<T>();
+    const T* sp = sin.const_data_ptr<T>();
+    for (int64_t i = 0; i < L; ++i) {
+      const at::Tensor* w = layers.data() + 6 * i;  // in_norm, qkv, o, post_norm, gate_up, down
+      linear(x, H, w[1], qkv_n, qkv);
+      // q and k heads rotated together ([n, hq + hkv, d]); v stays in qkv
+      rope_rows(static_cast<const T*>(qkv), qkv_n, d, n, hq + hkv, d, cp, sp, qk_rot);
+      store_kv_rows(static_cast<char*>(k_caches[i].data_ptr()),
+                    static_cast<char*>(v_caches[i].data_ptr()), k_caches[i].numel() / (hkv * d),
+                    reinterpret_cast<const char*>(qk_rot + hq * d), qk, d,
+                    reinterpret_cast<const char*>(qkv + qk), qkv_n, d, n, hkv, d, sizeof(T),
+                    slots.const_data_ptr<int64_t>());
+      attention_rows(static_cast<const T*>(qk_rot), qk, d, hq, d,
+                     k_caches[i].const_data_ptr<T>(), v_caches[i].const_data_ptr<T>(), bs, hkv,
+                     meta, scale, attn);
+      linear(attn, hq * d, w[2], H, lin);
+      add_norm(h_prev, lin, w[3]);  // h += attention; x = the norm before the MLP
+      h_prev = h;
+      linear(x, H, w[4], 2 * I, gu);
+      silu_mul_into(static_cast<const T*>(gu), n, I, act);
+      linear(act, I, w[5], H, lin);
+      // h += MLP; x = the next layer's input norm (after the last layer: the final norm)
+      add_norm(h, lin, i + 1 < L ? layers[6 * (i + 1)] : final_norm);
+    }
+  });
+  return x_out;
 }
 
 }  // namespace
