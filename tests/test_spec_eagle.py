@@ -376,3 +376,50 @@ def test_training_is_seeded_and_lowers_the_loss(target):
         assert torch.equal(a[name], b[name]), f"{name} differs between two seeded runs"
     assert torch.equal(a["vocab"], vocab)
     assert len(losses) == 4 and all(x > 0 for x in losses)
+
+
+@pytest.mark.parametrize("weights", ["gguf", "gguf-q8"])
+def test_head_in_the_cpp_layer_loop_gives_the_python_loops_bits(weights):
+    """Where the target runs its layers in C++ (decode_layers), the head's one layer runs
+    there too: the same kernels in the same order, so the same bits as the head's Python
+    forward, and the same K/V written, for a batch of sequences bringing 1, 3 and 5 tokens."""
+    from engine.kv import KVPool, PagedAllocator
+    from engine.model import cpu
+    from engine.model.attention import build_metadata, get_backend
+    from engine.model.llama import shared_model
+    from engine.model.loader import load_model
+
+    if not cpu.library.load():
+        pytest.skip("the C++ CPU kernels did not build here")
+    target = shared_model(load_model("smollm2-135m", torch.float32), torch.device("cpu"),
+                          torch.float32, 256, cpu_kernels=True, weights=weights)
+    w = eagle.init_weights(target, torch.arange(0, 4096, 2), seed=5)
+    w["fc"][:, 576:] = torch.randn(576, 576, generator=torch.Generator().manual_seed(1)) * 0.05
+    head = eagle.EagleHead(target, w)
+    assert head.cpp_loop
+    cfg, bs, backend = target.cfg, 4, get_backend("cpu")
+    g = torch.Generator().manual_seed(2)
+    lens, tables, slots, pos = [1, 3, 5], [], [], []
+    alloc = PagedAllocator(12, bs)
+    for i, n in enumerate(lens):
+        seq = eagle.HeadSeq(f"s{i}")
+        assert alloc.ensure_slots(seq, 8 + n)
+        tables.append(seq.block_table)
+        slots += [seq.block_table[p // bs] * bs + p % bs for p in range(8, 8 + n)]
+        pos += list(range(8, 8 + n))
+    n = sum(lens)
+    feats = torch.randn(n, cfg.hidden_size, generator=g)
+    toks = torch.randint(0, 5000, (n,), generator=g)
+    outs, pools = [], []
+    for cpp in (True, False):
+        pool = KVPool(1, 12, bs, cfg.num_kv_heads, cfg.head_dim, torch.float32,
+                      torch.device("cpu"))
+        for t in pool.layers[0]:  # a context of 8 earlier positions, the same for both
+            t.copy_(torch.randn(t.shape, generator=torch.Generator().manual_seed(3)))
+        meta = build_metadata(lens, [8 + m for m in lens], tables, slots, bs, "cpu")
+        assert target.runs_cpp_layer_loop(meta, backend)
+        head.cpp_loop = cpp
+        outs.append(head.forward(feats, toks, torch.tensor(pos), meta, pool.layers[0], backend))
+        pools.append([t.clone() for t in pool.layers[0]])
+    assert torch.equal(outs[0], outs[1])
+    assert all(torch.equal(a, b) for a, b in zip(*pools))

@@ -302,6 +302,11 @@ class EagleHead:
         self.q_size = self.cfg.num_heads * self.cfg.head_dim
         self.kv_size = self.cfg.num_kv_heads * self.cfg.head_dim
         self.scale = self.cfg.head_dim ** -0.5
+        # the layer in the target's C++ layer loop where the target runs one (one call instead
+        # of ~15 operators: a head step 0.36 -> 0.30 ms on gguf-q8, paired timings with
+        # spec_bench.head_cost), the same kernels, so the same bits (tests/test_spec_eagle.py)
+        self.cpp_loop = target.cpp_layer_weights is not None
+        self.cpp_weights = [w[n] for n in ("in_norm", "qkv", "o", "post_norm", "gate_up", "down")]
 
     @torch.inference_mode()
     def forward(self, feats: Tensor, token_ids: Tensor, positions: Tensor, meta, kv, backend,
@@ -315,6 +320,11 @@ class EagleHead:
         cos = tm.cos[positions].unsqueeze(1)  # [N, 1, d]
         sin = tm.sin_signed[positions].unsqueeze(1)
         x = linear(torch.cat([feats.to(self.dtype), self.embed[token_ids]], dim=-1), w["fc"])
+        if self.cpp_loop and tm.runs_cpp_layer_loop(meta, backend):
+            return torch.ops.servelab.decode_layers(
+                x, cos, sin, self.cpp_weights, w["out_norm"], [kv[0]], [kv[1]],
+                meta.slot_mapping, meta.block_tables, meta.seq_lens, meta.query_start_loc, hq,
+                hkv, self.scale, eps, "q8" if tm.layout == "gguf-q8" else "float")
         a = ops.rms_norm(x, w["in_norm"], eps)
         qkv = linear(a, w["qkv"])
         qk_size = self.q_size + self.kv_size
