@@ -55,6 +55,59 @@ def test_matches_naive_attention(query_lens, seq_lens, backend, d):
         s += ql
 
 
+def _naive(q, kc, vc, table, n, ql, bs, scale):
+    """Exact softmax attention, in float64, for the ql queries that end a context of n."""
+    kvh, d = kc.shape[2], kc.shape[3]
+    heads = q.shape[1]
+    slots = [table[p // bs] * bs + p % bs for p in range(n)]
+    k = kc.view(-1, kvh, d)[slots].double().repeat_interleave(heads // kvh, 1)
+    v = vc.view(-1, kvh, d)[slots].double().repeat_interleave(heads // kvh, 1)
+    out = []
+    for i in range(ql):
+        pos = n - ql + i
+        att = torch.einsum("hd,nhd->hn", q[i].double(), k[:pos + 1]) * scale
+        out.append(torch.einsum("hn,nhd->hd", att.softmax(-1), v[:pos + 1]))
+    return torch.stack(out)
+
+
+# a context longer than the kernel's chunk (256 by default) is split into equal parts, one
+# task each, joined in order: any chunk size gives exact attention, within fp32 rounding;
+# contexts up to the chunk keep their bits
+@pytest.mark.parametrize("chunk", [0, 1, 7, 100, 256])
+@pytest.mark.parametrize("query_lens, seq_lens", [
+    ([1], [600]),  # one decode at a long context: 3 parts of 200
+    ([1, 1, 1], [257, 513, 40]),  # decodes just past one and two chunks, and a short one
+    ([40, 3], [300, 700]),  # a prefill chunk crossing the split at 256, a verification
+])
+def test_kernel_splits_long_contexts_exactly(chunk, query_lens, seq_lens):
+    assert cpu_library.load()
+    torch.manual_seed(1)
+    bs, kvh, heads, d, scale = 16, 3, 9, 64, 0.125
+    nb = sum(-(-n // bs) for n in seq_lens) + 2
+    kc, vc = torch.randn(nb, bs, kvh, d), torch.randn(nb, bs, kvh, d)
+    perm, tables, o = torch.randperm(nb).tolist(), [], 0
+    for n in seq_lens:
+        tables.append(perm[o:o + -(-n // bs)])
+        o += len(tables[-1])
+    q = torch.randn(sum(query_lens), heads, d)
+    meta = build_metadata(query_lens, seq_lens, tables, [-1] * len(q), bs)
+    args = (q, kc, vc, meta.block_tables, meta.seq_lens, meta.query_start_loc, scale)
+    out = torch.ops.servelab.paged_attention(*args, chunk)
+    whole = torch.ops.servelab.paged_attention(*args, 0)  # every context in one task
+    s = 0
+    for ql, n, table in zip(query_lens, seq_lens, tables):
+        ref = _naive(q[s:s + ql], kc, vc, table, n, ql, bs, scale)
+        torch.testing.assert_close(out[s:s + ql].double(), ref, atol=2e-6, rtol=1e-5)
+        for i in range(ql):  # a context no longer than the chunk: the unsplit bits
+            if n - ql + i + 1 <= max(chunk, 1) or chunk == 0:
+                assert torch.equal(out[s + i], whole[s + i])
+        s += ql
+    if chunk == 256:  # the default, which CpuAttention uses
+        assert torch.equal(CpuAttention().forward(q, kc, vc, meta, scale), out)
+    if chunk:  # the split changes some bits past the chunk (a skipped split would not)
+        assert not torch.equal(out, whole)
+
+
 def test_rows_of_equal_query_length_share_a_segment():
     meta = build_metadata([1, 1, 3, 3, 1, 20, 20, 5], [5, 12, 9, 17, 1, 20, 30, 5],
                           [[0, 1, 2, 3, 4, 5, 6, 7]] * 8, [-1] * 54, 4)

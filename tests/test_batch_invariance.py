@@ -74,7 +74,7 @@ def ops():
 # Fast: the attention kernel, any batch composition
 
 # one request of a batch: (query tokens, cached context before them)
-request = st.tuples(st.integers(1, 90), st.integers(0, 200))
+request = st.tuples(st.integers(1, 90), st.integers(0, 300))
 
 
 @settings(max_examples=100, deadline=None)
@@ -82,13 +82,15 @@ request = st.tuples(st.integers(1, 90), st.integers(0, 200))
        num_threads=st.sampled_from([1, 2, 3]), block_size=st.sampled_from([1, 5, 16]),
        shape=st.sampled_from([(64, 3, 3), (128, 1, 2), (64, 8, 1)]),
        dtype=st.sampled_from([torch.bfloat16, torch.float16, torch.float32]),
-       seed=st.integers(0, 2**16))
+       chunk=st.sampled_from([256, 256, 0, 1, 13, 64]), seed=st.integers(0, 2**16))
 def test_attention_rows_do_not_depend_on_the_batch(ops, target, others, where, num_threads,
-                                                   block_size, shape, dtype, seed):
+                                                   block_size, shape, dtype, chunk, seed):
     """A request's m query rows, computed in one call with other requests of other query
     counts (before and after it) on num_threads threads, are bit for bit the rows each query
     gets alone as a 1-token decode, on one thread. m runs past 64: long prompts, chunks and
-    recomputes take the kernel too."""
+    recomputes take the kernel too. `chunk`: the kernel splits contexts longer than this into
+    parts, one task each (256: the default, CpuAttention's; 0: no split); the split depends on
+    a query's own context only, so it never makes a row depend on the batch."""
     d, group, kvh = shape
     heads = group * kvh
     g = torch.Generator().manual_seed(seed)
@@ -106,9 +108,16 @@ def test_attention_rows_do_not_depend_on_the_batch(ops, target, others, where, n
     q = torch.randn(sum(m for m, _ in reqs), heads, d, generator=g).to(dtype)
     query_lens = [m for m, _ in reqs]
     backend = CpuAttention()
+
+    def attention(q, meta):
+        if chunk == 256:
+            return backend.forward(q, kc, vc, meta, d ** -0.5)
+        return ops.paged_attention(q, kc, vc, meta.block_tables, meta.seq_lens,
+                                   meta.query_start_loc, d ** -0.5, chunk)
+
     meta = build_metadata(query_lens, seq_lens, tables, [-1] * len(q), block_size)
     with threads(num_threads):
-        batched = backend.forward(q, kc, vc, meta, d ** -0.5)
+        batched = attention(q, meta)
     m, ctx = target
     first = sum(query_lens[:where])
     table = tables[where]
@@ -116,7 +125,7 @@ def test_attention_rows_do_not_depend_on_the_batch(ops, target, others, where, n
         for i in range(m):
             alone = build_metadata([1], [ctx + i + 1], [table], [-1], block_size)
             row = q[first + i:first + i + 1].clone()
-            want = backend.forward(row, kc, vc, alone, d ** -0.5)
+            want = attention(row, alone)
             assert torch.equal(batched[first + i], want[0]), (
                 f"query {i} of {m} (context {ctx}) differs batched with {others}")
 

@@ -22,10 +22,13 @@
 #include <ATen/cpu/vec/vec.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <memory>
 #include <type_traits>
-#include <algorithm>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -336,8 +339,12 @@ void store_kv(at::Tensor k_cache, at::Tensor v_cache, const at::Tensor& k, const
 // --- paged decode attention ---------------------------------------------------------------
 constexpr int kMaxGroup = 8;  // query heads per KV head the kernel takes
 constexpr int32_t kQueryBlock = 16;  // queries of one sequence per task (any value: same bits)
+// context positions per task (attention_rows), paged_attention's default; decode_layers uses
+// it. 0 splits no context. Any value is batch-invariant; the bits past the first chunk differ.
+constexpr int64_t kChunk = 256;
 
-inline float exp_minus_max(float* x, int64_t n) {  // x = exp(x - max x); returns the sum
+// x = exp(x - max x); returns the sum, and the max in *max_out
+inline float exp_minus_max(float* x, int64_t n, float* max_out) {
   constexpr int64_t W = fVec::size();
   const int64_t nv = n - n % W;
   float mx = x[0];
@@ -347,6 +354,7 @@ inline float exp_minus_max(float* x, int64_t n) {  // x = exp(x - max x); return
     mx = at::vec::vec_reduce_all<float>([](fVec& a, fVec& b) { return at::vec::maximum(a, b); }, m);
   }
   for (int64_t j = nv; j < n; ++j) mx = std::max(mx, x[j]);
+  *max_out = mx;
   const fVec mv(mx);
   fVec acc(0.0f);
   for (int64_t j = 0; j < nv; j += W) {
@@ -392,13 +400,18 @@ inline void sum_lanes(const fVec* v, float* sums) {
 #endif
 }
 
-// One query row of `group` heads (q, heads q_head_stride apart) against ctx positions, for
-// head dim D = DV * fVec::size() (the vector width): each K and V row is converted into
-// registers once and used by every head of the group; the group's V sums stay in registers. rows(ctx, fn) calls
-// fn(j, k_row, v_row) for j = 0 .. ctx - 1. scores: group * len floats of scratch.
+// One query row of `group` heads (q, heads q_head_stride apart) against context positions
+// j0 .. j0 + n - 1, for head dim D = DV * fVec::size() (the vector width): each K and V row is
+// converted into registers once and used by every head of the group; the group's V sums stay
+// in registers. rows(j0, n, fn) calls fn(j, k_row, v_row) for j = j0 .. j0 + n - 1. scores:
+// group * len floats of scratch (len >= n).
+// part == nullptr: the positions are the query's whole context; writes its output to out.
+// Otherwise they are one chunk of it; writes the chunk's partial to part[h * (D + 2) ..]:
+// the unnormalized V sum (D floats), the chunk's max score and its sum of exp(score - max),
+// which combine_chunks joins.
 template <typename T, int DV, typename Rows>
-void attend(const T* q, int64_t q_head_stride, int64_t group, int64_t ctx, float scale,
-            float* scores, int64_t len, T* out, Rows&& rows) {
+void attend(const T* q, int64_t q_head_stride, int64_t group, int64_t j0, int64_t n,
+            float scale, float* scores, int64_t len, T* out, float* part_out, Rows&& rows) {
   constexpr int D = DV * fVec::size();
   auto load = [](const T* src, fVec* dst) {  // D numbers -> DV float vectors
     if constexpr (std::is_same_v<T, float>) {
@@ -414,47 +427,76 @@ void attend(const T* q, int64_t q_head_stride, int64_t group, int64_t ctx, float
   };
   fVec qv[kMaxGroup][DV];
   for (int64_t h = 0; h < group; ++h) load(q + h * q_head_stride, qv[h]);
-  // scores[h][j] = q_h . k_j * scale. Each dot product ends as a vector of partial sums;
+  // scores[h][j - j0] = q_h . k_j * scale. Each dot product ends as a vector of partial sums;
   // those of 16 positions wait in `part` and are added up together (sum_lanes), which costs a
   // handful of shuffles instead of one full horizontal sum per position and head.
   fVec part[kMaxGroup][kTile];
-  auto flush = [&](int64_t j0, int64_t n) {  // positions j0 .. j0 + n - 1 are in part[h][0..n)
+  auto flush = [&](int64_t i0, int64_t cnt) {  // scores i0 .. i0 + cnt - 1 are in part[h][0..cnt)
     for (int64_t h = 0; h < group; ++h) {
-      for (int64_t i = n; i < kTile; ++i) part[h][i] = fVec(0.0f);
+      for (int64_t i = cnt; i < kTile; ++i) part[h][i] = fVec(0.0f);
       float sums[kTile];
       sum_lanes(part[h], sums);
-      for (int64_t i = 0; i < n; ++i) scores[h * len + j0 + i] = sums[i] * scale;
+      for (int64_t i = 0; i < cnt; ++i) scores[h * len + i0 + i] = sums[i] * scale;
     }
   };
-  rows(ctx, [&](int64_t j, const T* k, const T*) {
+  rows(j0, n, [&](int64_t j, const T* k, const T*) {
+    const int64_t i = j - j0;
     fVec kv[DV];
     load(k, kv);
     for (int64_t h = 0; h < group; ++h) {
       fVec acc(0.0f);
       for (int c = 0; c < DV; ++c) acc = at::vec::fmadd(qv[h][c], kv[c], acc);
-      part[h][j % kTile] = acc;
+      part[h][i % kTile] = acc;
     }
-    if (j % kTile == kTile - 1) flush(j - kTile + 1, kTile);
+    if (i % kTile == kTile - 1) flush(i - kTile + 1, kTile);
   });
-  if (ctx % kTile) flush(ctx - ctx % kTile, ctx % kTile);
-  float denom[kMaxGroup];  // softmax, kept unnormalized: the sum divides at the end
-  for (int64_t h = 0; h < group; ++h) denom[h] = exp_minus_max(scores + h * len, ctx);
+  if (n % kTile) flush(n - n % kTile, n % kTile);
+  float denom[kMaxGroup], mx[kMaxGroup];  // softmax, kept unnormalized: the sum divides at the end
+  for (int64_t h = 0; h < group; ++h) denom[h] = exp_minus_max(scores + h * len, n, &mx[h]);
   fVec acc[kMaxGroup][DV];
   for (int64_t h = 0; h < group; ++h)
     for (int c = 0; c < DV; ++c) acc[h][c] = fVec(0.0f);
-  rows(ctx, [&](int64_t j, const T*, const T* v) {  // acc_h += p_hj * v_j
+  rows(j0, n, [&](int64_t j, const T*, const T* v) {  // acc_h += p_hj * v_j
     fVec vv[DV];
     load(v, vv);
     for (int64_t h = 0; h < group; ++h) {
-      const fVec p(scores[h * len + j]);
+      const fVec p(scores[h * len + j - j0]);
       for (int c = 0; c < DV; ++c) acc[h][c] = at::vec::fmadd(p, vv[c], acc[h][c]);
     }
   });
+  if (part_out) {
+    for (int64_t h = 0; h < group; ++h) {
+      float* ph = part_out + h * (D + 2);
+      for (int c = 0; c < DV; ++c) acc[h][c].store(ph + c * fVec::size());
+      ph[D] = mx[h];
+      ph[D + 1] = denom[h];
+    }
+    return;
+  }
   for (int64_t h = 0; h < group; ++h) {
     float o[D];
     for (int c = 0; c < DV; ++c) (acc[h][c] / fVec(denom[h])).store(o + c * fVec::size());
     for (int c = 0; c < D; ++c) out[h * D + c] = down<T>(o[c]);
   }
+}
+
+// One query head's output from its context's chunks, joined in chunk order (0, 1, ...):
+// parts[c * stride ..] is chunk c's partial (attend). With M the largest chunk max, each
+// chunk's sums are scaled by exp(max_c - M), as in FlashAttention's online softmax and
+// flash-decoding's split-K; the order is fixed, so the bits depend only on the context.
+template <typename T>
+void combine_chunks(const float* parts, int64_t stride, int64_t chunks, int64_t D, T* out) {
+  float M = parts[D];
+  for (int64_t c = 1; c < chunks; ++c) M = std::max(M, parts[c * stride + D]);
+  float o[128] = {};
+  float denom = 0.0f;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const float* pc = parts + c * stride;
+    const float w = std::exp(pc[D] - M);
+    denom += w * pc[D + 1];
+    for (int64_t i = 0; i < D; ++i) o[i] += w * pc[i];
+  }
+  for (int64_t i = 0; i < D; ++i) out[i] = down<T>(o[i] / denom);
 }
 
 // Attention for a batch of sequences, each bringing its own m_b query tokens (decodes: 1;
@@ -475,9 +517,18 @@ void attend(const T* q, int64_t q_head_stride, int64_t group, int64_t ctx, float
 // positions 0, 1, ... in turn; nothing depends on the other queries of its sequence, the other
 // sequences, how many there are, or the thread that runs it. So a token gets the same bits
 // as a 1-token decode, as one of a 500-token prompt, in a chunk, or verifying a draft
-// (tests/test_attention.py checks this over random batches and thread counts).
-// Tasks: (sequence, block of kQueryBlock queries, KV head), split over the cores; a task's
-// Hq / Hkv query heads share every K and V row they read.
+// (tests/test_batch_invariance.py checks this over random batches and thread counts).
+// Tasks: (sequence, block of kQueryBlock queries, KV head, part of the context), split over
+// the cores; a task's Hq / Hkv query heads share every K and V row they read. A context
+// longer than kChunk positions is split into equal parts of at most kChunk, each a task,
+// joined afterwards in part order (combine_chunks); shorter ones are one part, as before the
+// split, with the same bits. The split depends only on the query's own context, never on
+// the batch, so it stays batch-invariant. It spreads one long request over the cores, which
+// one task per (sequence, KV head) did not: a decode of this model is 3 tasks, on 2 threads
+// 2 + 1. A Zen 4, 2 threads, one decode, fp32, K/V from memory: 1.15-1.19x at 300 positions,
+// 1.17-1.31x at 512, 1.19-1.26x at 1024; 4 decodes, already 12 tasks, 0.94-0.98x at 300-1024
+// against 0.92-1.11x at 128-256 where both run the same code (`python -m
+// benchmarks.kernel_bench --attention`, two runs, assets/bench/attention-long-zen4-*.json).
 // The step's sequences, as the kernel reads them (int32, contiguous), checked against `rows`
 // query rows and caches of `bs`-position blocks: once a call, or once a step (decode_layers).
 struct AttentionMeta {
@@ -515,49 +566,99 @@ void check_attention_heads(int64_t Hq, int64_t Hkv, int64_t D) {
 }
 
 // q: query row t's head h at qp + t * qs0 + h * qs1; caches [blocks, bs, Hkv, D] at kp, vp;
-// out: [rows, Hq, D] contiguous at op.
+// out: [rows, Hq, D] contiguous at op; chunk: context positions per task (0: no split).
 template <typename scalar_t>
 void attention_rows(const scalar_t* qp, int64_t qs0, int64_t qs1, int64_t Hq, int64_t D,
                     const scalar_t* kp, const scalar_t* vp, int64_t bs, int64_t Hkv,
-                    const AttentionMeta& meta, double scale, scalar_t* op) {
+                    const AttentionMeta& meta, double scale, scalar_t* op,
+                    int64_t chunk = kChunk) {
+  if (chunk <= 0) chunk = std::numeric_limits<int32_t>::max();  // one chunk: the whole context
   const int64_t group = Hq / Hkv, B = meta.B, max_blocks = meta.max_blocks;
   const int32_t* tp = meta.tables.const_data_ptr<int32_t>();
   const int32_t* lp = meta.lens.const_data_ptr<int32_t>();
   const int32_t* sp = meta.qsl.const_data_ptr<int32_t>();
-  // (sequence, first query) of each block of at most kQueryBlock queries: a long prompt is
-  // several tasks per KV head, so it spreads over the cores like a batch of decodes
-  std::vector<std::pair<int32_t, int32_t>> blocks;
-  for (int64_t b = 0; b < B; ++b)
-    for (int32_t i = 0; i < sp[b + 1] - sp[b]; i += kQueryBlock) blocks.emplace_back(b, i);
-  const int64_t num_blocks = static_cast<int64_t>(blocks.size());
-  at::parallel_for(0, num_blocks * Hkv, 1, [&](int64_t begin, int64_t end) {
+  // A context of ctx positions is split into `chunks` equal parts of at most `chunk`
+  // positions (the last part shorter by the rounding): part c is positions
+  // c * len .. min((c + 1) * len, ctx) - 1. A function of ctx alone.
+  auto split = [chunk](int64_t ctx) -> std::pair<int64_t, int64_t> {  // (chunks, len)
+    const int64_t chunks = (ctx + chunk - 1) / chunk;
+    return {chunks, (ctx + chunks - 1) / chunks};
+  };
+  // (sequence, first query, part) of each block of at most kQueryBlock queries: a long
+  // prompt is several tasks per KV head, so it spreads over the cores like a batch of
+  // decodes; a block's last query has the longest context, which sets its number of parts.
+  // Query rows whose context is split keep one partial per part and head in `parts`, from
+  // row_part[t] on.
+  struct Task {
+    int32_t b, i0, part;
+  };
+  std::vector<Task> tasks;
+  const int64_t rows = sp[B];
+  std::vector<int64_t> row_part(rows, -1);
+  int64_t num_parts = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t m = sp[b + 1] - sp[b];
+    for (int32_t i = 0; i < m; ++i) {
+      const int64_t chunks = split(lp[b] - m + i + 1).first;
+      if (chunks > 1) {
+        row_part[sp[b] + i] = num_parts;
+        num_parts += chunks;
+      }
+    }
+    for (int32_t i = 0; i < m; i += kQueryBlock) {
+      const int64_t last = split(lp[b] - m + std::min<int32_t>(m, i + kQueryBlock)).first;
+      for (int32_t c = 0; c < last; ++c) tasks.push_back({int32_t(b), i, c});
+    }
+  }
+  const int64_t stride = D + 2;  // one head's partial: its V sum, max and sum of exps
+  std::vector<float> parts(num_parts * Hq * stride);
+  // per split row and KV head, the parts done so far: the task that finishes the last one
+  // joins them (in part order, whichever task that is), so no second pass over the rows
+  // (a second parallel region for it cost ~5% at 4 decodes of 300-1000 positions)
+  std::unique_ptr<std::atomic<int32_t>[]> done(new std::atomic<int32_t>[num_parts * Hkv]());
+  const int64_t num_tasks = static_cast<int64_t>(tasks.size());
+  at::parallel_for(0, num_tasks * Hkv, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = blocks[task / Hkv].first, i0 = blocks[task / Hkv].second;
+      const Task& tk = tasks[task / Hkv];
+      const int64_t b = tk.b, i0 = tk.i0, c = tk.part;
       const int64_t g = task % Hkv, len = lp[b], m = sp[b + 1] - sp[b];
       const int64_t i1 = std::min<int64_t>(m, i0 + kQueryBlock);
       const int32_t* table = tp + b * max_blocks;
-      // call fn(j, k_row, v_row) for positions j < ctx, walking the block table block by
-      // block (head g's rows of one block are Hkv * D apart)
-      auto kv_rows = [&](int64_t ctx, auto&& fn) {
-        for (int64_t blk = 0, j = 0; j < ctx; ++blk) {
-          int64_t off = (int64_t(table[blk]) * bs * Hkv + g) * D;
-          for (int64_t o = 0; o < bs && j < ctx; ++o, ++j, off += Hkv * D)
-            fn(j, kp + off, vp + off);
+      // call fn(j, k_row, v_row) for positions from .. from + n - 1, walking the block table
+      // block by block (head g's rows of one block are Hkv * D apart)
+      auto kv_rows = [&](int64_t from, int64_t n, auto&& fn) {
+        const int64_t to = from + n;
+        for (int64_t blk = from / bs, j = from; j < to; ++blk) {
+          int64_t o = j % bs, off = ((int64_t(table[blk]) * bs + o) * Hkv + g) * D;
+          for (; o < bs && j < to; ++o, ++j, off += Hkv * D) fn(j, kp + off, vp + off);
         }
       };
-      scores.resize(group * len);
+      const int64_t slen = std::min<int64_t>(len, chunk);  // scores a head needs at most
+      scores.resize(group * slen);
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t t = sp[b] + i, ctx = len - m + i + 1;  // this query sees ctx positions
+        const auto [chunks, part_len] = split(ctx);
+        if (c >= chunks) continue;  // its context has fewer parts
+        const int64_t j0 = c * part_len, n = std::min(part_len, ctx - j0);
         const scalar_t* qh = qp + t * qs0 + g * group * qs1;
         scalar_t* o = op + (t * Hq + g * group) * D;
+        float* part = chunks > 1 ? parts.data() + ((row_part[t] + c) * Hq + g * group) * stride
+                                 : nullptr;
         // DV vectors per head: 4 / 8 with AVX-512's 16 lanes, 8 / 16 with AVX2's 8
         constexpr int kV = fVec::size();
         if (D == 64)
-          attend<scalar_t, 64 / kV>(qh, qs1, group, ctx, scale, scores.data(), len, o, kv_rows);
+          attend<scalar_t, 64 / kV>(qh, qs1, group, j0, n, scale, scores.data(), slen, o, part,
+                                    kv_rows);
         else
-          attend<scalar_t, 128 / kV>(qh, qs1, group, ctx, scale, scores.data(), len, o,
+          attend<scalar_t, 128 / kV>(qh, qs1, group, j0, n, scale, scores.data(), slen, o, part,
                                      kv_rows);
+        // the last part of this row and KV head to finish: join the group's heads' parts
+        if (part && done[row_part[t] * Hkv + g].fetch_add(1, std::memory_order_acq_rel) ==
+                        chunks - 1)
+          for (int64_t h = g * group; h < (g + 1) * group; ++h)
+            combine_chunks(parts.data() + (row_part[t] * Hq + h) * stride, Hq * stride, chunks,
+                           D, op + (t * Hq + h) * D);
       }
     }
   });
@@ -566,7 +667,7 @@ void attention_rows(const scalar_t* qp, int64_t qs0, int64_t qs1, int64_t Hq, in
 at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
                            const at::Tensor& v_cache, const at::Tensor& block_tables,
                            const at::Tensor& seq_lens, const at::Tensor& query_start_loc,
-                           double scale) {
+                           double scale, int64_t chunk) {
   check_cpu(q, "q");
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && k_cache.is_contiguous() &&
                   v_cache.is_contiguous() && k_cache.sizes() == v_cache.sizes(),
@@ -582,7 +683,7 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
   DISPATCH_MODEL_DTYPES(q.scalar_type(), "paged_attention", [&] {
     attention_rows(q.const_data_ptr<scalar_t>(), q.stride(0), q.stride(1), Hq, D,
                    k_cache.const_data_ptr<scalar_t>(), v_cache.const_data_ptr<scalar_t>(), bs,
-                   Hkv, meta, scale, out.mutable_data_ptr<scalar_t>());
+                   Hkv, meta, scale, out.mutable_data_ptr<scalar_t>(), chunk);
   });
   return out;
 }
@@ -732,7 +833,8 @@ TORCH_LIBRARY(servelab, m) {
   m.def("rope(Tensor x, Tensor cos, Tensor sin) -> Tensor");
   m.def("silu_mul(Tensor gate_up) -> Tensor");
   m.def("paged_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
-        "Tensor seq_lens, Tensor query_start_loc, float scale) -> Tensor");
+        "Tensor seq_lens, Tensor query_start_loc, float scale, int chunk=256) -> Tensor");
+  static_assert(kChunk == 256, "paged_attention's schema states kChunk");
   m.def("decode_layers(Tensor h, Tensor cos, Tensor sin, Tensor[] layers, Tensor final_norm, "
         "Tensor[] k_caches, Tensor[] v_caches, Tensor slot_mapping, Tensor block_tables, "
         "Tensor seq_lens, Tensor query_start_loc, int num_heads, int num_kv_heads, float scale, "
