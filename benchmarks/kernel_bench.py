@@ -5,7 +5,10 @@
    AMX), oneDNN's prepacked bf16 linear and plain `F.linear`.
 2. Attention: 16 requests decoding at contexts 30, 100 and 200 through the C++ kernel and
    through the torch backend (gather + SDPA), one layer's pool, bf16.
-   Then one prompt of 64 to 500 tokens (every query of it in one call), both ways.
+   Then one prompt of 64 to 500 tokens (every query of it in one call), both ways. Then 1 and
+   4 requests decoding at contexts of 128 to 1024 positions, each context over 256 split into
+   parts, one task each (as the kernel runs), or not (`bench_long_decode`); `--attention`
+   runs only this part 2.
 3. The layer loop: decode steps of two engines stepped alternately, one running the layers
    in C++ (`decode_layers`), the other the same kernels from Python.
 4. What batch invariance costs: whole workloads (short chat prompts; 300-token prompts)
@@ -112,6 +115,44 @@ def bench_attention() -> None:
         ratio = times["gather+SDPA"] / times["C++ kernel"]
         print(f"  prompt {n:3d}: C++ kernel {times['C++ kernel'] * 1e6:7.1f}  gather+SDPA "
               f"{times['gather+SDPA'] * 1e6:7.1f}  -> {ratio:.2f}x")
+
+
+def bench_long_decode(contexts=(128, 256, 300, 512, 1024), batches=(1, 4), layers: int = 120,
+                      rounds: int = 5) -> list[dict]:
+    """Decodes at long contexts: the kernel as it runs (a context over 256 positions split
+    into equal parts, one task each, joined in order) against one task per (request, KV head)
+    (chunk=0, the kernel before the split). The bundled model's heads (9 query, 3 KV, of 64),
+    fp32 caches (the GGUF engines'); `layers` / batch layers' caches in turn, more bytes than
+    the L3 holds, as a step's K/V comes from memory behind its weights. us per layer."""
+    torch.manual_seed(0)
+    hq, hkv, d, bs = 9, 3, 64, 16
+    print(f"attention: decodes at long contexts ({hq} query / {hkv} KV heads of {d}, fp32), "
+          f"{layers} / batch layers' caches in turn, us per layer")
+    out = []
+    for batch in batches:
+        for ctx in contexts:
+            per = -(-ctx // bs)
+            caches = [(torch.randn(batch * per, bs, hkv, d), torch.randn(batch * per, bs, hkv, d))
+                      for _ in range(max(1, layers // batch))]
+            tables = torch.randperm(batch * per, dtype=torch.int32).view(batch, per)
+            lens = torch.full((batch,), ctx, dtype=torch.int32)
+            qsl = torch.arange(batch + 1, dtype=torch.int32)
+            q = torch.randn(batch, hq, d)
+
+            def run(*chunk):
+                for k, v in caches:
+                    torch.ops.servelab.paged_attention(q, k, v, tables, lens, qsl, d ** -0.5,
+                                                       *chunk)
+
+            times = best_interleaved({"split": run, "unsplit": partial(run, 0)}, rounds=rounds)
+            us = {name: t / len(caches) * 1e6 for name, t in times.items()}
+            ratio = us["unsplit"] / us["split"]
+            print(f"  {batch} decoding, context {ctx:4d}: split {us['split']:6.1f}  one task "
+                  f"per KV head {us['unsplit']:6.1f}  -> {ratio:.2f}x")
+            out.append({"batch": batch, "context": ctx, "split_us": us["split"],
+                        "unsplit_us": us["unsplit"], "speedup": ratio})
+            del caches
+    return out
 
 
 def bench_layer_loop(engine) -> None:
@@ -478,8 +519,18 @@ def main(argv: list[str] | None = None) -> int:
                     "shared machine)")
     ap.add_argument("--rows", action="store_true",
                     help="the GGUF matmuls of one step at 1 to 32 rows, per instruction set")
-    ap.add_argument("--json", help="write the --weights or --rows results here")
+    ap.add_argument("--attention", action="store_true",
+                    help="only the attention kernel: a batch of decodes, prompts, and decodes "
+                    "at long contexts split into parts or not")
+    ap.add_argument("--json", help="write the --weights, --rows or --attention results here")
     args = ap.parse_args(argv)
+    if args.attention:
+        from engine.model.cpu import library
+
+        assert library.load(), "the C++ CPU kernels did not build (see the message above)"
+        bench_attention()
+        write_json(args.json, "cpu", args, long_decode=bench_long_decode())
+        return 0
     if args.rows:
         write_json(args.json, "cpu", args, gguf_rows=bench_gguf_rows())
         return 0
@@ -491,6 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[{engine.describe()}]")
     bench_matmuls(engine.model)
     bench_attention()
+    bench_long_decode()
     bench_layer_loop(engine)
     bench_invariance_cost(engine)
     return 0

@@ -150,6 +150,21 @@ def test_kernel_bench_attention_runs(capsys):
     assert out.count("C++ kernel") == 7 and out.count("x\n") == 7
 
 
+def test_kernel_bench_long_decode_runs(capsys):
+    """`kernel_bench --attention`'s long-context part on tiny sizes: the split and unsplit
+    kernels run side by side, one row per (batch, context), and the JSON rows carry both times
+    (no timing is asserted)."""
+    from benchmarks import kernel_bench
+    from engine.model.cpu import library as cpu_library
+
+    assert cpu_library.load()
+    rows = kernel_bench.bench_long_decode(contexts=(100, 300), batches=(1, 2), layers=2,
+                                          rounds=1)
+    assert [(r["batch"], r["context"]) for r in rows] == [(1, 100), (1, 300), (2, 100), (2, 300)]
+    assert all(r["split_us"] > 0 and r["unsplit_us"] > 0 for r in rows)
+    assert capsys.readouterr().out.count("one task per KV head") == 4
+
+
 @pytest.mark.slow
 def test_draft_study_target_agrees_with_itself(capsys):
     """`python -m benchmarks.draft_study` on a tiny run: the target, read back teacher-forced
