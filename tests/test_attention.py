@@ -108,6 +108,33 @@ def test_kernel_splits_long_contexts_exactly(chunk, query_lens, seq_lens):
         assert not torch.equal(out, whole)
 
 
+def test_kernel_bounds_the_partials_of_long_prompts():
+    """A prompt whose split partials would outgrow the kernel's 16 MB budget (here 100
+    queries at contexts ~700-800 split every 4 positions: ~11M floats) works through each
+    query's parts inside its own task instead: the same bits as each row decoded alone, whose
+    parts are tasks of their own."""
+    assert cpu_library.load()
+    torch.manual_seed(2)
+    bs, kvh, heads, d, n, m, chunk = 16, 3, 9, 64, 800, 100, 4
+    assert sum(-(-(n - m + i + 1) // chunk) for i in range(m)) * heads * (d + 2) > 4 << 20
+    nb = -(-n // bs)
+    kc, vc = torch.randn(nb, bs, kvh, d), torch.randn(nb, bs, kvh, d)
+    table = torch.randperm(nb).tolist()
+    q = torch.randn(m, heads, d)
+
+    def attention(rows, ctx):
+        meta = build_metadata([len(rows)], [ctx], [table], [-1] * len(rows), bs)
+        return torch.ops.servelab.paged_attention(rows, kc, vc, meta.block_tables,
+                                                  meta.seq_lens, meta.query_start_loc, 0.125,
+                                                  chunk)
+
+    out = attention(q, n)
+    for i in range(0, m, 9):
+        assert torch.equal(attention(q[i:i + 1], n - m + i + 1)[0], out[i]), f"query {i}"
+    torch.testing.assert_close(out[-1:].double(), _naive(q[-1:], kc, vc, table, n, 1, bs, 0.125),
+                               atol=2e-6, rtol=1e-5)
+
+
 def test_rows_of_equal_query_length_share_a_segment():
     meta = build_metadata([1, 1, 3, 3, 1, 20, 20, 5], [5, 12, 9, 17, 1, 20, 30, 5],
                           [[0, 1, 2, 3, 4, 5, 6, 7]] * 8, [-1] * 54, 4)

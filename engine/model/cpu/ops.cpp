@@ -342,6 +342,8 @@ constexpr int32_t kQueryBlock = 16;  // queries of one sequence per task (any va
 // context positions per task (attention_rows), paged_attention's default; decode_layers uses
 // it. 0 splits no context. Any value is batch-invariant; the bits past the first chunk differ.
 constexpr int64_t kChunk = 256;
+// floats of partials one attention call keeps for other tasks to join (16 MB)
+constexpr int64_t kPartsBudget = int64_t(4) << 20;
 
 // x = exp(x - max x); returns the sum, and the max in *max_out
 inline float exp_minus_max(float* x, int64_t n, float* max_out) {
@@ -480,6 +482,20 @@ void attend(const T* q, int64_t q_head_stride, int64_t group, int64_t j0, int64_
   }
 }
 
+// attend for head dim D = 64 or 128: DV vectors per head, 4 / 8 with AVX-512's 16 lanes,
+// 8 / 16 with AVX2's 8
+template <typename T, typename Rows>
+inline void attend_dim(int64_t D, const T* q, int64_t q_head_stride, int64_t group, int64_t j0,
+                       int64_t n, float scale, float* scores, int64_t len, T* out,
+                       float* part_out, Rows& rows) {
+  constexpr int kV = fVec::size();
+  if (D == 64)
+    attend<T, 64 / kV>(q, q_head_stride, group, j0, n, scale, scores, len, out, part_out, rows);
+  else
+    attend<T, 128 / kV>(q, q_head_stride, group, j0, n, scale, scores, len, out, part_out,
+                        rows);
+}
+
 // One query head's output from its context's chunks, joined in chunk order (0, 1, ...):
 // parts[c * stride ..] is chunk c's partial (attend). With M the largest chunk max, each
 // chunk's sums are scaled by exp(max_c - M), as in FlashAttention's online softmax and
@@ -584,20 +600,35 @@ void attention_rows(const scalar_t* qp, int64_t qs0, int64_t qs1, int64_t Hq, in
     const int64_t chunks = (ctx + chunk - 1) / chunk;
     return {chunks, (ctx + chunks - 1) / chunks};
   };
-  // (sequence, first query, part) of each block of at most kQueryBlock queries: a long
-  // prompt is several tasks per KV head, so it spreads over the cores like a batch of
-  // decodes; a block's last query has the longest context, which sets its number of parts.
-  // Query rows whose context is split keep one partial per part and head in `parts`, from
-  // row_part[t] on.
+  // Tasks: (sequence, block of at most kQueryBlock queries, part): each part of a split
+  // context is a task, whose partials wait in `parts` (row t's from row_part[t] on, one per
+  // part and head); a block's last query has the longest context, which sets its number of
+  // parts. Should `parts` outgrow kPartsBudget floats (long prompts in one step), sequences
+  // of more than one query become one task per block instead (part -1), which works through
+  // each query's parts in order in a buffer of its own: they have tasks enough anyway. The
+  // parts and their join are the same arithmetic either way, so the same bits.
   struct Task {
-    int32_t b, i0, part;
+    int32_t b, i0, part;  // part -1: every part of every query of the block
   };
+  const int64_t rows = sp[B], stride = D + 2;  // a head's partial: V sum, max, sum of exps
+  int64_t all_parts = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t m = sp[b + 1] - sp[b];
+    for (int32_t i = 0; i < m; ++i) {
+      const int64_t chunks = split(lp[b] - m + i + 1).first;
+      if (chunks > 1) all_parts += chunks;
+    }
+  }
+  const bool own_parts_for_prompts = all_parts * Hq * stride > kPartsBudget;
   std::vector<Task> tasks;
-  const int64_t rows = sp[B];
   std::vector<int64_t> row_part(rows, -1);
   int64_t num_parts = 0;
   for (int64_t b = 0; b < B; ++b) {
     const int32_t m = sp[b + 1] - sp[b];
+    if (m > 1 && own_parts_for_prompts) {
+      for (int32_t i = 0; i < m; i += kQueryBlock) tasks.push_back({int32_t(b), i, -1});
+      continue;
+    }
     for (int32_t i = 0; i < m; ++i) {
       const int64_t chunks = split(lp[b] - m + i + 1).first;
       if (chunks > 1) {
@@ -610,7 +641,6 @@ void attention_rows(const scalar_t* qp, int64_t qs0, int64_t qs1, int64_t Hq, in
       for (int32_t c = 0; c < last; ++c) tasks.push_back({int32_t(b), i, c});
     }
   }
-  const int64_t stride = D + 2;  // one head's partial: its V sum, max and sum of exps
   std::vector<float> parts(num_parts * Hq * stride);
   // per split row and KV head, the parts done so far: the task that finishes the last one
   // joins them (in part order, whichever task that is), so no second pass over the rows
@@ -619,6 +649,7 @@ void attention_rows(const scalar_t* qp, int64_t qs0, int64_t qs1, int64_t Hq, in
   const int64_t num_tasks = static_cast<int64_t>(tasks.size());
   at::parallel_for(0, num_tasks * Hkv, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
+    std::vector<float> own_parts;  // a task of part -1: one query's partials, [part][head]
     for (int64_t task = begin; task < end; ++task) {
       const Task& tk = tasks[task / Hkv];
       const int64_t b = tk.b, i0 = tk.i0, c = tk.part;
@@ -659,27 +690,32 @@ void attention_rows(const scalar_t* qp, int64_t qs0, int64_t qs1, int64_t Hq, in
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t t = sp[b] + i, ctx = len - m + i + 1;  // this query sees ctx positions
         const auto [chunks, part_len] = split(ctx);
-        if (c >= chunks) continue;  // its context has fewer parts
-        const int64_t j0 = c * part_len, n = std::min(part_len, ctx - j0);
         const scalar_t* qh = qp + t * qs0 + g * group * qs1;
         scalar_t* o = op + (t * Hq + g * group) * D;
-        float* part = chunks > 1 ? parts.data() + ((row_part[t] + c) * Hq + g * group) * stride
-                                 : nullptr;
-        // DV vectors per head: 4 / 8 with AVX-512's 16 lanes, 8 / 16 with AVX2's 8
-        constexpr int kV = fVec::size();
-        if (D == 64)
-          attend<scalar_t, 64 / kV>(qh, qs1, group, j0, n, scale, scores.data(), slen, o, part,
-                                    kv_rows);
-        else
-          attend<scalar_t, 128 / kV>(qh, qs1, group, j0, n, scale, scores.data(), slen, o, part,
-                                     kv_rows);
+        if (tk.part >= chunks) continue;  // its context has fewer parts
+        if (chunks == 1) {
+          attend_dim(D, qh, qs1, group, 0, ctx, scale, scores.data(), slen, o, nullptr,
+                     kv_rows);
+        } else if (tk.part < 0) {  // every part here, then the join
+          own_parts.resize(chunks * group * stride);
+          for (int64_t p = 0; p < chunks; ++p)
+            attend_dim(D, qh, qs1, group, p * part_len, std::min(part_len, ctx - p * part_len),
+                       scale, scores.data(), slen, o, own_parts.data() + p * group * stride,
+                       kv_rows);
+          for (int64_t h = 0; h < group; ++h)
+            combine_chunks(own_parts.data() + h * stride, group * stride, chunks, D,
+                           o + h * D);
+        } else {  // part c; the last of the row's parts to finish joins them
+          attend_dim(D, qh, qs1, group, c * part_len, std::min(part_len, ctx - c * part_len),
+                     scale, scores.data(), slen, o,
+                     parts.data() + ((row_part[t] + c) * Hq + g * group) * stride, kv_rows);
+          if (done[row_part[t] * Hkv + g].fetch_add(1, std::memory_order_acq_rel) ==
+              chunks - 1)
+            for (int64_t h = g * group; h < (g + 1) * group; ++h)
+              combine_chunks(parts.data() + (row_part[t] * Hq + h) * stride, Hq * stride,
+                             chunks, D, op + (t * Hq + h) * D);
+        }
         first_query = false;
-        // the last part of this row and KV head to finish: join the group's heads' parts
-        if (part && done[row_part[t] * Hkv + g].fetch_add(1, std::memory_order_acq_rel) ==
-                        chunks - 1)
-          for (int64_t h = g * group; h < (g + 1) * group; ++h)
-            combine_chunks(parts.data() + (row_part[t] * Hq + h) * stride, Hq * stride, chunks,
-                           D, op + (t * Hq + h) * D);
       }
     }
   });
