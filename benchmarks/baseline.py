@@ -242,6 +242,8 @@ class NaiveServer:
         self.eos_ids = _eos_ids(self.model)
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids, default=0)
+        if pad is None:  # batches are padded: newer transformers refuse without a pad token
+            self.tokenizer.pad_token = self.tokenizer.convert_ids_to_tokens(self.pad_id)
 
     def run(self, workload: Workload | Sequence[WorkItem],
             progress: Progress | None = None) -> BaselineResult:

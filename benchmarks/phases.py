@@ -94,9 +94,12 @@ class StepPhases:
                 return fn(*args, **kwargs)
             self._depth[phase] = 1
             events = None
-            if phase == "forward" and self.cuda:
-                import torch
+            import torch
 
+            # no events inside a CUDA graph's capture (the graph runner calls the forward to
+            # record it): a captured event cannot be waited on afterwards
+            if (phase == "forward" and self.cuda
+                    and not torch.cuda.is_current_stream_capturing()):
                 events = (torch.cuda.Event(enable_timing=True),
                           torch.cuda.Event(enable_timing=True))
                 events[0].record()
