@@ -1,6 +1,8 @@
 """`python -m benchmarks.bench`: the chapter's experiment, measured side by side in one run.
 
-1. Roofline: weight bytes and measured memory read bandwidth -> the batch-1 decode floor.
+1. Roofline: weight bytes and measured memory read bandwidth -> the batch-1 decode floor;
+   batch 1's share of it also measured in pairs, the bandwidth probe and a decode window
+   taking turns (`common.floor_share`), since this machine's bandwidth drifts.
 2. Decode scaling: tokens/s with 1, 4, 16, 32 requests decoding together; on a CPU in bf16
    also with plain (unpacked) weights, interleaved, for the weight-packing gain.
 3. One workload through the naive server (transformers' generate() on static padded batches)
@@ -23,6 +25,7 @@ import torch
 from benchmarks import peer, spec_bench
 from benchmarks.common import (  # decode_rate and run_engine: used here and by other benches
     decode_rate,
+    floor_share,
     roofline,
     run_engine,
     spin_openmp_threads,
@@ -143,6 +146,14 @@ def main(argv: list[str] | None = None) -> int:
         line = f"decode with {b:3d} running: {rate:7.1f} tok/s"
         if b == 1:
             line += f"  ({rate / roof['decode_floor_tok_per_s']:.0%} of the floor)"
+            # the floor again, paired with decode windows: the share this machine's drift
+            # cannot bend (benchmarks.common.floor_share)
+            paired = floor_share(probe)
+            row["floor_share_paired"] = paired
+            line += (f"; paired with the bandwidth: {paired['share']:.0%} (median of "
+                     f"{len(paired['pairs'])}: " + ", ".join(
+                         f"{p['decode_tok_per_s']:.0f} tok/s at {p['read_bandwidth_gb_s']:.0f} "
+                         f"GB/s" for p in paired["pairs"]) + ")")
         if plain is not None:
             row["plain_weights_tok_per_s"] = decode_rate(plain, b)
             line += f"; plain weights {row['plain_weights_tok_per_s']:.1f} tok/s"

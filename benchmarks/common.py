@@ -196,6 +196,34 @@ def decode_rate(engine, batch: int, steps: int = 16, windows: int = 3) -> float:
     return batch / step_s
 
 
+def floor_share(engine, pairs: int = 5, steps: int = 16) -> dict:
+    """Batch-1 decode as a share of the memory floor, measured in pairs: the read-bandwidth
+    probe, then a window of `steps` decode steps, `pairs` times in turn, a share per pair.
+
+    This shared machine's read bandwidth drifts (31-37 GB/s on most runs of one Zen 4 VM, now
+    and then 54-63) and the decode rate with it; a floor measured once, minutes from the
+    decode it divides, can put the same engine at 27% or 80%. Each pair's two figures come
+    from the same few hundred milliseconds. Returns the median share, with the rate and
+    bandwidth of that pair and every pair's (rate tok/s, GB/s, share)."""
+    params = SamplingParams(max_tokens=pairs * (steps + 1) + 4, ignore_eos=True)
+    rid = engine.add_request("Count slowly from 1 upwards:", params)
+    while engine.requests[rid].num_output_tokens < 2:
+        engine.step()  # prefill and the first decode
+    engine.step()
+    wb = engine.model.weight_bytes
+    rows = []
+    for _ in range(pairs):
+        bw = memory_read_bandwidth(engine.device, repeats=2)
+        rate = 1.0 / seconds(engine.step, reps=steps, device=engine.device)
+        rows.append((rate, bw / 1e9, rate / (bw / wb)))
+    while engine.has_unfinished():
+        engine.step()
+    mid = sorted(rows, key=lambda r: r[2])[len(rows) // 2]
+    return {"share": mid[2], "decode_tok_per_s": mid[0], "read_bandwidth_gb_s": mid[1],
+            "pairs": [{"decode_tok_per_s": r, "read_bandwidth_gb_s": b, "share": f}
+                      for r, b, f in rows]}
+
+
 def run_engine(config, workload, progress=None) -> dict:
     """Serve a workload (`benchmarks.workloads.Workload`) on a fresh engine built from `config`
     (an `EngineConfig`); requests join when their arrival time comes."""

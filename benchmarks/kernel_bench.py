@@ -117,6 +117,13 @@ def bench_attention() -> None:
               f"{times['gather+SDPA'] * 1e6:7.1f}  -> {ratio:.2f}x")
 
 
+def _attend_each(caches, q, tables, lens, qsl, scale, *chunk) -> None:
+    """One decode's attention over each layer's (K, V) cache in turn (chunk: the split size;
+    none: the kernel's own)."""
+    for k, v in caches:
+        torch.ops.servelab.paged_attention(q, k, v, tables, lens, qsl, scale, *chunk)
+
+
 def bench_long_decode(contexts=(128, 256, 300, 512, 1024), batches=(1, 4), layers: int = 120,
                       rounds: int = 5) -> list[dict]:
     """Decodes at long contexts: the kernel as it runs (a context over 256 positions split
@@ -138,12 +145,7 @@ def bench_long_decode(contexts=(128, 256, 300, 512, 1024), batches=(1, 4), layer
             lens = torch.full((batch,), ctx, dtype=torch.int32)
             qsl = torch.arange(batch + 1, dtype=torch.int32)
             q = torch.randn(batch, hq, d)
-
-            def run(*chunk):
-                for k, v in caches:
-                    torch.ops.servelab.paged_attention(q, k, v, tables, lens, qsl, d ** -0.5,
-                                                       *chunk)
-
+            run = partial(_attend_each, caches, q, tables, lens, qsl, d ** -0.5)
             times = best_interleaved({"split": run, "unsplit": partial(run, 0)}, rounds=rounds)
             us = {name: t / len(caches) * 1e6 for name, t in times.items()}
             ratio = us["unsplit"] / us["split"]

@@ -88,6 +88,14 @@ def test_quick_bench_writes_valid_json(tmp_path):
     # the weights a step streams: 97 MB of GGUF blocks, 269 MB in bf16, 538 MB in fp32
     assert roof["weight_bytes"] > 90e6 and roof["read_bandwidth_gb_s"] > 0
     assert roof["decode_floor_tok_per_s"] > 0 and len(roof["decode_scaling"]) >= 2
+    # batch 1's share of the floor, measured in pairs with the bandwidth probe
+    paired = roof["decode_scaling"][0]["floor_share_paired"]
+    assert len(paired["pairs"]) == 5 and 0 < paired["share"] < 2
+    shares = sorted(p["share"] for p in paired["pairs"])
+    assert paired["share"] == shares[2]  # the median pair
+    for p in paired["pairs"]:
+        floor = p["read_bandwidth_gb_s"] * 1e9 / roof["weight_bytes"]
+        assert abs(p["share"] - p["decode_tok_per_s"] / floor) < 1e-9
     systems = {(r["system"], r["batching"], r["kv_layout"]) for r in data["results"]}
     assert ("naive", "static", "contiguous") in systems
     for b in ("static", "continuous"):
@@ -186,3 +194,18 @@ def test_draft_study_target_agrees_with_itself(capsys):
     assert target["agree_grounded"] == target["agree_open"] == 1.0
     assert target["cost_vs_target"] == 1.0 and int4["decode_ms"] > 0
     assert 0.5 < int4["agree_grounded"] <= 1.0, int4  # the recipe README calls 0.98
+
+
+@pytest.mark.slow
+def test_floor_share_measures_pairs_and_returns_every_block():
+    from benchmarks.common import floor_share
+    from engine.config import EngineConfig
+    from engine.engine import LLMEngine
+
+    eng = LLMEngine(EngineConfig(max_num_seqs=1, max_model_len=128))
+    out = floor_share(eng, pairs=3, steps=2)
+    assert len(out["pairs"]) == 3
+    assert out["share"] in [p["share"] for p in out["pairs"]]
+    assert all(p["decode_tok_per_s"] > 0 and p["read_bandwidth_gb_s"] > 0 for p in out["pairs"])
+    assert not eng.has_unfinished()
+    assert eng.allocator.num_free_blocks == eng.allocator.num_blocks
