@@ -96,6 +96,11 @@ class LLMEngine:
                                   dummy_block=num_blocks)
         self.runner = ModelRunner(self.model, self.pool, self.allocator, self.backend,
                                   self.device, graphs)
+        self.graph_capture_s = 0.0  # startup time spent capturing CUDA graphs
+        if graphs is not None and self.device.type == "cuda":
+            t0 = time.perf_counter()
+            graphs.capture_all()  # every padded size now, not during the first requests
+            self.graph_capture_s = time.perf_counter() - t0
         self.spec_decoder = None
         if cfg.spec is not None:
             from engine.spec.decoder import SpecDecoder

@@ -16,8 +16,10 @@ with the SAME shapes, so
 Only decode-only steps (every request computes one token) take a graph; prefill chunks, mixed
 steps and verification of drafts run eagerly, as in vLLM and nano-vllm. This follows
 nano-vllm's `ModelRunner.capture_cudagraph` (github.com/GeeeekExplorer/nano-vllm) and vLLM's
-CUDA-graph runner (static buffers, padded batch sizes, one shared memory pool), captured lazily:
-a padded size gets its graph the first time a step needs it.
+CUDA-graph runner (static buffers, padded batch sizes, one shared memory pool). On a GPU the
+engine captures every padded size when it starts (`capture_all`, as vLLM does), so no request
+waits on a capture; elsewhere (the CPU stand-in below) a padded size gets its graph the first
+time a step needs it.
 
 The capture itself is behind `_Capture`: `CudaCapture` is the real one; `ReplayCapture` (a CPU,
 tests) "replays" by calling the captured function again over the same static buffers, so the
@@ -110,6 +112,24 @@ class DecodeGraphs:
         self.graph_pool = torch.cuda.graph_pool_handle() if self.capture is CudaCapture else None
         self.graphs: dict[int, _Capture] = {}
         self.replays: dict[int, int] = {}  # padded size -> steps it ran (tests, reports)
+
+    def capture_all(self) -> None:
+        """Capture every padded size now, as vLLM does at startup: captured lazily, a size's
+        first decode step also pays its capture (two eager warm-up forwards and the recording),
+        and a long tail draining from 256 running walks through 20 sizes while it serves.
+        Every row is padding for this: token 0 at position 0, its K/V written to the dummy
+        block, so no block a request could own is touched."""
+        M = self.max_batch
+        host = self.staging.host(self._n)  # zeroed: token ids, positions and logit rows 0
+        ints = host[8 * M:]
+        host[:8 * M].view(np.int64).reshape(4, M)[2] = self.dummy_block * self.block_size
+        ints[:M] = 1  # seq_lens
+        ints[M:2 * M + 1] = np.arange(M + 1)  # query_start_loc
+        ints[2 * M + 1:].reshape(M, -1)[:, 0] = self.dummy_block
+        self.staging.send(out=self.static)
+        for B in self.sizes:
+            if B not in self.graphs:
+                self.graphs[B] = self.capture(self._step_fn(B), self.graph_pool)
 
     def fits(self, query_lens: list[int], tables: list[list[int]]) -> bool:
         """Can this step run in a graph: decode only, few enough requests, tables narrow enough?"""

@@ -198,6 +198,7 @@ def run_engine(c, wl, seats: int) -> dict:
         timer.collect_gpu()
     wall = time.perf_counter() - t0
     snap = eng.metrics_snapshot()
+    capture_s = round(getattr(eng, "graph_capture_s", 0.0), 3)  # at startup, not timed above
     parts = {p: round(1e3 * s / max(steps, 1), 3) for p, s in timer.totals.items()}
     parts["forward_gpu_events"] = round(timer.gpu_forward_ms / max(steps, 1), 3)
     del eng
@@ -209,6 +210,7 @@ def run_engine(c, wl, seats: int) -> dict:
             "mean_decoding": round(decoding_sum / max(steps, 1), 2),
             "ttft_p50_s": snap.get("ttft_p50_s"), "tpot_p50_s": snap.get("tpot_p50_s"),
             "step_ms": round(1e3 * step_s / max(steps, 1), 3), "step_parts_ms": parts,
+            "graph_capture_s": capture_s,
             "parts_missing": timer.missing}
 
 

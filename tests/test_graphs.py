@@ -97,6 +97,26 @@ def test_padding_rows_never_write_a_real_requests_kv():
     assert dummy not in {b for r in reqs for b in r.block_table}
 
 
+def test_capture_all_takes_every_size_up_front_and_writes_only_the_dummy_block():
+    """What a GPU engine does when it starts (vLLM captures its graphs then too): every padded
+    size captured before any request, with padding rows whose K/V go to the dummy block only;
+    serving afterwards captures nothing more and gives the eager engine's tokens."""
+    eager = _serve(_engine(cuda_graphs=False))
+    eng = _engine(cuda_graphs=True)
+    graphs: DecodeGraphs = eng.runner.graphs
+    assert not graphs.graphs  # on a CPU nothing is captured at start (the stand-in)
+    dummy = graphs.dummy_block
+    eng.pool.data.fill_(7.0)
+    graphs.capture_all()
+    assert set(graphs.graphs) == set(graphs.sizes) == {1, 2, 4, 6}
+    changed = (eng.pool.data != 7.0).flatten(4).any(-1).any(0).any(0).any(-1)  # [blocks]
+    assert changed.nonzero().flatten().tolist() == [dummy]
+    captured = dict(graphs.graphs)
+    assert _serve(eng) == eager
+    assert graphs.graphs == captured and sum(graphs.replays.values()) > 0
+    assert eng.allocator.num_free_blocks == eng.allocator.num_blocks
+
+
 def test_a_step_crosses_to_the_device_in_one_copy():
     ids, pos, rows = [5, 6, 7, 8], [3, 0, 1, 2], [0, 3]
     meta, (t_ids, t_pos, t_rows) = build_step([1, 3], [4, 3], [[2], [0, 1]], [11, -1, 4, 5], 2,
