@@ -77,14 +77,14 @@ def kv_summary(allocator, running: list) -> KVSummary:
     """The KV map and its totals, from the allocator and the running requests' block tables
     (cost: the blocks in use, not the pool)."""
     bs = allocator.block_size
-    views = allocator.block_map(running)
-    used = sum(v.tokens for v in views)
-    held = bs * sum(1 for v in views if v.owners)
+    blocks = allocator.block_map(running)  # dicts (BlockView), as the report holds them
+    used = sum(d["tokens"] for d in blocks)
+    held = bs * (len(blocks) - sum(1 for d in blocks if d["state"] == "cached"))
     free_blocks = allocator.num_free_blocks
     largest = allocator.largest_free_run()
     return KVSummary(
         block_size=bs, num_blocks=allocator.num_blocks, layout=allocator.layout,
-        blocks=[vars(v) for v in views],
+        blocks=blocks,
         block_tables={r.request_id: list(r.block_table) for r in running},
         used_slots=used, allocated_slots=held, internal_waste_slots=held - used,
         free_slots=free_blocks * bs, total_slots=allocator.num_blocks * bs,

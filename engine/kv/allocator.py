@@ -7,14 +7,14 @@ those tables each step, never kept in sync by hand.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import TypedDict
 
 from engine.request import Request
 
 
-@dataclass
-class BlockView:
-    """One physical block as the app draws it."""
+class BlockView(TypedDict):
+    """One physical block as the app draws it (a plain dict: StepReport's KV map holds these
+    as they are, with no object to convert per block)."""
 
     block: int
     state: str  # "free", "used", "reserved" (reserved, not yet written), "shared", "cached"
@@ -66,24 +66,30 @@ class BlockAllocator:
         """Every block that is not free, in block order: held by a request (used, reserved or
         shared) or kept for the prefix cache. A block not listed is free. Built from the
         requests' block tables, at a cost proportional to the blocks in use, whatever the
-        size of the pool."""
+        size of the pool (a step of 256 requests holding 2,000 blocks builds it every step,
+        so the loop below does the least per block: one division per request, not two
+        comparisons per block)."""
         bs = self.block_size
         views: dict[int, BlockView] = {}
+        get = views.get
         for req in running:
-            written = req.num_computed_tokens
-            for i, b in enumerate(req.block_table):
-                v = views.get(b)
+            rid = req.request_id
+            table = req.block_table
+            full, part = divmod(req.num_computed_tokens, bs)  # written: full blocks, then part
+            for i, b in enumerate(table):
+                tokens = bs if i < full else part if i == full else 0
+                v = get(b)
                 if v is None:
-                    v = views[b] = BlockView(b, "used", [], 0)
-                v.owners.append(req.request_id)
-                v.tokens = max(v.tokens, min(bs, max(0, written - i * bs)))
-        for v in views.values():
-            if len(v.owners) > 1:
-                v.state = "shared"
-            elif v.tokens == 0:
-                v.state = "reserved"
+                    views[b] = {"block": b, "state": "used" if tokens else "reserved",
+                                "owners": [rid], "tokens": tokens}
+                else:  # a prefix block more than one request holds
+                    v["owners"].append(rid)
+                    v["state"] = "shared"
+                    if tokens > v["tokens"]:
+                        v["tokens"] = tokens
         for b in self.cached_blocks():
-            views.setdefault(b, BlockView(b, "cached", [], 0))
+            if b not in views:
+                views[b] = {"block": b, "state": "cached", "owners": [], "tokens": 0}
         return [views[b] for b in sorted(views)]
 
     def cached_blocks(self):
