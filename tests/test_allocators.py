@@ -10,6 +10,23 @@ from engine.kv import ContiguousAllocator, PagedAllocator
 from engine.request import Request
 from tests.conftest import assert_blocks_consistent
 
+def reference_block_map(alloc, holders) -> list[dict]:
+    """The KV map written out plainly: each held block's owners, the most tokens any owner
+    has written into it, its state; then the prefix cache's unheld blocks; in block order."""
+    bs, views = alloc.block_size, {}
+    for r in holders:
+        for i, b in enumerate(r.block_table):
+            v = views.setdefault(b, {"block": b, "owners": [], "tokens": 0})
+            v["owners"].append(r.request_id)
+            v["tokens"] = max(v["tokens"], min(bs, max(0, r.num_computed_tokens - i * bs)))
+    for v in views.values():
+        v["state"] = ("shared" if len(v["owners"]) > 1 else
+                      "reserved" if v["tokens"] == 0 else "used")
+    for b in alloc.cached_blocks():
+        views.setdefault(b, {"block": b, "owners": [], "tokens": 0, "state": "cached"})
+    return [views[b] for b in sorted(views)]
+
+
 ops = st.lists(st.tuples(st.sampled_from(["admit", "grow", "finish", "preempt", "truncate"]),
                          st.integers(0, 7), st.integers(1, 40)), max_size=80)
 
@@ -49,6 +66,7 @@ def test_random_sequences_never_double_own_or_leak(ops, caching, layout):
             alloc.free(req)
             del live[i]
         assert_blocks_consistent(alloc, live.values())
+        assert alloc.block_map(list(live.values())) == reference_block_map(alloc, live.values())
     for r in list(live.values()):
         alloc.free(r)
     assert_blocks_consistent(alloc, [])
