@@ -203,8 +203,9 @@ def floor_share(engine, pairs: int = 5, steps: int = 16) -> dict:
     This shared machine's read bandwidth drifts (31-37 GB/s on most runs of one Zen 4 VM, now
     and then 54-63) and the decode rate with it; a floor measured once, minutes from the
     decode it divides, can put the same engine at 27% or 80%. Each pair's two figures come
-    from the same few hundred milliseconds, each the best of two tries. Returns the median share, with the rate and
-    bandwidth of that pair and every pair's (rate tok/s, GB/s, share)."""
+    from the same few hundred milliseconds, each the best of two tries. Returns the median
+    share, with the rate and bandwidth of that pair, and every pair's (rate tok/s, GB/s,
+    share)."""
     params = SamplingParams(max_tokens=pairs * (steps + 1) + 4, ignore_eos=True)
     rid = engine.add_request("Count slowly from 1 upwards:", params)
     while engine.requests[rid].num_output_tokens < 2:

@@ -10,6 +10,7 @@ from engine.kv import ContiguousAllocator, PagedAllocator
 from engine.request import Request
 from tests.conftest import assert_blocks_consistent
 
+
 def reference_block_map(alloc, holders) -> list[dict]:
     """The KV map written out plainly: each held block's owners, the most tokens any owner
     has written into it, its state; then the prefix cache's unheld blocks; in block order."""
