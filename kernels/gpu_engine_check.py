@@ -199,6 +199,8 @@ def run_engine(c, wl, seats: int) -> dict:
     wall = time.perf_counter() - t0
     snap = eng.metrics_snapshot()
     capture_s = round(getattr(eng, "graph_capture_s", 0.0), 3)  # at startup, not timed above
+    graphs = getattr(eng.runner, "graphs", None)  # steps that replayed a graph; the rest eager
+    graph_steps = sum(graphs.replays.values()) if graphs is not None else 0
     parts = {p: round(1e3 * s / max(steps, 1), 3) for p, s in timer.totals.items()}
     parts["forward_gpu_events"] = round(timer.gpu_forward_ms / max(steps, 1), 3)
     del eng
@@ -210,7 +212,7 @@ def run_engine(c, wl, seats: int) -> dict:
             "mean_decoding": round(decoding_sum / max(steps, 1), 2),
             "ttft_p50_s": snap.get("ttft_p50_s"), "tpot_p50_s": snap.get("tpot_p50_s"),
             "step_ms": round(1e3 * step_s / max(steps, 1), 3), "step_parts_ms": parts,
-            "graph_capture_s": capture_s,
+            "graph_capture_s": capture_s, "graph_steps": graph_steps,
             "parts_missing": timer.missing}
 
 

@@ -53,6 +53,7 @@ def test_dry_run_runs_every_section_in_order(tmp_path):
         assert eng["num_kv_blocks"] == r["concurrency"] * 32
         assert not eng["parts_missing"], eng["parts_missing"]
         assert eng["step_parts_ms"]["forward"] > 0
+        assert 0 <= eng["graph_steps"] <= eng["steps"] and eng["graph_capture_s"] >= 0
     graphs = report["cuda_graphs"]
     assert graphs["forward"][0]["eager_ms"] > 0
     # the engine's own switch, on (the CPU replay stand-in here) and off: the same tokens
