@@ -277,12 +277,16 @@ def bench_gguf_matmuls(gguf, isas: list[str], bw: float, rounds: int = 5,
     return rows
 
 
-def bench_gguf_rows(rows=(1, 2, 4, 8, 9, 12, 16, 32), rounds: int = 5) -> list[dict]:
+def bench_gguf_rows(rows=(1, 2, 4, 8, 9, 12, 16, 32), rounds: int = 5,
+                    hot: bool = False) -> list[dict]:
     """One step's GGUF matmuls (30 layers x qkv, o, gate_up, down, and the lm_head) at each
     row count, per instruction set: ms and GFLOP/s (2 * rows * weights per step); then the
     same weights pack_q8()ed with int8 rows (weights="gguf-q8": AVX-512 with VNNI where the CPU
     has it and without, AVX2). Each round runs every path at every row count in turn, so a
-    slow moment of the machine hits them all; the best round counts."""
+    slow moment of the machine hits them all; the best round counts.
+
+    hot: instead, one layer's gate_up (1.1 MB as int8 groups) 20 times on one thread, so the
+    weight stays in cache and the kernels' arithmetic shows, not the memory's speed."""
     from engine.config import EngineConfig
     from engine.engine import LLMEngine
     from engine.model.cpu import library
@@ -292,12 +296,23 @@ def bench_gguf_rows(rows=(1, 2, 4, 8, 9, 12, 16, 32), rounds: int = 5) -> list[d
     def k_of(name):  # the input width of each kind of weight
         return model.cfg.intermediate_size if name == "down" else model.cfg.hidden_size
 
-    shapes = [(layer[name], k_of(name)) for layer in model.layers
-              for name in model.LINEAR_WEIGHTS]
-    shapes.append((model.lm_head, model.cfg.hidden_size))
-    packed = [(torch.ops.servelab.pack_q8(w, row_format(w, k)), k) for w, k in shapes]
+    if hot:
+        shapes = [(model.layers[len(model.layers) // 2]["gate_up"], k_of("gate_up"))] * 20
+    else:
+        shapes = [(layer[name], k_of(name)) for layer in model.layers
+                  for name in model.LINEAR_WEIGHTS]
+        shapes.append((model.lm_head, model.cfg.hidden_size))
+    packs = {}  # one packed copy per weight: --hot repeats the same one
+    for w, k in shapes:
+        if id(w) not in packs:
+            packs[id(w)] = torch.ops.servelab.pack_q8(w, row_format(w, k))
+    packed = [(packs[id(w)], k) for w, k in shapes]
     n_weights = sum(w.shape[0] * k for w, k in shapes)
-    print(f"GGUF matmuls of one step ({n_weights / 1e6:.0f} M weights, fp32 rows), "
+    threads = torch.get_num_threads()
+    if hot:
+        torch.set_num_threads(1)
+    what = "one gate_up 20 times, in cache" if hot else "GGUF matmuls of one step"
+    print(f"{what} ({n_weights / 1e6:.0f} M weights, fp32 rows), "
           f"{torch.get_num_threads()} thread(s): ms / GFLOP/s")
     xs = {m: {k: torch.randn(m, k) for k in {k for _, k in shapes}} for m in rows}
 
@@ -324,6 +339,7 @@ def bench_gguf_rows(rows=(1, 2, 4, 8, 9, 12, 16, 32), rounds: int = 5) -> list[d
                     if r:
                         best[label, act, m] = min(best[label, act, m],
                                                   time.perf_counter() - t)
+    torch.set_num_threads(threads)
     out = []
     for label, act, *_ in paths:
         out += _row_cells(label, act, rows, {m: best[label, act, m] for m in rows}, n_weights)
@@ -521,6 +537,9 @@ def main(argv: list[str] | None = None) -> int:
                     "shared machine)")
     ap.add_argument("--rows", action="store_true",
                     help="the GGUF matmuls of one step at 1 to 32 rows, per instruction set")
+    ap.add_argument("--hot", action="store_true",
+                    help="with --rows: one weight kept in cache, on one thread (arithmetic "
+                    "only, no memory)")
     ap.add_argument("--attention", action="store_true",
                     help="only the attention kernel: a batch of decodes, prompts, and decodes "
                     "at long contexts split into parts or not")
@@ -534,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.json, "cpu", args, long_decode=bench_long_decode())
         return 0
     if args.rows:
-        write_json(args.json, "cpu", args, gguf_rows=bench_gguf_rows())
+        write_json(args.json, "cpu", args, gguf_rows=bench_gguf_rows(hot=args.hot))
         return 0
     if args.weights:
         write_json(args.json, "cpu", args, **bench_weights(only_matmuls=args.matmuls_only,

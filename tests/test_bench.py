@@ -173,6 +173,29 @@ def test_kernel_bench_long_decode_runs(capsys):
     assert capsys.readouterr().out.count("one task per KV head") == 4
 
 
+def test_kernel_bench_rows_hot_runs_every_path_on_one_thread(capsys):
+    """`kernel_bench --rows --hot` on two row counts and one round: every path this CPU runs
+    gives a cell per row count, on one thread (one gate_up, 20 times), and torch's thread
+    count comes back afterwards (no timing is asserted)."""
+    import torch
+
+    from benchmarks import kernel_bench
+    from engine.model.cpu import library as cpu_library
+
+    assert cpu_library.load()
+    before = torch.get_num_threads()
+    cells = kernel_bench.bench_gguf_rows(rows=(1, 3), rounds=1, hot=True)
+    assert torch.get_num_threads() == before
+    out = capsys.readouterr().out
+    assert "one gate_up 20 times, in cache" in out and "1 thread(s)" in out
+    labels = {(c["isa"], c["activations"]) for c in cells}
+    assert ("avx2", "q8") in labels and ("avx2", "float") in labels
+    if cpu_library.has_vnni():
+        assert ("avx512-vnni", "q8") in labels and ("avx512", "q8") in labels
+    assert len(cells) == 2 * len(labels)
+    assert all(c["ms"] > 0 and c["gflop_s"] > 0 for c in cells)
+
+
 @pytest.mark.slow
 def test_draft_study_target_agrees_with_itself(capsys):
     """`python -m benchmarks.draft_study` on a tiny run: the target, read back teacher-forced

@@ -197,7 +197,7 @@ def test_matmul_q8_rows_are_batch_invariant(ops, path, weights, fmt):
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
 def test_vnni_and_plain_avx512_give_the_same_bits(ops, weights, monkeypatch, fmt):
     """Both AVX-512 variants sum the same integers into the same lanes and scale them alike:
-    the same bits. So matmul_q8 may take VNNI from 9 rows on and the plain one below, and a
+    the same bits. So matmul_q8 may take VNNI from 3 rows on and the plain one below, and a
     row's result still does not depend on its batch."""
     if not (ops.isa_supported("avx512") and library.has_vnni()):
         pytest.skip("needs AVX-512 with VNNI")
