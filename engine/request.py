@@ -51,6 +51,17 @@ class Request:
     def all_token_ids(self) -> list[int]:
         return self.prompt_token_ids + self.output_token_ids
 
+    def token_ids_between(self, start: int, end: int) -> list[int]:
+        """Tokens [start, end) of prompt + output + drafted tokens, without building the
+        whole sequence: a decode step asks each running request for 1 (or 1 + k) tokens, and
+        copying every request's whole history for that grows with its length."""
+        p, o = self.prompt_token_ids, self.output_token_ids
+        if end <= len(p):
+            return p[start:end]
+        head = p[start:] if start < len(p) else []
+        tail = self.spec_token_ids[max(0, start - len(p) - len(o)):]
+        return (head + o[max(0, start - len(p)):] + tail)[:end - start]
+
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_token_ids) + len(self.output_token_ids)

@@ -72,17 +72,16 @@ class ModelRunner:
             if s.idle:
                 # a finished static rider: recompute its last computed position, write nothing
                 pos = req.num_computed_tokens - 1
-                chunks.append(Chunk(req, pos, [req.all_token_ids[pos]], store=False))
+                chunks.append(Chunk(req, pos, req.token_ids_between(pos, pos + 1), store=False))
                 num_tokens += 1
                 continue
-            tokens = req.all_token_ids + req.spec_token_ids
             start, end = req.num_computed_tokens, req.num_computed_tokens + s.num_tokens
             # caught up: logits for the last real token and each drafted one
             n_rows = end - (req.num_tokens - 1) if end >= req.num_tokens else 0
             if n_rows:
                 rows[req.request_id] = (num_rows, n_rows)
                 num_rows += n_rows
-            chunks.append(Chunk(req, start, tokens[start:end], n_rows))
+            chunks.append(Chunk(req, start, req.token_ids_between(start, end), n_rows))
             spans.append((req, start, num_tokens, end - start))
             num_tokens += end - start
         logits = self.forward(chunks)

@@ -71,3 +71,15 @@ def test_random_workloads(lengths, batching, layout, caching, seats, budget, spa
     assert all(r.num_output_tokens == min(r.sampling.max_tokens, 52 - r.num_prompt_tokens)
                for r in reqs), "a preempted request lost or repeated output"
     assert not sched.running and alloc.num_free_blocks == alloc.num_blocks, "blocks leaked"
+
+
+@given(st.lists(st.integers(0, 99), min_size=1, max_size=6),
+       st.lists(st.integers(0, 99), max_size=6), st.lists(st.integers(0, 99), max_size=4))
+def test_token_ids_between_is_a_slice_of_the_whole_sequence(prompt, output, spec):
+    """The runner asks a request for the tokens it computes this step without building its
+    whole sequence; every (start, end) gives what slicing prompt + output + drafts gives."""
+    req = Request("r", prompt, SamplingParams(), output_token_ids=output, spec_token_ids=spec)
+    whole = prompt + output + spec
+    for start in range(len(whole) + 1):
+        for end in range(start, len(whole) + 1):
+            assert req.token_ids_between(start, end) == whole[start:end], (start, end)

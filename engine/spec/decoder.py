@@ -85,7 +85,7 @@ class SpecDecoder:
         """After the target's forward: hand each request's computed tokens' features to the
         EAGLE head (fwd: a runner ForwardResult with hidden states)."""
         for req, start, row, n in fwd.spans:
-            tokens = (req.all_token_ids + req.spec_token_ids)[start:start + n]
+            tokens = req.token_ids_between(start, start + n)
             self.draft.observe(req, start, tokens, fwd.hidden[row:row + n])
 
     def max_draft_len(self, req: Request) -> int:
