@@ -18,6 +18,19 @@ from __future__ import annotations
 REPLACEMENT = "\ufffd"  # what decode() gives for an incomplete UTF-8 sequence
 
 
+def fast_decode(tokenizer):
+    """ids -> text as `tokenizer.decode(ids, skip_special_tokens=False)` gives it. A Hugging
+    Face fast tokenizer's decode is its Rust backend's, plus a clean-up of spaces when
+    `clean_up_tokenization_spaces` is set; without that clean-up (the bundled tokenizer) the
+    backend is called directly: 0.7 instead of 2.5 us a call (one call per token, every
+    running request, every step)."""
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if callable(getattr(backend, "decode", None)) and \
+            getattr(tokenizer, "clean_up_tokenization_spaces", True) is False:
+        return lambda ids: backend.decode(ids, skip_special_tokens=False)
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
+
+
 class Detokenizer:
     """One request's output text. `add` each new token; `take` the text a client may see."""
 
@@ -31,9 +44,7 @@ class Detokenizer:
         self.text = ""  # decoded output so far, complete characters only
         self.stop_at: int | None = None  # where in `text` the first stop string begins
         self.sent = 0  # characters of visible text handed out by `take`
-
-    def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=False)
+        self._decode = fast_decode(tokenizer)  # ids -> text
 
     def add(self, token_id: int) -> bool:
         """Append one token; True if the text now holds a complete stop string."""
