@@ -120,5 +120,8 @@ class ModelRunner:
         self.hidden = hidden if self.keep_hidden else None
         if not logit_index:
             return torch.empty(0, 0, device=self.device)
-        # the logits stay on the device: greedy rows come back as token ids only (sampler.py)
-        return self.model.logits(hidden[idx])
+        # the logits stay on the device: greedy rows come back as token ids only (sampler.py).
+        # When every row is wanted (a decode-only step: logit_index is then 0..n-1, as it
+        # rises) there is nothing to gather; a graph's padded output has more rows than that
+        rows = hidden if hidden.shape[0] == len(logit_index) else hidden[idx]
+        return self.model.logits(rows)
