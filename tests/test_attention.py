@@ -200,6 +200,44 @@ def test_metadata_from_ragged_tables():
     assert build_metadata([], [], [], [], 4).block_tables.shape == (0, 1)
 
 
+class _PinnedStandIn:
+    """build_step's CUDA branch (fill a reused host buffer, then one copy) on the CPU."""
+
+    device = torch.device("cuda")
+
+    def host(self, n):
+        import numpy as np
+
+        self.buf = np.full(n, 7, np.int32)  # stale bytes: everything must be overwritten
+        return self.buf
+
+    def send(self):
+        return torch.from_numpy(self.buf.copy())
+
+
+@pytest.mark.parametrize("staging", [None, _PinnedStandIn()], ids=["cpu", "pinned-branch"])
+def test_step_buffer_holds_every_array(staging):
+    """The step's one int32 buffer, both ways it is filled: the int64 arrays (slots with a
+    skipped row, token ids, positions, logit rows; as lists, a tensor and a NumPy array),
+    the stored rows, the query starts, the context lengths and the zero-padded tables."""
+    import numpy as np
+
+    from engine.model.attention import build_step
+
+    meta, (ids, pos, rows) = build_step(
+        [2, 1, 3], [5, 1, 9], [[4, 7], [2], [0, 3, 5]], [8, 9, -1, 12, 2**33, 14], 4, "cpu",
+        ([101, 102, 103, 104, 105, 106], torch.tensor([3, 4, 0, 6, 7, 8]), np.array([1, 2, 5])),
+        staging)
+    assert meta.slot_mapping.tolist() == [8, 9, -1, 12, 2**33, 14]
+    assert meta.slot_mapping.dtype == torch.int64 and ids.dtype == torch.int64
+    assert ids.tolist() == [101, 102, 103, 104, 105, 106]
+    assert pos.tolist() == [3, 4, 0, 6, 7, 8] and rows.tolist() == [1, 2, 5]
+    assert meta.stored_rows.tolist() == [0, 1, 3, 4, 5]
+    assert meta.query_start_loc.tolist() == [0, 2, 3, 6]
+    assert meta.seq_lens.tolist() == [5, 1, 9]
+    assert meta.block_tables.tolist() == [[4, 7, 0], [2, 0, 0], [0, 3, 5]]
+
+
 def test_backends_by_name():
     assert isinstance(get_backend("torch"), TorchAttention)
     assert cpu_library.load() and isinstance(get_backend("cpu"), CpuAttention)
