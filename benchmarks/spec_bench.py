@@ -214,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, help="output tokens per request (48; --quick: 16)")
     ap.add_argument("--min-requests", type=int,
                     help="requests per run: max(concurrency, this) (4; --quick: 2)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="serve each workload this many times per engine and keep the fastest "
+                         "run (a batch-1 run lasts under a second: one busy moment of a shared "
+                         "machine can decide it)")
     ap.add_argument("--max-model-len", type=int, default=256)
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--weights", default="auto", choices=WEIGHTS,
@@ -223,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="torch CPU threads (0: torch's default). On a shared machine 1 thread "
                          "is steadier: two threads stall each other when a core is taken")
     args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error(f"--repeats must be at least 1, got {args.repeats}")
     if args.threads:
         torch.set_num_threads(args.threads)
     quick = {"concurrency": "1,4", "max_tokens": 16, "min_requests": 2}
@@ -314,8 +320,13 @@ def main(argv: list[str] | None = None) -> int:
             _run(engine, warm, 4)  # warm up kernels and caches
             for wl_name in workloads:
                 items = get_workload(wl_name, max(seats, args.min_requests)).items
-                res = _run(engine, items, args.max_tokens)
-                res["k_share"] = engine.metrics.snapshot()["k_share"]
+                res = None
+                for _ in range(args.repeats):  # the same tokens each time: keep the fastest
+                    run = _run(engine, items, args.max_tokens)
+                    run["k_share"] = engine.metrics.snapshot()["k_share"]
+                    if res is None or run["output_tok_per_s"] > res["output_tok_per_s"]:
+                        res = run
+                res["repeats"] = args.repeats
                 res.update({"system": "engine", "batching": engine.config.batching,
                             "kv_layout": engine.config.kv_layout,
                             "spec": None if method == "off" else method, "k": args.k,

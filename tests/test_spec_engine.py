@@ -557,7 +557,8 @@ def test_spec_bench_writes_the_main_bench_json_shape(tmp_path):
 
     out = tmp_path / "spec.json"
     assert main(["--quick", "--concurrency", "2", "--workloads", "grounded", "--max-tokens", "4",
-                 "--min-requests", "1", "--methods", "off,ngram,draft,ngram+adaptive", "--json", str(out)]) == 0
+                 "--min-requests", "1", "--methods", "off,ngram,draft,ngram+adaptive",
+                 "--repeats", "2", "--json", str(out)]) == 0
     import json
 
     data = json.loads(out.read_text())
@@ -573,6 +574,7 @@ def test_spec_bench_writes_the_main_bench_json_shape(tmp_path):
                     "mean_accepted_len", "speedup_vs_off"):
             assert key in r, key
     assert {r["output_tokens"] for r in data["results"]} == {2 * 4}, "unequal work"
+    assert {r["repeats"] for r in data["results"]} == {2}  # the fastest of two runs each
     assert all(r["concurrency"] == 2 and r["workload"] == "grounded" for r in data["results"])
     assert data["date"][:4].isdigit()
     bounds = data["speedup_bound"]  # every draft accepted, at each draft's measured cost
