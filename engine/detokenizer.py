@@ -35,7 +35,6 @@ class Detokenizer:
     """One request's output text. `add` each new token; `take` the text a client may see."""
 
     def __init__(self, tokenizer, stop: list[str] | None = None):
-        self.tokenizer = tokenizer
         self.stop = list(stop or [])
         self.token_ids: list[int] = []
         self.prefix_offset = 0  # window start: context for the tokens being decoded
