@@ -489,6 +489,9 @@ def main(argv=None) -> int:
     ap.add_argument("--split-model", metavar="DIR",
                     help="write the bundled GGUF as parts to DIR (run where it is installed)")
     ap.add_argument("--part-mib", type=int, default=47, help="size of each part for --split-model")
+    ap.add_argument("--only", metavar="SECTIONS",
+                    help="comma-separated sections to run after env and setup (a rerun of "
+                    f"part of the check); one of: {', '.join(SECTIONS[2:])}")
     args = ap.parse_args(argv)
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
@@ -496,6 +499,13 @@ def main(argv=None) -> int:
         return split_model(args.split_model, args.part_mib)
     if not args.out:
         ap.error("--out DIR is required")
+    only = None
+    if args.only:
+        only = {n.strip() for n in args.only.split(",") if n.strip()}
+        unknown = sorted(only - set(SECTIONS))
+        if unknown or not only:
+            ap.error(f"--only: unknown section(s) {', '.join(unknown) or '(none given)'}; "
+                     f"choose from {', '.join(SECTIONS[2:])}")
 
     if args.dry_run:
         if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
@@ -533,23 +543,31 @@ def main(argv=None) -> int:
         sizes = Sizes()
     budget = args.budget_s if args.budget_s is not None else (600.0 if args.dry_run else 400.0)
     c = Check(args.out, args.dry_run, budget, sizes, vars(args))
+    if only is not None:  # env and setup always run: the rest needs the model they install
+        c.report["sections"] = [n for n in SECTIONS if n in ("env", "setup") or n in only]
     print(f"kernels.gpu_check -> {c.path} (budget {budget:.0f}s)", flush=True)
-    c.section("env", lambda: env_info(c))
-    c.section("setup", lambda: setup(c, args.gguf_parts))
-    c.section("copy_bandwidth", lambda: copy_bandwidth(c))
-    c.section("kernels", lambda: kernel_checks(c))
-    c.section("engine_vs_hf", lambda: eng.engine_vs_hf(c), min_left_s=30)
-    c.section("consistency", lambda: eng.consistency(c), min_left_s=20)
-    c.section("engine_vs_naive", lambda: eng.engine_vs_naive(c), min_left_s=30)
-    c.section("decode_bandwidth", lambda: decode_bandwidth(c), min_left_s=5)
-    c.section("cuda_graphs", lambda: eng.cuda_graphs(c), min_left_s=10)
+    runs = {
+        "env": (lambda: env_info(c), 0),
+        "setup": (lambda: setup(c, args.gguf_parts), 0),
+        "copy_bandwidth": (lambda: copy_bandwidth(c), 0),
+        "kernels": (lambda: kernel_checks(c), 0),
+        "engine_vs_hf": (lambda: eng.engine_vs_hf(c), 30),
+        "consistency": (lambda: eng.consistency(c), 20),
+        "engine_vs_naive": (lambda: eng.engine_vs_naive(c), 30),
+        "decode_bandwidth": (lambda: decode_bandwidth(c), 5),
+        "cuda_graphs": (lambda: eng.cuda_graphs(c), 10),
+    }
+    assert list(runs) == list(SECTIONS)
+    for name in c.report["sections"]:
+        fn, min_left_s = runs[name]
+        c.section(name, fn, min_left_s=min_left_s)
     c.report["finished"] = _now()
     c.save()
     print(f"\n== summary (t={c.elapsed():.0f}s) -> {c.path}")
-    for name in SECTIONS:
+    for name in c.report["sections"]:
         r = c.report.get(name, {})
         print(f"   {name:<17} ok={r.get('ok')}  {r.get('error') or r.get('skipped') or ''}")
-    return 0 if all(c.report[n].get("ok") is not False for n in SECTIONS) else 1
+    return 0 if all(c.report[n].get("ok") is not False for n in c.report["sections"]) else 1
 
 
 if __name__ == "__main__":

@@ -54,12 +54,39 @@ def test_dry_run_runs_every_section_in_order(tmp_path):
         assert not eng["parts_missing"], eng["parts_missing"]
         assert eng["step_parts_ms"]["forward"] > 0
         assert 0 <= eng["graph_steps"] <= eng["steps"] and eng["graph_capture_s"] >= 0
+        # steps split by kind: the means weigh back to the whole mean, the max bounds them
+        kinds = [(eng["step_ms_graph"], eng["graph_steps"]),
+                 (eng["step_ms_eager"], eng["steps"] - eng["graph_steps"])]
+        total = sum(ms * n for ms, n in kinds if n)
+        assert total == pytest.approx(eng["step_ms"] * eng["steps"], rel=0.01, abs=0.01)
+        assert all(ms is None for ms, n in kinds if not n)
+        assert eng["step_ms_max"] >= max(ms for ms, n in kinds if n)
     graphs = report["cuda_graphs"]
     assert graphs["forward"][0]["eager_ms"] > 0
     # the engine's own switch, on (the CPU replay stand-in here) and off: the same tokens
     assert graphs["engine_flag"] == "cuda_graphs" and graphs["tokens_equal"] is True, graphs
     assert graphs["engine"] and all(r["graph_replays"] for r in graphs["engine"]), graphs
     assert "TRITON_INTERPRET" not in os.environ
+
+
+@pytest.mark.slow
+def test_only_reruns_the_named_sections_after_env_and_setup(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "kernels.gpu_check", "--dry-run", "--out", str(out),
+         "--only", "decode_bandwidth"],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((out / "gpu_check.json").read_text())
+    assert report["sections"] == report["done"] == ["env", "setup", "decode_bandwidth"]
+    assert report["decode_bandwidth"]["ok"] is True and "kernels" not in report
+    bad = subprocess.run(
+        [sys.executable, "-m", "kernels.gpu_check", "--dry-run", "--out", str(out),
+         "--only", "decode_bandwidth,kernelz"],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120,
+    )
+    assert bad.returncode == 2 and "kernelz" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_each_section_is_saved_as_it_ends_and_errors_are_recorded(tmp_path):
