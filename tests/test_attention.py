@@ -238,6 +238,33 @@ def test_step_buffer_holds_every_array(staging):
     assert meta.block_tables.tolist() == [[4, 7, 0], [2, 0, 0], [0, 3, 5]]
 
 
+@pytest.mark.parametrize("staging", [None, _PinnedStandIn()], ids=["cpu", "pinned-branch"])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8])
+@pytest.mark.parametrize("skip", [False, True])
+def test_every_array_in_the_step_buffer_starts_16_byte_aligned(staging, n, skip):
+    """Triton specializes a kernel on whether each pointer is 16-byte aligned: offsets that
+    moved with the batch would compile new kernel variants while serving (a 0.3-0.5 s stall a
+    compile on a GPU). Whatever the number of requests, tokens and skipped rows, every array
+    starts a multiple of 16 bytes from the buffer's start (slot_mapping, at 0)."""
+    from engine.model.attention import build_step
+
+    query_lens = [1 + (i % 3) for i in range(n)]
+    tokens = sum(query_lens)
+    slots = [-1 if skip and i == 0 else 100 + i for i in range(tokens)]
+    tables = [list(range(1 + i % 2)) for i in range(n)]
+    meta, arrays = build_step(query_lens, [q + 4 for q in query_lens], tables, slots, 4, "cpu",
+                              (list(range(tokens)), list(range(tokens)), [0] * (n + 1)),
+                              staging)
+    base = meta.slot_mapping.data_ptr()
+    tensors = [meta.query_start_loc, meta.seq_lens, meta.block_tables, *arrays]
+    tensors += [meta.stored_rows] if skip else []
+    assert [(t.data_ptr() - base) % 16 for t in tensors] == [0] * len(tensors)
+    assert meta.seq_lens.tolist() == [q + 4 for q in query_lens]
+    assert meta.block_tables[:, 0].tolist() == [0] * n and arrays[2].tolist() == [0] * (n + 1)
+    if skip:
+        assert meta.stored_rows.tolist() == list(range(1, tokens))
+
+
 def test_backends_by_name():
     assert isinstance(get_backend("torch"), TorchAttention)
     assert cpu_library.load() and isinstance(get_backend("cpu"), CpuAttention)
