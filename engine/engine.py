@@ -8,6 +8,7 @@ finish or roll back rejected draft slots; a StepReport describes all of it.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import time
 from dataclasses import dataclass
@@ -96,6 +97,18 @@ class LLMEngine:
                                   dummy_block=num_blocks)
         self.runner = ModelRunner(self.model, self.pool, self.allocator, self.backend,
                                   self.device, graphs)
+        # on a GPU, compile every Triton kernel variant a step can launch now, not while
+        # serving (kernels/warmup.py): a compile stalls the step it lands in ~0.3-0.5 s
+        self.kernel_warmup_s, self.kernel_warmup = 0.0, None
+        if self.backend_name == "triton" and self.device.type == "cuda":
+            from kernels.warmup import warm_up
+
+            t0 = time.perf_counter()
+            self.kernel_warmup = warm_up(
+                mcfg.num_heads, mcfg.num_kv_heads, mcfg.head_dim, cfg.block_size, self.dtype,
+                cfg.max_num_seqs, cfg.max_model_len + k + 1, cfg.max_num_batched_tokens,
+                self.device)
+            self.kernel_warmup_s = time.perf_counter() - t0
         self.graph_capture_s = 0.0  # startup time spent capturing CUDA graphs
         if graphs is not None and self.device.type == "cuda":
             t0 = time.perf_counter()
@@ -116,6 +129,12 @@ class LLMEngine:
         self.metrics = RunMetrics()
         self.step_count = 0
         self._ids = itertools.count()
+        if self.device.type == "cuda":
+            # what startup built (weights' wrappers, tokenizer, graphs) lives as long as the
+            # engine: out of the cyclic collector's sight, a full collection while serving scans
+            # only what serving allocates (vLLM freezes its heap after startup too)
+            gc.collect()
+            gc.freeze()
 
     # on CUDA the default pool holds this many times what the seats need at full length:
     # room for the prefix cache, never the whole card (every block costs the step nothing,
