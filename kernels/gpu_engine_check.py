@@ -21,6 +21,7 @@ share of the free memory. `save_tiny_llama` makes the random model the CPU dry r
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
 from pathlib import Path
 
@@ -169,6 +170,61 @@ def consistency(c) -> dict:
 
 
 # ---- 7: the engine against the naive server ------------------------------------------------
+class GcPauses:
+    """The cyclic garbage collector's pauses while active (gc.callbacks), by generation."""
+
+    def __enter__(self):
+        self.pauses: dict[int, list[float]] = {}
+        self._t = 0.0
+        gc.callbacks.append(self._cb)
+        return self
+
+    def _cb(self, phase, info):
+        if phase == "start":
+            self._t = time.perf_counter()
+        else:
+            self.pauses.setdefault(info["generation"], []).append(time.perf_counter() - self._t)
+
+    def __exit__(self, *exc):
+        gc.callbacks.remove(self._cb)
+
+    def summary(self) -> dict:
+        return {f"gen{g}": {"count": len(p), "total_ms": round(1e3 * sum(p), 2),
+                            "max_ms": round(1e3 * max(p), 2)}
+                for g, p in sorted(self.pauses.items())}
+
+
+class TritonCompiles:
+    """Counts Triton compiles (a kernel variant not yet in this process) while active, by
+    triton's jit_cache_hook; on a triton without `knobs`, `available` is False."""
+
+    def __enter__(self):
+        self.kernels: dict[str, int] = {}
+        try:
+            from triton import knobs
+            self._runtime = knobs.runtime
+            self._prev = self._runtime.jit_cache_hook
+        except (ImportError, AttributeError):
+            self._runtime = None
+            return self
+
+        def hook(*args, **kwargs):
+            name = getattr(kwargs.get("fn"), "name", "?")
+            self.kernels[name] = self.kernels.get(name, 0) + 1
+            return self._prev(*args, **kwargs) if self._prev else None  # None: compile it
+
+        self._runtime.jit_cache_hook = hook
+        return self
+
+    @property
+    def available(self) -> bool:
+        return self._runtime is not None
+
+    def __exit__(self, *exc):
+        if self._runtime is not None:
+            self._runtime.jit_cache_hook = self._prev
+
+
 def run_engine(c, wl, seats: int) -> dict:
     """Serve a workload (all requests at once) on a fresh engine, timing every step's parts."""
     max_model_len = 512
@@ -188,7 +244,9 @@ def run_engine(c, wl, seats: int) -> dict:
     kind_s = {"graph": [0.0, 0], "eager": [0.0, 0]}  # seconds, steps: a replay or not
     max_step_s = 0.0
     t0 = time.perf_counter()
-    with StepPhases(eng, cuda=not c.dry) as timer:
+    max_step = (0.0, -1, "")  # seconds, index, kind of the slowest step
+    with StepPhases(eng, cuda=not c.dry) as timer, TritonCompiles() as compiles, \
+            GcPauses() as gcp:
         while eng.has_unfinished():
             timer.begin()
             before = replays()
@@ -197,9 +255,10 @@ def run_engine(c, wl, seats: int) -> dict:
             dt = time.perf_counter() - t
             step_s += dt
             max_step_s = max(max_step_s, dt)
-            kind = kind_s["graph" if replays() > before else "eager"]
-            kind[0] += dt
-            kind[1] += 1
+            name = "graph" if replays() > before else "eager"
+            kind_s[name][0] += dt
+            kind_s[name][1] += 1
+            max_step = max(max_step, (dt, steps, name))
             timer.end(dt)
             steps += 1
             tokens += sum(len(e.token_ids) for e in report.emitted)
@@ -219,6 +278,7 @@ def run_engine(c, wl, seats: int) -> dict:
                for k, (s_, n_) in kind_s.items()}
     parts = {p: round(1e3 * s / max(steps, 1), 3) for p, s in timer.totals.items()}
     parts["forward_gpu_events"] = round(timer.gpu_forward_ms / max(steps, 1), 3)
+    warmup_s = round(getattr(eng, "kernel_warmup_s", 0.0), 3)  # at startup, not timed above
     del eng
     _free(c)
     return {"system": "engine", "requests": len(wl.items), "seats": seats,
@@ -228,8 +288,12 @@ def run_engine(c, wl, seats: int) -> dict:
             "mean_decoding": round(decoding_sum / max(steps, 1), 2),
             "ttft_p50_s": snap.get("ttft_p50_s"), "tpot_p50_s": snap.get("tpot_p50_s"),
             "step_ms": round(1e3 * step_s / max(steps, 1), 3), **by_kind,
-            "step_ms_max": round(1e3 * max_step_s, 3), "step_parts_ms": parts,
+            "step_ms_max": round(1e3 * max_step_s, 3), "step_max_at": max_step[1:],
+            "gc_pauses": gcp.summary(), "step_parts_ms": parts,
             "graph_capture_s": capture_s, "graph_steps": graph_steps,
+            "kernel_warmup_s": warmup_s,
+            # kernels compiled while serving (each a stall); None where triton cannot say
+            "triton_compiles": dict(compiles.kernels) if compiles.available else None,
             "parts_missing": timer.missing}
 
 
@@ -247,8 +311,9 @@ def engine_vs_naive(c) -> dict:
     # step of two does not (triton specializes integer arguments equal to 1)
     warm = get_workload("longtail", n=2, max_tokens_scale=0.02)
     NaiveServer(c.sizes.model, torch_dtype, 2, c.device.type).run(warm)
-    run_engine(c, warm, 1)
-    run_engine(c, warm, 2)
+    warm_runs = [{k: r[k] for k in ("seats", "kernel_warmup_s", "triton_compiles",
+                                    "step_ms_max")}
+                 for r in (run_engine(c, warm, 1), run_engine(c, warm, 2))]
     rows, skipped = [], []
     for n in c.sizes.concurrency:
         if c.time_left() < 25:
@@ -271,6 +336,7 @@ def engine_vs_naive(c) -> dict:
         c.save()  # a long section: keep each concurrency's result as it comes
     at256 = next((r for r in rows if r["concurrency"] == 256), None)
     return {"ok": True, "workload": "longtail", "dtype": _dtype(c), "rows": rows,
+            "warm_runs": warm_runs,
             "skipped_concurrency": skipped, "goal": "speedup >= 15 at 256 concurrent",
             "goal_met": None if at256 is None else at256["speedup"] >= 15}
 

@@ -61,6 +61,12 @@ def test_dry_run_runs_every_section_in_order(tmp_path):
         assert total == pytest.approx(eng["step_ms"] * eng["steps"], rel=0.01, abs=0.01)
         assert all(ms is None for ms, n in kinds if not n)
         assert eng["step_ms_max"] >= max(ms for ms, n in kinds if n)
+        # interpreted kernels compile nothing; the engine warms its kernels only on a GPU
+        assert eng["triton_compiles"] in ({}, None) and eng["kernel_warmup_s"] == 0
+        assert 0 <= eng["step_max_at"][0] < eng["steps"]
+        assert eng["step_max_at"][1] in ("graph", "eager")
+        assert set(eng["gc_pauses"]) <= {"gen0", "gen1", "gen2"}
+    assert [w["seats"] for w in report["engine_vs_naive"]["warm_runs"]] == [1, 2]
     graphs = report["cuda_graphs"]
     assert graphs["forward"][0]["eager_ms"] > 0
     # the engine's own switch, on (the CPU replay stand-in here) and off: the same tokens
