@@ -4,10 +4,11 @@ Triton compiles a kernel the first time it meets a new *specialization*: new con
 extend kernel's BLOCK_Q follows the step's longest query, the combine kernel's BLOCK_S the
 split count, the split kernel's DIRECT whether there is one split) or an integer argument that
 is newly 1 or a multiple of 16 (the block table's width, the split count). Each compile stalls
-the host for a few hundred milliseconds. In the GPU check before this existed
-(`assets/bench/gpu-check-h200-4.json`), the first prefill steps at 256 running took up to
-573 ms, against 4.9 ms for a decode step. vLLM and SGLang warm up at startup for the same
-reason; the compiled kernels then stay in Triton's cache on disk, so a later start loads them.
+the step it lands in for a few hundred milliseconds: in the H200 check that first served one
+request alone inside the timed run (`assets/bench/gpu-check-h200-3.json`), each of its four
+prefill steps took about 290 ms, against 2 ms for a decode step. vLLM and SGLang warm up at
+startup for the same reason. The compiled kernels then stay in Triton's cache on disk, so a
+later start loads them (12.4 s for the first engine on a fresh H200, then about 0.01 s).
 
 `warm_up` calls the three kernels over a two-block scratch pool of the engine's layout and dtype
 (never the engine's own pool) with each variant a step of this engine can reach. The step's
