@@ -6,7 +6,8 @@ split count, the split kernel's DIRECT whether there is one split) or an integer
 is newly 1 or a multiple of 16 (the block table's width, the split count). Each compile stalls
 the step it lands in for a few hundred milliseconds: in the H200 check that first served one
 request alone inside the timed run (`assets/bench/gpu-check-h200-3.json`), each of its four
-prefill steps took about 290 ms, against 2 ms for a decode step. vLLM and SGLang warm up at
+prefill steps took about 290 ms, against 2 ms for a decode step (gone once a one-seat run
+went first). vLLM and SGLang warm up at
 startup for the same reason. The compiled kernels then stay in Triton's cache on disk, so a
 later start loads them (12.4 s for the first engine on a fresh H200, then about 0.01 s).
 
