@@ -57,7 +57,8 @@ class ModelRunner:
         self.model, self.pool, self.allocator = model, pool, allocator
         self.backend, self.device = backend, device
         self.graphs = graphs  # engine/graphs.py DecodeGraphs: decode-only steps, or None
-        self.staging = Staging(device)  # the step's one host buffer (pinned on CUDA)
+        # the step's one pinned host buffer on CUDA; on a CPU build_step makes its own bytes
+        self.staging = Staging(device) if torch.device(device).type == "cuda" else None
         self.keep_hidden = False  # keep the last forward's hidden states (self.hidden)
         self.hidden: torch.Tensor | None = None
 
