@@ -117,13 +117,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
-    from engine.engine import LLMEngine
+    from engine.engine import LLMEngine, freeze_startup_heap
     from engine.server import ServerSettings, create_app
 
     try:
         engine = LLMEngine(config)
     except ValueError as exc:
         ap.error(str(exc))
+    freeze_startup_heap()  # this process serves this one engine until it exits
     settings = ServerSettings(
         model_name=args.served_model_name or args.model, api_key=api_key,
         max_queue=args.max_queue, max_requests_per_user=args.max_requests_per_user,

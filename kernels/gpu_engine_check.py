@@ -29,6 +29,7 @@ import torch
 
 from benchmarks.phases import StepPhases
 from engine.config import EngineConfig, SamplingParams, SpecConfig
+from engine.engine import freeze_startup_heap
 
 TINY_VOCAB = 96
 
@@ -234,6 +235,7 @@ def run_engine(c, wl, seats: int) -> dict:
     for it in wl.items:
         eng.add_request(it.prompt, SamplingParams(max_tokens=it.max_tokens,
                                                   ignore_eos=it.ignore_eos))
+    freeze_startup_heap()  # as the server does once its engine is built; undone below
     graphs = getattr(eng.runner, "graphs", None)  # steps that replayed a graph; the rest eager
 
     def replays() -> int:
@@ -280,6 +282,7 @@ def run_engine(c, wl, seats: int) -> dict:
     parts["forward_gpu_events"] = round(timer.gpu_forward_ms / max(steps, 1), 3)
     warmup_s = round(getattr(eng, "kernel_warmup_s", 0.0), 3)  # at startup, not timed above
     del eng
+    gc.unfreeze()  # the engine and what it held can be collected again
     _free(c)
     return {"system": "engine", "requests": len(wl.items), "seats": seats,
             "num_kv_blocks": seats * -(-max_model_len // 16), "output_tokens": tokens,
