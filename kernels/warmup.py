@@ -3,13 +3,13 @@
 Triton compiles a kernel the first time it meets a new *specialization*: new constexprs (the
 extend kernel's BLOCK_Q follows the step's longest query, the combine kernel's BLOCK_S the
 split count, the split kernel's DIRECT whether there is one split) or an integer argument that
-is newly 1 or a multiple of 16 (the block table's width, the split count). Each compile stalls
-the step it lands in for a few hundred milliseconds: in the H200 check that first served one
-request alone inside the timed run (`assets/bench/gpu-check-h200-3.json`), each of its four
-prefill steps took about 290 ms, against 2 ms for a decode step (gone once a one-seat run
-went first). vLLM and SGLang warm up at
-startup for the same reason. The compiled kernels then stay in Triton's cache on disk, so a
-later start loads them (12.4 s for the first engine on a fresh H200, then about 0.01 s).
+is newly 1 or a multiple of 16 (the block table's width, the split count). A compile stalls the
+step it lands in. In the H200 check that first served one request alone inside the timed run
+(`assets/bench/gpu-check-h200-3.json`), each of its four prefill steps took about 290 ms,
+against 2 ms for a decode step, and that was gone once a one-seat run went first. vLLM and
+SGLang warm up at startup for the same reason. It took 12.4 s for the first engine on a fresh
+H200 and 0.01 s for each later one in the same process; Triton also keeps compiled kernels in
+its cache on disk, which a later process loads instead of compiling (not timed here).
 
 `warm_up` calls the three kernels over a two-block scratch pool of the engine's layout and dtype
 (never the engine's own pool) with each variant a step of this engine can reach. The step's
@@ -24,20 +24,14 @@ import math
 import torch
 
 from kernels._common import next_pow2
-from kernels.decode_attention import (
-    MAX_SPLITS,
-    choose_splits,
-    paged_decode_attention,
-    split_kernel_meta,
-)
+from kernels.decode_attention import choose_splits, paged_decode_attention, split_kernel_meta
 from kernels.extend_attention import choose_block_q, paged_extend_attention
 from kernels.store_kv import store_kv
 
 
 def width_classes(need: int, max_blocks: int) -> list[int]:
-    """The narrowest table width of each integer class (1, a multiple of 16, other) that is at
-    least need; widths past max_blocks never occur (a short-context split count is tried with
-    its own narrow widths)."""
+    """The narrowest table width of each integer class (1, a multiple of 16, other) that holds
+    need blocks, leaving out widths past max_blocks, which no step's table has."""
     need = max(1, need)
     out = {1} if need == 1 else set()
     out.add(-(-need // 16) * 16)
@@ -107,12 +101,10 @@ def warm_up(num_heads: int, num_kv_heads: int, head_dim: int, block_size: int,
             ctx = s * p["block_n"]
             for width in width_classes(-(-ctx // block_size), p["max_blocks"]):
                 tables = torch.zeros(seqs, width, dtype=torch.int32, device=device)
-                lens = torch.full((seqs,), min(ctx, width * block_size), dtype=torch.int32,
-                                  device=device)
+                lens = torch.full((seqs,), ctx, dtype=torch.int32, device=device)
                 paged_decode_attention(q, k_cache, v_cache, tables, lens, scale,
-                                       max_seq_len=int(lens[0]), num_splits=s)
+                                       max_seq_len=ctx, num_splits=s)
                 launches += 1
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    assert max(p["splits"]) <= MAX_SPLITS
     return {**p, "launches": launches}

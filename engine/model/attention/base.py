@@ -133,10 +133,11 @@ def build_step(
     The buffer is int32: first the int64 arrays as pairs of int32 (slot_mapping, the
     int64_arrays, the stored rows when some slot is -1), then query_start_loc (n + 1), seq_lens
     (n) and the block tables (n x max_blocks), each starting on a 16-byte boundary. On the
-    device the first part is viewed as int64 again. The buffer's bytes come from Python's `array` (C loops over the lists the runner
-    made), not from a dozen NumPy calls: on a CPU those ran right after the step's weights had
-    streamed through the caches, and cost a batch-1 decode step 325 instead of 139 us (a
-    one-off timing on a Zen 4; the step 1.024x as fast)."""
+    device the first part is viewed as int64 again. The buffer's bytes come from Python's
+    `array` (C loops over the lists the runner made), not from a dozen NumPy calls: on a CPU
+    those ran right after the step's weights had streamed through the caches, and cost a
+    batch-1 decode step 325 instead of 139 us (a one-off timing on a Zen 4; the step 1.024x as
+    fast)."""
     n = len(query_lens)
     assert n == len(seq_lens) == len(block_tables)
     slots = _int_list(slot_mapping)
