@@ -60,7 +60,6 @@ def _random_step(rng):
     query_lens, seq_lens = [], []
     for _ in range(n):
         ql = 1 if decode_only else rng.choice([1, 1, 2, 3, 5, rng.randint(1, MAX_Q)])
-        ql = min(ql, MAX_LEN)
         seq_lens.append(rng.randint(ql, MAX_LEN))
         query_lens.append(ql)
     if sum(query_lens) > MAX_Q:  # the step's token budget
