@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--weights", default="auto", choices=WEIGHTS,
                     help="the engine's weights: dense tensors, the GGUF file's own blocks, or "
-                         "those with int8 activations (gguf-q8)")
+                         "those with int8 or int16 activations (gguf-q8, gguf-q16)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--concurrency", default="1,4,16,32", help="decode scaling batch sizes")
     ap.add_argument("--skip-naive", action="store_true")

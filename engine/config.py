@@ -17,7 +17,7 @@ SPEC_METHODS = ("ngram", "draft", "eagle")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
-WEIGHTS = ("auto", "dense", "gguf", "gguf-q8")
+WEIGHTS = ("auto", "dense", "gguf", "gguf-q8", "gguf-q16")
 
 
 def _choice(name: str, value, allowed) -> None:
@@ -108,6 +108,10 @@ class EngineConfig:
     #            row rounded to int8 per block of 32, integer dot products (VNNI where the
     #            CPU has it), fp32 scales. Faster (README, Performance), batch-invariant, but
     #            no longer the file's fp32 model: its tokens can differ from "gguf"'s
+    #   "gguf-q16": the same blocks with each activation row rounded to int16 per block of 32
+    #            (2^-16 of the block's largest value at most: ~100x closer to "gguf"'s fp32
+    #            than gguf-q8), integer dot products (vpdpwssd / vpmaddwd), fp32 scales.
+    #            Batch-invariant; its matmuls 1.3-1.7x "gguf"'s on a Zen 4 (README, Performance)
     #   "auto":  "gguf" on a CPU whose bf16 weights would not run on AMX (AVX2, AVX-512 without
     #            AMX), else "dense" (engine/model/hardware.py resolve_weights)
     weights: str = "auto"

@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                  '"num_speculative_tokens": 4}')
     a("--dtype", default="auto")
     a("--weights", default="auto", choices=WEIGHTS,
-      help="dense tensors, the GGUF file's own blocks, or those with int8 activations (gguf-q8)")
+      help="dense tensors, the GGUF file's own blocks, or those with int8 or int16 "
+           "activations (gguf-q8, gguf-q16)")
     a("--device", default="auto")
     a("--seed", type=int, default=0)
     a("--max-queue", type=int, default=1024, help="requests in the server at once; then 429")

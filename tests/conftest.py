@@ -101,3 +101,61 @@ def q4_1_edge_blocks():
     blocks[:, 4:] = g.integers(0, 256, (64, 16), dtype=np.uint8)
     raw = blocks.reshape(8, 8 * 20)
     return raw, gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q4_1).astype(np.float32)
+
+
+# The integer-activation matmuls' paths (weights="gguf-q8", "gguf-q16"): (instruction set, VNNI
+# allowed). "avx512" without VNNI is the AVX-512 BW path of CPUs that lack it (Skylake-X); with
+# it, the default on Ice Lake, Sapphire Rapids, Zen 4 and later
+INTEGER_PATHS = [("avx512", True), ("avx512", False), ("avx2", False), ("portable", False)]
+
+
+@pytest.fixture(params=INTEGER_PATHS, ids=lambda p: p[0] + ("-vnni" if p[1] else ""))
+def integer_path(request, monkeypatch):
+    """Each integer-kernel path this CPU can run, forced by name (the others skip, saying so)."""
+    import torch
+
+    from engine.model.cpu import library
+
+    assert library.load(), "the C++ CPU kernels did not build (see the message above)"
+    isa, vnni = request.param
+    if isa not in library.isa_builds() or not torch.ops.servelab.isa_supported(isa):
+        pytest.skip(f"this CPU has no {isa} (the other paths run here)")
+    if vnni and not library.has_vnni():
+        pytest.skip("this CPU has no AVX-512 VNNI (the AVX-512 path without it runs here)")
+    monkeypatch.setenv("SERVELAB_CPU_ISA_DISABLE", "" if vnni else "vnni")
+    return isa
+
+
+@pytest.fixture(scope="session")
+def gguf_rows():
+    """Real rows of the bundled file (a Q4_1 layer's first 256 columns, 256 rows of the Q8_0
+    embedding), and Q4_1 edge blocks (subnormal and extreme scales), with gguf-py's fp32
+    values of each: fmt -> (uint8 rows, fp32 weights)."""
+    import gguf
+    import numpy as np
+    import torch
+    from gguf import GGUFReader
+
+    from engine.model.loader import _bundled_gguf
+
+    tensors = {t.name: t for t in GGUFReader(str(_bundled_gguf("smollm2-135m"))).tensors}
+    out = {}
+    for fmt, name in (("q4_1", "blk.5.ffn_down.weight"), ("q8_0", "token_embd.weight")):
+        t = tensors[name]
+        raw = np.array(t.data[:256])
+        out[fmt] = (torch.from_numpy(raw),
+                    torch.from_numpy(gguf.quants.dequantize(raw, t.tensor_type)))
+    edge, edge_w = q4_1_edge_blocks()  # 8 columns of K = 256: twice, for a group of 16
+    out["q4_1-edge"] = (torch.from_numpy(np.concatenate([edge, edge[::-1]])),
+                        torch.from_numpy(np.concatenate([edge_w, edge_w[::-1]])))
+    return out
+
+
+def block_inputs(m: int, k: int, seed: int):
+    """Activations [m, k] of varied size per row, the first block of row 0 all zero (scale 0)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g) * torch.rand(m, 1, generator=g) * 4
+    x[0, :32] = 0.0
+    return x

@@ -22,8 +22,8 @@ MATMUL_LAYOUTS lists the weight layouts run through the engine matrix: "amx" (th
 linear.cpp; skipped on CPUs without AMX), "bf16" (the weight-streaming matmul, matmul_isa.cpp,
 the layout on CPUs without AMX) and "gguf" (the same matmul on the GGUF file's own blocks,
 weights="gguf"), in bf16, the issue's dtype; "gguf-fp32" is the engine's default on CPUs
-without AMX (dtype="auto" -> float32 on GGUF weights); "gguf-q8" is the same blocks with
-int8 activations (weights="gguf-q8", llama.cpp's arithmetic), in float32. oneDNN's bf16 linear ("onednn") adds
+without AMX (dtype="auto" -> float32 on GGUF weights); "gguf-q8" and "gguf-q16" are the same
+blocks with int8 (llama.cpp's arithmetic) and int16 activations, in float32. oneDNN's bf16 linear ("onednn") adds
 in an order that depends on the number of rows; run the matrix on it with
 SERVELAB_INVARIANCE_LAYOUTS=onednn to see how many requests differ.
 """
@@ -49,7 +49,7 @@ from engine.model.cpu.attention import CpuAttention
 from engine.sampler import sample_rows
 from tests.conftest import PROMPTS
 
-MATMUL_LAYOUTS = ["amx", "bf16", "gguf", "gguf-fp32", "gguf-q8"]
+MATMUL_LAYOUTS = ["amx", "bf16", "gguf", "gguf-fp32", "gguf-q8", "gguf-q16"]
 if os.environ.get("SERVELAB_INVARIANCE_LAYOUTS"):
     MATMUL_LAYOUTS = os.environ["SERVELAB_INVARIANCE_LAYOUTS"].split(",")
 
@@ -243,9 +243,9 @@ def forced_layout(layout: str):
 def _engine(layout: str, **kw) -> LLMEngine:
     if layout == "amx" and not cpu_library.amx_available():
         pytest.skip("this CPU has no AMX tiles; the other layouts cover the matrix here")
-    if layout in ("gguf", "gguf-fp32", "gguf-q8"):
+    if layout in ("gguf", "gguf-fp32", "gguf-q8", "gguf-q16"):
         dtype = "bfloat16" if layout == "gguf" else "float32"
-        weights = "gguf-q8" if layout == "gguf-q8" else "gguf"
+        weights = "gguf" if layout == "gguf-fp32" else layout
         eng = LLMEngine(EngineConfig(dtype=dtype, weights=weights,
                                      **{"max_model_len": 512, **kw}))
         assert eng.model.layout == weights and eng.model.dtype == getattr(torch, dtype)

@@ -24,51 +24,13 @@ import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.model.cpu import library
-from tests.conftest import PROMPTS, q4_1_edge_blocks, teacher_forced_logits
-
-# (instruction set, VNNI allowed): "avx512" without VNNI is the AVX-512 BW path of CPUs
-# that lack it (Skylake-X); with it, the default on Ice Lake, Sapphire Rapids, Zen 4 and later
-PATHS = [("avx512", True), ("avx512", False), ("avx2", False), ("portable", False)]
+from tests.conftest import PROMPTS, block_inputs, teacher_forced_logits
 
 
 @pytest.fixture(scope="module")
 def ops():
     assert library.load(), "the C++ CPU kernels did not build (see the message above)"
     return torch.ops.servelab
-
-
-@pytest.fixture(params=PATHS, ids=lambda p: p[0] + ("-vnni" if p[1] else ""))
-def path(request, ops, monkeypatch):
-    isa, vnni = request.param
-    if isa not in library.isa_builds() or not ops.isa_supported(isa):
-        pytest.skip(f"this CPU has no {isa} (the other paths run here)")
-    if vnni and not library.has_vnni():
-        pytest.skip("this CPU has no AVX-512 VNNI (the AVX-512 path without it runs here)")
-    monkeypatch.setenv("SERVELAB_CPU_ISA_DISABLE", "" if vnni else "vnni")
-    return isa
-
-
-@pytest.fixture(scope="module")
-def weights():
-    """Real rows of the bundled file (a Q4_1 layer's first 256 columns, 256 rows of the Q8_0
-    embedding), and Q4_1 edge blocks (subnormal and extreme scales), with gguf-py's fp32
-    values of each."""
-    import gguf
-    from gguf import GGUFReader
-
-    from engine.model.loader import _bundled_gguf
-
-    tensors = {t.name: t for t in GGUFReader(str(_bundled_gguf("smollm2-135m"))).tensors}
-    out = {}
-    for fmt, name in (("q4_1", "blk.5.ffn_down.weight"), ("q8_0", "token_embd.weight")):
-        t = tensors[name]
-        raw = np.array(t.data[:256])
-        out[fmt] = (torch.from_numpy(raw),
-                    torch.from_numpy(gguf.quants.dequantize(raw, t.tensor_type)))
-    edge, edge_w = q4_1_edge_blocks()  # 8 columns of K = 256: twice, for a group of 16
-    out["q4_1-edge"] = (torch.from_numpy(np.concatenate([edge, edge[::-1]])),
-                        torch.from_numpy(np.concatenate([edge_w, edge_w[::-1]])))
-    return out
 
 
 def reference_q8(x: torch.Tensor):
@@ -97,15 +59,8 @@ def reference_pack(rows: torch.Tensor, fmt: str) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(out.reshape(n // 16, -1)))
 
 
-def _inputs(m: int, k: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(m, k, generator=g) * torch.rand(m, 1, generator=g) * 4
-    x[0, :32] = 0.0  # an all-zero block (scale 0)
-    return x
-
-
 def test_quantize_q8_equals_the_reference(ops):
-    x = _inputs(7, 1536, 0)
+    x = block_inputs(7, 1536, 0)
     x[1, 5] = 1e-30  # tiny values beside large ones round to 0
     q, d, s = ops.quantize_q8(x)
     rq, rd, rs = reference_q8(x)
@@ -114,13 +69,13 @@ def test_quantize_q8_equals_the_reference(ops):
 
 
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
-def test_pack_q8_is_the_gguf_bytes_regrouped(ops, weights, fmt):
-    raw, _ = weights[fmt]
+def test_pack_q8_is_the_gguf_bytes_regrouped(ops, gguf_rows, fmt):
+    raw, _ = gguf_rows[fmt]
     assert torch.equal(ops.pack_q8(raw, fmt), reference_pack(raw, fmt))
 
 
-def test_pack_q8_refuses_what_it_cannot_pack(ops, weights):
-    raw, _ = weights["q4_1"]
+def test_pack_q8_refuses_what_it_cannot_pack(ops, gguf_rows):
+    raw, _ = gguf_rows["q4_1"]
     with pytest.raises(RuntimeError, match="groups of 16"):
         ops.pack_q8(raw[:24], "q4_1")
     with pytest.raises(RuntimeError, match="format must be"):
@@ -131,14 +86,15 @@ def test_pack_q8_refuses_what_it_cannot_pack(ops, weights):
 
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0", "q4_1-edge"])
 @pytest.mark.parametrize("rows", [1, 3, 4, 9, 12])
-def test_matmul_q8_equals_the_exact_product(ops, path, weights, fmt, rows):
-    raw, w = weights[fmt]
+def test_matmul_q8_equals_the_exact_product(ops, integer_path, gguf_rows, fmt, rows):
+    raw, w = gguf_rows[fmt]
     k = w.shape[1]
-    x = _inputs(rows, k, rows)
+    x = block_inputs(rows, k, rows)
     q, d, _ = ops.quantize_q8(x)
     xr = (q.double().view(rows, -1, 32) * d.double().unsqueeze(-1)).view(rows, k)
     exact = xr @ w.double().T
-    got = ops.matmul_q8(x, ops.pack_q8(raw, fmt.removesuffix("-edge")), "auto", path).double()
+    packed = ops.pack_q8(raw, fmt.removesuffix("-edge"))
+    got = ops.matmul_q8(x, packed, "auto", integer_path).double()
     # each block's integer sum is exact; what rounds is its scaling and the sum over blocks,
     # a few fp32 roundings per block: bounded by (blocks + 4) units of fp32 over |terms|
     bound = (k // 32 + 4) * 2.0**-23 * (xr.abs() @ w.double().abs().T) + 1e-30
@@ -147,7 +103,7 @@ def test_matmul_q8_equals_the_exact_product(ops, path, weights, fmt, rows):
 
 
 @pytest.mark.parametrize("q", [15, 0, "alternating"])
-def test_q4_1_block_sums_at_their_largest_are_exact(ops, path, q):
+def test_q4_1_block_sums_at_their_largest_are_exact(ops, integer_path, q):
     """The AVX-512 (without VNNI) and AVX2 kernels sum a Q4_1 block's byte products in int16
     and widen once (matmul_isa.cpp, q4_1_block_sum): q = 15 against x = +-127 everywhere is
     the largest such sum (16 products of 1905 per int16 lane: 30480). Every q 15 (or 0, or
@@ -166,7 +122,8 @@ def test_q4_1_block_sums_at_their_largest_are_exact(ops, path, q):
     x = torch.ones(3, k)
     x[1] = -1.0
     x[2, 1::2] = -1.0
-    got = ops.matmul_q8(x, ops.pack_q8(torch.from_numpy(raw), "q4_1"), "auto", path).double()
+    packed = ops.pack_q8(torch.from_numpy(raw), "q4_1")
+    got = ops.matmul_q8(x, packed, "auto", integer_path).double()
     qx, d, _ = ops.quantize_q8(x)
     assert qx.abs().max() == 127
     exact = (qx.double().view(3, -1, 32) * d.double().unsqueeze(-1)).view(3, k) @ \
@@ -175,34 +132,34 @@ def test_q4_1_block_sums_at_their_largest_are_exact(ops, path, q):
 
 
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
-def test_matmul_q8_rows_are_batch_invariant(ops, path, weights, fmt):
-    raw, w = weights[fmt]
+def test_matmul_q8_rows_are_batch_invariant(ops, integer_path, gguf_rows, fmt):
+    raw, w = gguf_rows[fmt]
     packed = ops.pack_q8(raw, fmt)
-    x = _inputs(24, w.shape[1], 7)
-    full = ops.matmul_q8(x, packed, "auto", path)
+    x = block_inputs(24, w.shape[1], 7)
+    full = ops.matmul_q8(x, packed, "auto", integer_path)
     rng = random.Random(0)
     for m in [1, 2, 3, 4, 5, 8, 13]:
         rows = rng.sample(range(24), m)
-        got = ops.matmul_q8(x[rows], packed, "auto", path)
+        got = ops.matmul_q8(x[rows], packed, "auto", integer_path)
         assert torch.equal(got, full[rows]), f"{m} rows {rows}: a row changed with its batch"
     with torch.no_grad():
         before = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            assert torch.equal(ops.matmul_q8(x, packed, "auto", path), full)
+            assert torch.equal(ops.matmul_q8(x, packed, "auto", integer_path), full)
         finally:
             torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
-def test_vnni_and_plain_avx512_give_the_same_bits(ops, weights, monkeypatch, fmt):
+def test_vnni_and_plain_avx512_give_the_same_bits(ops, gguf_rows, monkeypatch, fmt):
     """Both AVX-512 variants sum the same integers into the same lanes and scale them alike:
     the same bits. So matmul_q8 may take VNNI from 3 rows on and the plain one below, and a
     row's result still does not depend on its batch."""
     if not (ops.isa_supported("avx512") and library.has_vnni()):
         pytest.skip("needs AVX-512 with VNNI")
-    raw, w = weights[fmt]
-    packed, x = ops.pack_q8(raw, fmt), _inputs(12, w.shape[1], 3)
+    raw, w = gguf_rows[fmt]
+    packed, x = ops.pack_q8(raw, fmt), block_inputs(12, w.shape[1], 3)
     monkeypatch.setenv("SERVELAB_CPU_ISA_DISABLE", "")
     with_vnni = ops.matmul_q8(x, packed, "auto", "avx512")  # 12 rows: the VNNI kernel
     monkeypatch.setenv("SERVELAB_CPU_ISA_DISABLE", "vnni")
@@ -226,8 +183,8 @@ def test_engine_gguf_q8_weights_lie_in_one_region_in_step_order(engines):
     for a, b in zip(order, order[1:]):
         end = a.data_ptr() + a.numel() * a.element_size()
         assert end <= b.data_ptr() < end + 64
-    gguf_rows = engines["gguf"].model.layers[3]["gate_up"]
-    assert torch.equal(model.layers[3]["gate_up"], torch.ops.servelab.pack_q8(gguf_rows, "q4_1"))
+    rows = engines["gguf"].model.layers[3]["gate_up"]
+    assert torch.equal(model.layers[3]["gate_up"], torch.ops.servelab.pack_q8(rows, "q4_1"))
 
 
 def test_engine_gguf_q8_stays_close_to_the_fp32_model(engines):

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CXX, QEMU = "aarch64-linux-gnu-g++", "qemu-aarch64"
 FORMATS = {"bf16": 0, "q8_0": 1, "q4_1": 2}
 PATHS = ["neon", "portable"]
-OPS = {"matmul": 0, "dequantize": 1, "matmul_q8": 2}
+OPS = {"matmul": 0, "dequantize": 1, "matmul_q8": 2, "matmul_q16": 3}
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +62,9 @@ def driver(tmp_path_factory) -> Path:
 
 def run(driver: Path, isa: str, fmt: str, raw: np.ndarray, k: int, pool: np.ndarray,
         calls: list[tuple[str, int, list[int]]]) -> list[np.ndarray]:
-    """Each call ("matmul" or "matmul_q8", split, row indices) or ("dequantize", 0, []) under
-    qemu; results. For "matmul_q8", `raw` is the weight as pack_q8 regroups it."""
+    """Each call ("matmul", "matmul_q8" or "matmul_q16", split, row indices) or ("dequantize",
+    0, []) under qemu; results. For "matmul_q8" / "matmul_q16", `raw` is the weight as pack_q8 /
+    pack_q16 regroups it."""
     work = driver.parent
     n = raw.shape[0]
     plan = [len(calls)]
@@ -144,12 +145,14 @@ def test_matmul_within_accumulation_error_and_batch_invariant(driver, weights, i
         assert np.array_equal(got.view(np.uint32), alone[idx].view(np.uint32)), len(idx)
 
 
+@pytest.mark.parametrize("bits", [8, 16])
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0", "q4_1_edges"])
-def test_int8_kernel_gives_the_x86_bits_and_is_batch_invariant(driver, weights, fmt):
-    """weights="gguf-q8" on ARM: NEON with and without sdot, and portable, each in one qemu run
-    of every row alone and batches of 1-5, 8 and 13 rows, the columns split in runs of 16 or
-    whole. Every row equals, bit for bit, what this machine's kernels compute (AVX2 for both
-    NEON builds, x86's portable build for ARM's), so the x86 tests' error bounds hold on ARM."""
+def test_integer_kernels_give_the_x86_bits_and_are_batch_invariant(driver, weights, fmt, bits):
+    """weights="gguf-q8" (bits 8) and "gguf-q16" (bits 16) on ARM: NEON (for int8 with and
+    without sdot) and portable, each in one qemu run of every row alone and batches of 1-5, 8
+    and 13 rows, the columns split in runs of 16 or whole. Every row equals, bit for bit, what
+    this machine's kernels compute (AVX2 for the NEON builds, x86's portable build for ARM's),
+    so the x86 tests' error bounds hold on ARM."""
     import torch
 
     from engine.model.cpu import library
@@ -161,21 +164,24 @@ def test_int8_kernel_gives_the_x86_bits_and_is_batch_invariant(driver, weights, 
     raw, _, k = weights[fmt]
     if raw.shape[0] % 16:  # the edge blocks: 8 columns, twice (a group is 16)
         raw = np.concatenate([raw, raw[::-1]])
-    packed = ops.pack_q8(torch.from_numpy(np.ascontiguousarray(raw)),
-                         fmt.removesuffix("_edges")).numpy()
+    pack, matmul = ((ops.pack_q8, ops.matmul_q8) if bits == 8
+                    else (ops.pack_q16, ops.matmul_q16))
+    op = f"matmul_q{bits}"
+    packed = pack(torch.from_numpy(np.ascontiguousarray(raw)), fmt.removesuffix("_edges")).numpy()
     rows = packed.reshape(raw.shape[0], -1)  # the same bytes; run() reads N from the shape
     g = np.random.default_rng(5)
     pool = (g.standard_normal((24, k)) * g.uniform(0, 4, (24, 1))).astype(np.float32)
     pool[0, :32] = 0.0  # an all-zero block (scale 0)
     rng = random.Random(f"q8-{fmt}")
     batches = [[rng.randrange(len(pool)) for _ in range(size)] for size in (1, 2, 3, 4, 5, 8, 13)]
-    calls = ([("matmul_q8", raw.shape[0], [i]) for i in range(len(pool))]
-             + [("matmul_q8", rng.choice([16, raw.shape[0]]), idx) for idx in batches])
+    calls = ([(op, raw.shape[0], [i]) for i in range(len(pool))]
+             + [(op, rng.choice([16, raw.shape[0]]), idx) for idx in batches])
     x = torch.from_numpy(pool)
-    for isa, twin in (("neon", "avx2"), ("neondot", "avx2"), ("portable", "portable")):
+    arm = (("neon", "avx2"), ("neondot", "avx2")) if bits == 8 else (("neon", "avx2"),)
+    for isa, twin in (*arm, ("portable", "portable")):
         results = run(driver, isa, fmt.removesuffix("_edges"), rows, k, pool, calls)
         alone = np.concatenate(results[:len(pool)])
-        host = ops.matmul_q8(x, torch.from_numpy(packed), "auto", twin).numpy()
+        host = matmul(x, torch.from_numpy(packed), "auto", twin).numpy()
         assert np.array_equal(alone.view(np.uint32), host.view(np.uint32)), (
             f"{isa}: {(alone != host).sum()} of {alone.size} results differ from x86 {twin}")
         for idx, got in zip(batches, results[len(pool):]):

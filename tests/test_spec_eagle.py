@@ -185,7 +185,7 @@ def effective_weights(model, w: dict) -> dict:
     from engine.model.gguf import quantize_q8_0
 
     out = {n: w[n] for n in eagle.WEIGHT_NAMES}
-    if model.layout in ("gguf", "gguf-q8"):
+    if model.layout in ("gguf", "gguf-q8", "gguf-q16"):
         for n in eagle.LINEAR_NAMES:
             rows = quantize_q8_0(w[n]).numpy()
             deq = gguf.quants.dequantize(rows, gguf.GGMLQuantizationType.Q8_0)
@@ -193,14 +193,15 @@ def effective_weights(model, w: dict) -> dict:
     return out
 
 
-@pytest.mark.parametrize("weights", ["gguf", "gguf-q8"])
+@pytest.mark.parametrize("weights", ["gguf", "gguf-q8", "gguf-q16"])
 def test_head_on_a_gguf_target_reads_q8_0_rows(weights):
     """On a GGUF target (the default on CPUs without AMX) the head's linear weights are Q8_0
     rows and its readout is the target's own Q8_0 output-head rows of the reduced vocabulary:
     about a quarter of the bytes of an fp32 head, with a forward equal to the fp32 training
     forward on the dequantized weights, within accumulation-order error. With int8 activations
     in the target (gguf-q8) the head runs the int8 kernel too: the same rows regrouped by 16
-    columns (pack_q8), its forward within int8 rounding of the fp32 one."""
+    columns (pack_q8), its forward within int8 rounding of the fp32 one; with int16 ones
+    (gguf-q16) the int16 kernel (pack_q16), within int16 rounding."""
     from engine.kv import KVPool, PagedAllocator
     from engine.model import cpu
     from engine.model.attention import build_metadata, get_backend
@@ -215,11 +216,11 @@ def test_head_on_a_gguf_target_reads_q8_0_rows(weights):
     w = eagle.init_weights(gguf_target, torch.arange(0, 4096, 2), seed=3)
     w["fc"][:, 576:] = torch.randn(576, 576) * 0.05
     head = eagle.EagleHead(gguf_target, w)
-    from engine.model.cpu.packing import pack_q8
+    from engine.model.cpu.packing import pack_grouped
     from engine.model.gguf import quantize_q8_0, read_linear_weights
 
-    q8 = weights == "gguf-q8"
-    regroup = (lambda t, k: pack_q8(t, k)) if q8 else (lambda t, k: t)
+    grouped = weights != "gguf"
+    regroup = (lambda t, k: pack_grouped(weights, t, k)) if grouped else (lambda t, k: t)
     for n in eagle.LINEAR_NAMES:
         k = w[n].shape[1]
         assert torch.equal(head.w[n], regroup(quantize_q8_0(w[n]), k))
@@ -241,14 +242,18 @@ def test_head_on_a_gguf_target_reads_q8_0_rows(weights):
     got = head.forward(feats, toks, torch.arange(n), meta, pool.layers[0], get_backend("torch"))
     logits = head.logits(got)
     want = got @ gguf_target.plain_lm_head[w["vocab"]].T
-    if not q8:
+    if not grouped:
         assert torch.allclose(got, ref, atol=2e-4, rtol=1e-4), (got - ref).abs().max()
         assert torch.allclose(logits, want, atol=2e-4)
+        return
+    rel = ((got - ref).norm(dim=-1) / ref.norm(dim=-1)).max().item()
+    if weights == "gguf-q16":  # 2^-16 of each block's largest input: 256x finer than int8
+        assert 1e-8 < rel < 1e-3, rel
+        assert ((logits - want).norm(dim=-1) / want.norm(dim=-1)).max().item() < 1e-3
         return
     # int8 activations: each block of 32 inputs rounded to 8 bits, a relative error of a few
     # tenths of a percent per product, 2.5% over the layer here; an fp32 forward would be exact
     # and a wrong row order far off
-    rel = ((got - ref).norm(dim=-1) / ref.norm(dim=-1)).max().item()
     assert 1e-6 < rel < 0.06, rel  # 0.025 measured
     assert ((logits - want).norm(dim=-1) / want.norm(dim=-1)).max().item() < 0.06
 
@@ -378,7 +383,7 @@ def test_training_is_seeded_and_lowers_the_loss(target):
     assert len(losses) == 4 and all(x > 0 for x in losses)
 
 
-@pytest.mark.parametrize("weights", ["gguf", "gguf-q8"])
+@pytest.mark.parametrize("weights", ["gguf", "gguf-q8", "gguf-q16"])
 def test_head_in_the_cpp_layer_loop_gives_the_python_loops_bits(weights):
     """Where the target runs its layers in C++ (decode_layers), the head's one layer runs
     there too: the same kernels in the same order, so the same bits as the head's Python

@@ -55,7 +55,7 @@ def resolve_dtype(name: str = "auto", device: torch.device | None = None, *,
         return torch.bfloat16
     if not cpu_prefers_bf16():
         return torch.float32
-    if weights in ("gguf", "gguf-q8"):
+    if weights in ("gguf", "gguf-q8", "gguf-q16"):
         return torch.float32
     if weights == "auto":
         from engine.model.cpu import library

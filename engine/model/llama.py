@@ -29,12 +29,13 @@ from engine.model.cpu.attention import CpuAttention
 from engine.model.cpu.packing import (
     CPP_LOOP_LAYOUTS,
     GGUF_LAYOUTS,
+    GROUPED_ACTIVATIONS,
     LAYOUTS,
     PACKERS,
     amx_fits,
     choose_layout,
     cpu_packing_available,
-    pack_q8,
+    pack_grouped,
     step_order_arena,
 )
 from engine.model.loader import LoadedModel, ModelConfig
@@ -122,6 +123,8 @@ class LlamaModel:
         (engine/model/gguf.py); the embedding and norms stay the loaded (dequantized) tensors.
         "gguf-q8": the same bytes regrouped 16 columns at a time (pack_q8), multiplied as
         llama.cpp does, with the activations rounded to int8 per block of 32.
+        "gguf-q16": regrouped two q bytes at a time (pack_q16), the activations rounded to
+        int16 per block of 32.
     cpp_layer_loop: with weights our C++ matmuls read (amx, bf16, gguf*) and plain Llama layers
         (no q/k/v bias, no q/k norm), let steps whose attention the C++ kernel takes whole run
         the layer loop in C++ (off: the same kernels, called from Python; tests and the kernel
@@ -147,12 +150,12 @@ class LlamaModel:
             from engine.model.gguf import read_linear_weights
 
             gguf = read_linear_weights(loaded)
-            if layout == "gguf-q8":  # regrouped for the int8 kernel (its own copy)
+            if layout in GROUPED_ACTIVATIONS:  # regrouped for an integer kernel (a copy)
                 ins = dict(zip(("qkv", "o", "gate_up", "down", "lm_head"),
                                (k for _, k in self.linear_shapes(cfg))))
-                packed = [pack_q8(layer[n], ins[n]) for layer in gguf["layers"]
-                          for n in self.LINEAR_WEIGHTS] + [pack_q8(gguf["lm_head"],
-                                                                   ins["lm_head"])]
+                packed = [pack_grouped(layout, layer[n], ins[n]) for layer in gguf["layers"]
+                          for n in self.LINEAR_WEIGHTS] + [
+                              pack_grouped(layout, gguf["lm_head"], ins["lm_head"])]
                 packed = step_order_arena(packed)  # one region, read front to back
                 names = self.LINEAR_WEIGHTS
                 gguf = {"lm_head": packed[-1],
@@ -214,9 +217,10 @@ class LlamaModel:
                 raise ValueError(f"layout={layout!r} needs cpu_kernels=True (the C++ matmul)")
             library.matmul_isa()  # a ValueError now if SERVELAB_CPU_ISA asks for a missing one
             allowed = (torch.bfloat16,) if layout == "bf16" else (torch.float32, torch.bfloat16)
-            if layout == "gguf-q8" and any(n % 16 for n, _ in self.linear_shapes(self.cfg)):
-                raise ValueError("layout='gguf-q8' takes output columns in groups of 16; got "
-                                 f"{self.linear_shapes(self.cfg)}")
+            if (layout in GROUPED_ACTIVATIONS
+                    and any(n % 16 for n, _ in self.linear_shapes(self.cfg))):
+                raise ValueError(f"layout={layout!r} takes output columns in groups of 16; "
+                                 f"got {self.linear_shapes(self.cfg)}")
             if self.dtype not in allowed:
                 raise ValueError(f"layout={layout!r} runs activations in "
                                  f"{[str(d).removeprefix('torch.') for d in allowed]}, got "
@@ -317,7 +321,7 @@ class LlamaModel:
                 h, cos, sin, self.cpp_layer_weights, self.final_norm,
                 [kv[0] for kv in kv_caches], [kv[1] for kv in kv_caches], meta.slot_mapping,
                 meta.block_tables, meta.seq_lens, meta.query_start_loc, hq, hkv, self.scale, eps,
-                "q8" if self.layout == "gguf-q8" else "float")
+                GROUPED_ACTIVATIONS.get(self.layout, "float"))
         ops, linear = self.ops, self.linear
         x = ops.rms_norm(h, self.layers[0]["in_norm"], eps)
         for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, kv_caches)):
@@ -354,8 +358,8 @@ def shared_model(loaded: LoadedModel, device: torch.device, dtype: torch.dtype,
     process (engine/model/cache.py). Its weights are read-only, so engines share it and own
     only their KV pools; the rotary tables grow to the longest max_positions asked for.
     weights: "dense" (the loaded tensors, laid out by choose_layout) or "gguf" (the GGUF file's
-    own blocks; a CPU with the C++ kernels, a model shipped as GGUF), or "gguf-q8" (the same
-    blocks, int8 activations)."""
+    own blocks; a CPU with the C++ kernels, a model shipped as GGUF), or "gguf-q8" / "gguf-q16"
+    (the same blocks, int8 / int16 activations)."""
     if weights in GGUF_LAYOUTS:
         layout = weights
         if device.type != "cpu" or not cpu_kernels:

@@ -66,7 +66,7 @@ from torch import Tensor
 
 from engine.kv import KVPool, PagedAllocator
 from engine.model.attention import build_metadata
-from engine.model.cpu.packing import GGUF_LAYOUTS, PACKERS
+from engine.model.cpu.packing import GGUF_LAYOUTS, GROUPED_ACTIVATIONS, PACKERS
 from engine.model.llama import LlamaModel, rope_inv_freq
 from engine.request import Request
 from engine.sampler import probabilities
@@ -273,15 +273,16 @@ class EagleHead:
             from engine.model.gguf import read_linear_weights
 
             readout = read_linear_weights(target.loaded)["lm_head"][self.vocab].contiguous()
-            if layout == "gguf-q8":  # int8 activations too, as the target's: the same rows
-                # regrouped by 16 columns (a head step 0.52 -> 0.34 ms, 0.135x -> 0.09x the
-                # target's; spec_bench.head_cost, old and new code twice each, Zen 4)
-                from engine.model.cpu.packing import pack_q8
+            if layout in GROUPED_ACTIVATIONS:  # int8 / int16 activations too, as the
+                # target's: the same rows regrouped by 16 columns (gguf-q8: a head step 0.52 ->
+                # 0.34 ms, 0.135x -> 0.09x the target's; spec_bench.head_cost, old and new code
+                # twice each, Zen 4)
+                from engine.model.cpu.packing import pack_grouped
 
-                w = {n: pack_q8(w[n], weights[n].shape[1]) if n in LINEAR_NAMES else t
-                     for n, t in w.items()}
-                readout = pack_q8(readout, self.cfg.hidden_size)
-                pack, self.linear = None, PACKERS["gguf-q8"][1]
+                w = {n: pack_grouped(layout, w[n], weights[n].shape[1]) if n in LINEAR_NAMES
+                     else t for n, t in w.items()}
+                readout = pack_grouped(layout, readout, self.cfg.hidden_size)
+                pack, self.linear = None, PACKERS[layout][1]
             else:
                 pack, self.linear = PACKERS["gguf"]  # fp32 activations, as the target's
         else:
@@ -324,7 +325,7 @@ class EagleHead:
             return torch.ops.servelab.decode_layers(
                 x, cos, sin, self.cpp_weights, w["out_norm"], [kv[0]], [kv[1]],
                 meta.slot_mapping, meta.block_tables, meta.seq_lens, meta.query_start_loc, hq,
-                hkv, self.scale, eps, "q8" if tm.layout == "gguf-q8" else "float")
+                hkv, self.scale, eps, GROUPED_ACTIVATIONS.get(tm.layout, "float"))
         a = ops.rms_norm(x, w["in_norm"], eps)
         qkv = linear(a, w["qkv"])
         qk_size = self.q_size + self.kv_size

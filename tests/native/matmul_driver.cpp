@@ -5,12 +5,14 @@
 //   matmul_driver ISA FORMAT K WEIGHTS POOL PLAN OUT
 //     ISA      neon | neondot | portable (neondot: NEON with sdot; its int8 kernel only)
 //     FORMAT   0 bf16, 1 Q8_0, 2 Q4_1 (WEIGHTS: the rows as GGUF stores them, or for op 2 as
-//              pack_q8 regroups them: the same number of bytes; N from the size)
+//              pack_q8 regroups them, for op 3 as pack_q16 does: the same number of bytes;
+//              N from the size)
 //     POOL     fp32 rows of x [P, K]
 //     PLAN     int32s: the number of calls, then per call: op (0 matmul, 1 dequantize,
-//              2 matmul_q8: x rounded to int8 per block as matmul.cpp rounds it), split
-//              (columns per call of the kernel, as threads would take them; op 2: a multiple
-//              of 16), M, M row indices into POOL (op 1: M = 0)
+//              2 matmul_q8: x rounded to int8 per block as matmul.cpp rounds it, 3 matmul_q16:
+//              x rounded to int16 per block), split (columns per call of the kernel, as
+//              threads would take them; ops 2, 3: a multiple of 16), M, M row indices into
+//              POOL (op 1: M = 0)
 //     OUT      per call, its fp32 result: y [M, N], or the dequantized weights [N, K]
 #include <cstdint>
 #include <cstdio>
@@ -52,6 +54,8 @@ int main(int argc, char** argv) {
   auto q8_columns = isa == "neon"      ? isa_neon::matmul_q8_columns
                     : isa == "neondot" ? isa_neondot::matmul_q8_columns
                                        : isa_portable::matmul_q8_columns;
+  auto q16_columns = isa == "portable" ? isa_portable::matmul_q16_columns
+                                        : isa_neon::matmul_q16_columns;
   auto dequant = isa == "neon" ? isa_neon::dequantize_rows : isa_portable::dequantize_rows;
   const std::vector<char> w = slurp(argv[4]), pool = slurp(argv[5]), plan_bytes = slurp(argv[6]);
   const int64_t block = format == 0 ? 64 : format == 1 ? 34 : 20;
@@ -84,6 +88,18 @@ int main(int argc, char** argv) {
                             format};
       for (int64_t n0 = 0; n0 < N; n0 += split)
         q8_columns(job, n0, n0 + split < N ? n0 + split : N);
+      std::fwrite(y.data(), 4, y.size(), out);
+      continue;
+    }
+    if (op == 3) {
+      const int64_t nb = K / 32;
+      std::vector<int16_t> q(M * K);
+      std::vector<float> d(M * nb), s(M * nb);
+      for (int64_t i = 0; i < M * nb; ++i)
+        quantize_block_q16(&x[32 * i], &q[32 * i], &d[i], &s[i]);
+      const MatmulQ16Job job{q.data(), d.data(), s.data(), wp, y.data(), M, N, K, format};
+      for (int64_t n0 = 0; n0 < N; n0 += split)
+        q16_columns(job, n0, n0 + split < N ? n0 + split : N);
       std::fwrite(y.data(), 4, y.size(), out);
       continue;
     }

@@ -12,6 +12,9 @@
 //   matmul_q8(x, w_packed, isa="")  y = x W^T as llama.cpp computes it: x rounded to int8 per
 //       block of 32 (quantize_q8), integer dot products per block, scaled in fp32
 //   quantize_q8(x)  that rounding: (q int8 [M, K], d [M, K/32], s = d * sum(q) [M, K/32])
+//   pack_q16(w, format), matmul_q16(x, w_packed, format="auto", isa=""), quantize_q16(x): the
+//       same with x rounded to int16 per block of 32 (weights="gguf-q16"): the GGUF rows
+//       regrouped two q bytes at a time; (q int16 [M, K], d [M, K/32], s = sum(x) [M, K/32])
 //   cpu_isa()  the instruction set an isa="" call runs;  isa_supported(isa)
 //   SERVELAB_CPU_ISA_DISABLE (comma-separated): instruction sets to treat as missing
 //
@@ -52,6 +55,10 @@ struct Isa {
   void (*matmul_q8_columns_dot)(const MatmulQ8Job&, int64_t, int64_t);
   const char* dot;
   int64_t dot_from_rows;
+  // the int16 kernel (weights="gguf-q16"), and its variant with x86 VNNI's vpdpwssd where the
+  // CPU has `dot` (the same integer sums: the same bits)
+  void (*matmul_q16_columns)(const MatmulQ16Job&, int64_t, int64_t);
+  void (*matmul_q16_columns_dot)(const MatmulQ16Job&, int64_t, int64_t);
 };
 
 const Isa kIsas[] = {
@@ -63,17 +70,18 @@ const Isa kIsas[] = {
      // block's high nibbles unshifted (matmul_isa.cpp) it does 1.16-1.19x the plain kernel's
      // arithmetic at 4-32 rows, 1.00x at 2 and 0.93x at 1 (kernel_bench --rows --hot,
      // assets/bench/gguf-q8-rows-hot-zen4.json)
-     isa_avx512::matmul_q8_columns, isa_avx512vnni::matmul_q8_columns, "vnni", 3},
+     isa_avx512::matmul_q8_columns, isa_avx512vnni::matmul_q8_columns, "vnni", 3,
+     isa_avx512::matmul_q16_columns, isa_avx512vnni::matmul_q16_columns},
     {"avx2", isa_avx2::matmul_columns, isa_avx2::dequantize_rows, isa_avx2::matmul_q8_columns,
-     nullptr, "", 0},
+     nullptr, "", 0, isa_avx2::matmul_q16_columns, nullptr},
 #elif defined(__aarch64__)
     // sdot at every row count: one instruction where plain NEON takes five (its speed is
     // unmeasured here: the tests run NEON under qemu)
     {"neon", isa_neon::matmul_columns, isa_neon::dequantize_rows, isa_neon::matmul_q8_columns,
-     isa_neondot::matmul_q8_columns, "dotprod", 1},
+     isa_neondot::matmul_q8_columns, "dotprod", 1, isa_neon::matmul_q16_columns, nullptr},
 #endif
     {"portable", isa_portable::matmul_columns, isa_portable::dequantize_rows,
-     isa_portable::matmul_q8_columns, nullptr, "", 0},
+     isa_portable::matmul_q8_columns, nullptr, "", 0, isa_portable::matmul_q16_columns, nullptr},
 };
 
 // SERVELAB_CPU_ISA_DISABLE="avx512,avx2": act as if this CPU lacked these (to try, and test,
@@ -179,6 +187,15 @@ void quantize_rows_q8(const float* x, int64_t M, int64_t K, int8_t* q, float* d,
   });
 }
 
+// x [M, K] rounded to int16 per block of 32 (quantize_block_q16), row by row
+void quantize_rows_q16(const float* x, int64_t M, int64_t K, int16_t* q, float* d, float* s) {
+  const int64_t nb = K / 32;
+  at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
+    for (int64_t i = m0 * nb; i < m1 * nb; ++i)
+      quantize_block_q16(x + 32 * i, q + 32 * i, d + i, s + i);
+  });
+}
+
 // where a GGUF block's q bytes start (after d, and Q4_1's m)
 int64_t gguf_q_offset(int code) { return code == 1 ? 2 : 4; }
 
@@ -199,14 +216,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_q8(const at::Tensor& x_i
   return {q, d, s};
 }
 
+namespace {
+
 // GGUF rows [N, K/32 * bb] -> [N/16, 16 * K/32 * bb]: per group of 16 columns and per block, the
-// 16 d (fp16), Q4_1's 16 m, then the q bytes in 64-byte chunks, byte 4 c + j of chunk h being
-// column c's q byte 4 h + j (matmul_isa.cpp, "int8 activations over repacked GGUF blocks")
-at::Tensor pack_q8(const at::Tensor& w, const std::string& format) {
+// 16 d (fp16), Q4_1's 16 m, then the q bytes in chunks of 16 * width bytes, bytes width * c ..
+// width * c + width - 1 of chunk h being column c's q bytes width * h on (matmul_isa.cpp:
+// width 4 for the int8 kernel, 2 for the int16 one)
+at::Tensor pack_groups(const at::Tensor& w, const std::string& format, int64_t width,
+                       const char* op) {
   const auto [code, bb] = parse_format(format);
-  TORCH_CHECK(code != 0, "servelab pack_q8: format must be 'q8_0' or 'q4_1', got '", format, "'");
+  TORCH_CHECK(code != 0, "servelab ", op, ": format must be 'q8_0' or 'q4_1', got '", format, "'");
   const int64_t K = weight_k(w, format, code, bb), N = w.size(0), nb = K / 32;
-  TORCH_CHECK(N % 16 == 0, "servelab pack_q8: the int8 kernel takes columns in groups of 16; "
+  TORCH_CHECK(N % 16 == 0, "servelab ", op, ": the kernel takes columns in groups of 16; "
               "this weight has ", N);
   const int64_t scales = code == 1 ? 32 : 64, qbytes = bb - gguf_q_offset(code);
   at::Tensor out = at::empty({N / 16, 16 * nb * bb}, w.options());
@@ -220,12 +241,23 @@ at::Tensor pack_q8(const at::Tensor& w, const std::string& format) {
           const uint8_t* blk = src + (16 * g + c) * nb * bb + b * bb;
           std::memcpy(o + 2 * c, blk, 2);                       // d
           if (code == 2) std::memcpy(o + 32 + 2 * c, blk + 2, 2);  // m
-          for (int64_t h = 0; h < qbytes / 4; ++h)
-            std::memcpy(o + scales + 64 * h + 4 * c, blk + gguf_q_offset(code) + 4 * h, 4);
+          for (int64_t h = 0; h < qbytes / width; ++h)
+            std::memcpy(o + scales + 16 * width * h + width * c,
+                        blk + gguf_q_offset(code) + width * h, width);
         }
       }
   });
   return out;
+}
+
+}  // namespace
+
+at::Tensor pack_q8(const at::Tensor& w, const std::string& format) {
+  return pack_groups(w, format, 4, "pack_q8");
+}
+
+at::Tensor pack_q16(const at::Tensor& w, const std::string& format) {
+  return pack_groups(w, format, 2, "pack_q16");
 }
 
 namespace {
@@ -274,6 +306,26 @@ void matmul_q8_run(const float* x, int64_t M, int64_t K, const at::Tensor& w, in
   });
 }
 
+// y[M, N] = x W^T over a pack_q16ed weight in format `code`, x rounded to int16 per block
+void matmul_q16_run(const float* x, int64_t M, int64_t K, const at::Tensor& w, int code,
+                    const MatmulChoice& choice, float* y) {
+  const int64_t N = w.size(0) * 16, nb = K / 32;
+  if (M == 0 || N == 0) return;
+  const Isa& isa = kIsas[choice.isa];
+  auto kernel = choice.dot && isa.matmul_q16_columns_dot ? isa.matmul_q16_columns_dot
+                                                         : isa.matmul_q16_columns;
+  thread_local std::vector<int32_t> scratch;  // as matmul_q8_run's
+  scratch.resize(static_cast<size_t>(M * K / 2 + 2 * M * nb));
+  int16_t* q = reinterpret_cast<int16_t*>(scratch.data());
+  float* d = reinterpret_cast<float*>(scratch.data() + M * K / 2);
+  float* xs = d + M * nb;
+  quantize_rows_q16(x, M, K, q, d, xs);
+  const MatmulQ16Job job{q, d, xs, static_cast<const uint8_t*>(w.data_ptr()), y, M, N, K, code};
+  at::parallel_for(0, N / 16, 4, [&](int64_t u0, int64_t u1) {
+    kernel(job, u0 * 16, u1 * 16);
+  });
+}
+
 // y[M, N] = x W^T for a bf16 / GGUF weight in format `code`, into y (fp32, contiguous)
 void matmul_run(const float* x, int64_t M, int64_t K, const at::Tensor& w, int code,
                 const MatmulChoice& choice, float* y) {
@@ -312,6 +364,39 @@ at::Tensor matmul_q8(const at::Tensor& x_in, const at::Tensor& w, const std::str
 void matmul_q8_into(const float* x, int64_t M, int64_t K, const at::Tensor& w,
                     const MatmulChoice& choice, float* y) {
   matmul_q8_run(x, M, K, w, q8_format(w, K, "auto"), choice, y);
+}
+
+at::Tensor matmul_q16(const at::Tensor& x_in, const at::Tensor& w, const std::string& format_in,
+                      const std::string& isa_name) {
+  TORCH_CHECK(x_in.dim() == 2 && x_in.device().is_cpu() && x_in.is_floating_point(),
+              "servelab matmul_q16: x must be a 2-D floating-point CPU tensor, got ",
+              x_in.sizes());
+  const int64_t K = x_in.size(1);
+  const int code = q8_format(w, K, format_in);  // pack_q16 keeps pack_q8's sizes
+  const MatmulChoice choice = choose_matmul(isa_name);
+  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  at::Tensor y = at::empty({x.size(0), w.size(0) * 16}, x.options());
+  matmul_q16_run(x.data_ptr<float>(), x.size(0), K, w, code, choice, y.data_ptr<float>());
+  return x_in.scalar_type() == at::kFloat ? y : y.to(x_in.scalar_type());
+}
+
+void matmul_q16_into(const float* x, int64_t M, int64_t K, const at::Tensor& w,
+                     const MatmulChoice& choice, float* y) {
+  matmul_q16_run(x, M, K, w, q8_format(w, K, "auto"), choice, y);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_q16(const at::Tensor& x_in) {
+  TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) % 32 == 0 && x_in.device().is_cpu() &&
+                  x_in.is_floating_point(),
+              "servelab quantize_q16: x must be a 2-D floating-point CPU tensor with a multiple "
+              "of 32 columns, got ", x_in.sizes());
+  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  const int64_t M = x.size(0), K = x.size(1);
+  at::Tensor q = at::empty({M, K}, x.options().dtype(at::kShort));
+  at::Tensor d = at::empty({M, K / 32}, x.options()), s = at::empty({M, K / 32}, x.options());
+  quantize_rows_q16(x.data_ptr<float>(), M, K, q.data_ptr<int16_t>(), d.data_ptr<float>(),
+                    s.data_ptr<float>());
+  return {q, d, s};
 }
 
 std::string cpu_isa() { return pick("").name; }
@@ -388,6 +473,9 @@ TORCH_LIBRARY_FRAGMENT(servelab, m) {
   m.def("quantize_q8(Tensor x) -> (Tensor, Tensor, Tensor)");
   m.def("pack_q8(Tensor w, str format) -> Tensor");
   m.def("matmul_q8(Tensor x, Tensor w, str format=\"auto\", str isa=\"\") -> Tensor");
+  m.def("quantize_q16(Tensor x) -> (Tensor, Tensor, Tensor)");
+  m.def("pack_q16(Tensor w, str format) -> Tensor");
+  m.def("matmul_q16(Tensor x, Tensor w, str format=\"auto\", str isa=\"\") -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(servelab, CPU, m) {
@@ -396,4 +484,7 @@ TORCH_LIBRARY_IMPL(servelab, CPU, m) {
   m.impl("quantize_q8", servelab::quantize_q8);
   m.impl("pack_q8", servelab::pack_q8);
   m.impl("matmul_q8", servelab::matmul_q8);
+  m.impl("quantize_q16", servelab::quantize_q16);
+  m.impl("pack_q16", servelab::pack_q16);
+  m.impl("matmul_q16", servelab::matmul_q16);
 }

@@ -54,6 +54,38 @@ static inline void quantize_block_q8(const float* x, int8_t* q, float* d, float*
   *sum = total;
 }
 
+// y[M, N] = x W^T with x rounded to int16 per block of 32 (weights="gguf-q16"): x[m, 32 b + j]
+// ~ xd[m, b] * xq[m, 32 b + j], |xq| <= 32767; xs[m, b] = the block's fp32 sum of x itself
+// (Q4_1's m term). w: the GGUF rows repacked in groups of 16 columns two q bytes at a time
+// (pack_q16 in matmul.cpp; the layout is described in matmul_isa.cpp); format 1 Q8_0, 2 Q4_1;
+// N a multiple of 16.
+struct MatmulQ16Job {
+  const int16_t* xq;
+  const float* xd;
+  const float* xs;
+  const uint8_t* w;
+  float* y;
+  int64_t M, N, K;
+  int format;
+};
+
+// One block of 32 activations rounded to int16: d = amax / 32767, q = x * (32767 / amax) rounded
+// to the nearest (ties to even), s = the sum of x in order j = 0..31, in fp32. 2^-16 of the
+// block's largest |x| at most off, where int8 (above) is 2^-8 off and bf16 2^-9 of each value.
+// Scalar code, the same bits on every CPU; static for the reason above.
+static inline void quantize_block_q16(const float* x, int16_t* q, float* d, float* s) {
+  float amax = 0.0f, total = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    const float a = std::fabs(x[j]);
+    amax = a > amax ? a : amax;
+    total += x[j];
+  }
+  const float id = amax > 0.0f ? 32767.0f / amax : 0.0f;
+  for (int j = 0; j < 32; ++j) q[j] = static_cast<int16_t>(std::nearbyint(x[j] * id));
+  *d = amax / 32767.0f;
+  *s = total;
+}
+
 // matmul.cpp's run-time choice for a run of calls (decode_layers makes one a step): which
 // entry of its instruction sets, and whether its int8 kernel may use the dot-product variant
 struct MatmulChoice {
@@ -65,6 +97,7 @@ struct MatmulChoice {
   namespace NS {                                                                     \
   void matmul_columns(const MatmulJob& job, int64_t n0, int64_t n1);                 \
   void matmul_q8_columns(const MatmulQ8Job& job, int64_t n0, int64_t n1);           \
+  void matmul_q16_columns(const MatmulQ16Job& job, int64_t n0, int64_t n1);         \
   void dequantize_rows(const uint8_t* w, int format, int64_t K, int64_t n0, int64_t n1, \
                        float* out);                                                  \
   int column_tile();                                                                 \

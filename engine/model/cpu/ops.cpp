@@ -57,6 +57,10 @@ void matmul_into(const float* x, int64_t M, int64_t K, const at::Tensor& w,
                  const MatmulChoice& choice, float* y);
 void matmul_q8_into(const float* x, int64_t M, int64_t K, const at::Tensor& w,
                     const MatmulChoice& choice, float* y);
+at::Tensor matmul_q16(const at::Tensor& x, const at::Tensor& w, const std::string& format,
+                      const std::string& isa);
+void matmul_q16_into(const float* x, int64_t M, int64_t K, const at::Tensor& w,
+                     const MatmulChoice& choice, float* y);
 }
 
 namespace {
@@ -757,7 +761,8 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
 // matmul's instruction set is chosen once a step too (matmul.cpp, choose_matmul).
 // layers: 6 tensors per layer (in_norm, qkv, o, post_norm, gate_up, down); the linear weights
 // vnni_pack()ed for AMX (3-D), or 2-D for matmul.cpp (bf16 [out, in], or GGUF Q4_1 / Q8_0
-// rows, or pack_q8()ed ones with activations="q8": weights="gguf-q8"); h: the embeddings
+// rows, or pack_q8()ed ones with activations="q8": weights="gguf-q8", or pack_q16()ed ones with
+// activations="q16": weights="gguf-q16"); h: the embeddings
 // [n, hidden]; returns the final norm's output.
 at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos_in,
                          const at::Tensor& sin_in, at::TensorList layers,
@@ -768,9 +773,11 @@ at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos_in,
                          int64_t num_kv_heads, double scale, double eps,
                          const std::string& activations) {
   const int64_t L = static_cast<int64_t>(k_caches.size());
-  TORCH_CHECK(activations == "float" || activations == "q8", "servelab decode_layers: "
-              "activations must be 'float' or 'q8', got '", activations, "'");
-  const bool q8 = activations == "q8";
+  TORCH_CHECK(activations == "float" || activations == "q8" || activations == "q16",
+              "servelab decode_layers: activations must be 'float', 'q8' or 'q16', got '",
+              activations, "'");
+  const bool q16 = activations == "q16";
+  const bool q8 = activations == "q8" || q16;  // both read weights packed in groups of 16
   TORCH_CHECK(L > 0 && static_cast<int64_t>(layers.size()) == 6 * L &&
                   static_cast<int64_t>(v_caches.size()) == L,
               "servelab decode_layers: 6 weights and a K and V cache per layer");
@@ -832,12 +839,14 @@ at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos_in,
           // (the casts only name T = float: the dispatch lambda is no template)
           const auto* xf = reinterpret_cast<const float*>(in);
           auto* yf = reinterpret_cast<float*>(out);
+          if (q16) return servelab::matmul_q16_into(xf, n, K, w, choice, yf);
           if (q8) return servelab::matmul_q8_into(xf, n, K, w, choice, yf);
           return servelab::matmul_into(xf, n, K, w, choice, yf);
         }
       }
       const at::Tensor xt = at::from_blob(const_cast<T*>(in), {n, K}, opts);
-      const at::Tensor y = q8 ? servelab::matmul_q8(xt, w, "auto", "")
+      const at::Tensor y = q16  ? servelab::matmul_q16(xt, w, "auto", "")
+                           : q8 ? servelab::matmul_q8(xt, w, "auto", "")
                               : w.dim() == 3 ? servelab::amx_linear(xt, w, no_bias)
                                              : servelab::matmul(xt, w, "auto", "");
       TORCH_CHECK(y.size(0) == n && y.size(1) == N && y.is_contiguous(),

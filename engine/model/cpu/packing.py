@@ -15,6 +15,10 @@ streams the weights. Each layout is made once, at model construction, instead of
   "gguf-q8" the same bytes regrouped 16 output columns at a time (`pack_q8`), read by the
             int8 kernel (matmul.cpp `matmul_q8`): llama.cpp's arithmetic, the activations
             rounded to int8 per block of 32 (EngineConfig(weights="gguf-q8"))
+  "gguf-q16" the same bytes regrouped 16 columns and 2 q bytes at a time (`pack_q16`), read by
+            the int16 kernel (matmul.cpp `matmul_q16`): the activations rounded to int16 per
+            block of 32, 2^-16 of the block's largest value at most (EngineConfig(weights=
+            "gguf-q16"), the default on CPUs without AMX)
 
 `choose_layout` picks one from the engine's switches and the hardware; README (Performance)
 has the measured gains (`python -m benchmarks.kernel_bench`, `python -m benchmarks.bench`).
@@ -27,11 +31,14 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-LAYOUTS = ("plain", "onednn", "amx", "bf16", "gguf", "gguf-q8")
+LAYOUTS = ("plain", "onednn", "amx", "bf16", "gguf", "gguf-q8", "gguf-q16")
 # layouts the C++ layer loop (ops.cpp decode_layers) reads
-CPP_LOOP_LAYOUTS = ("amx", "bf16", "gguf", "gguf-q8")
+CPP_LOOP_LAYOUTS = ("amx", "bf16", "gguf", "gguf-q8", "gguf-q16")
 # layouts whose weights are the GGUF file's blocks
-GGUF_LAYOUTS = ("gguf", "gguf-q8")
+GGUF_LAYOUTS = ("gguf", "gguf-q8", "gguf-q16")
+# GGUF layouts regrouped 16 columns at a time for an integer kernel -> the activations'
+# rounding, as ops.cpp decode_layers names it
+GROUPED_ACTIVATIONS = {"gguf-q8": "q8", "gguf-q16": "q16"}
 # oneDNN packs for a typical row count; decode batches are a few to a few dozen rows
 PACK_ROWS_HINT = 16
 
@@ -85,6 +92,18 @@ def pack_q8(rows: torch.Tensor, in_features: int) -> torch.Tensor:
     return torch.ops.servelab.pack_q8(rows, row_format(rows, in_features))
 
 
+def pack_q16(rows: torch.Tensor, in_features: int) -> torch.Tensor:
+    """The same regrouping two q bytes at a time, the layout `q16_linear` reads."""
+    from engine.model.gguf import row_format
+
+    return torch.ops.servelab.pack_q16(rows, row_format(rows, in_features))
+
+
+def pack_grouped(layout: str, rows: torch.Tensor, in_features: int) -> torch.Tensor:
+    """GGUF rows regrouped for a layout of GROUPED_ACTIVATIONS."""
+    return (pack_q16 if layout == "gguf-q16" else pack_q8)(rows, in_features)
+
+
 HUGE_PAGE = 2 << 20  # bytes of an x86-64 / AArch64 transparent huge page
 
 
@@ -124,6 +143,13 @@ def q8_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
     return y if bias is None else y + bias
 
 
+def q16_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+               ) -> torch.Tensor:
+    """F.linear for `pack_q16`ed GGUF weights, x rounded to int16 per block of 32 first."""
+    y = torch.ops.servelab.matmul_q16(x, w)
+    return y if bias is None else y + bias
+
+
 def _onednn_pack(w: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS_HINT)
 
@@ -136,6 +162,7 @@ PACKERS: dict[str, tuple[Callable | None, Callable]] = {
     "bf16": (torch.Tensor.contiguous, kernel_linear),
     "gguf": (None, kernel_linear),  # the weights come from the GGUF file, not from packing
     "gguf-q8": (None, q8_linear),  # the GGUF file's, regrouped by pack_q8 in LlamaModel
+    "gguf-q16": (None, q16_linear),  # and by pack_q16
 }
 
 
