@@ -1121,58 +1121,67 @@ void q8_columns(const MatmulQ8Job& job, int64_t n0, int64_t n1) {
 // 32 * 128 * 32767 < 2^31), so the number of partial sums a row keeps (q16_accs: more at few rows,
 // where one chain would wait on its own latency) changes no bit; each block then adds
 // float(sum) * (d * xd) and, for Q4_1, m * xs into the column's fp32 sum, in block order.
-template <int FMT, int RR>
-void q16_tile(const MatmulQ16Job& job, int64_t m0, int64_t g, int half) {
-  constexpr int NA = q16_accs(RR);
+template <int FMT, int RR, int NH = 1>
+void q16_tile(const MatmulQ16Job& job, int64_t m0, int64_t g, int h0) {
+  constexpr int NA = NH > 1 ? 2 : q16_accs(RR);
   const int64_t K = job.K, nb = K / 32, GB = q8_group_block_bytes(FMT);
   const uint8_t* grp = job.w + g * nb * GB;
-  FVec acc[RR];
-  for (int r = 0; r < RR; ++r) acc[r] = fv_zero();
+  FVec acc[RR][NH];
+  for (int r = 0; r < RR; ++r)
+    for (int h = 0; h < NH; ++h) acc[r][h] = fv_zero();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = grp + b * GB;
-    if (half == 0)  // the block 4 ahead (the group's blocks are back to back, then the next's)
+    if (h0 == 0)  // the block 4 ahead (the group's blocks are back to back, then the next's)
       for (int64_t line = 0; line < GB; line += 64)
         prefetch_l1(reinterpret_cast<const char*>(blk + 4 * GB + line));
     const uint8_t* qb = blk + q8_q_offset(FMT);
-    IVec s[RR][NA];
+    IVec s[RR][NH][NA];
     for (int r = 0; r < RR; ++r)
-      for (int a = 0; a < NA; ++a) s[r][a] = iv_zero();
+      for (int h = 0; h < NH; ++h)
+        for (int a = 0; a < NA; ++a) s[r][h][a] = iv_zero();
     if constexpr (FMT == kFormatQ4_1) {
       for (int p = 0; p < 8; ++p) {
-        W16 lo, hi;
-        q16_nibbles(qb + 32 * p, half, lo, hi);
-        const int a = NA == 4 ? 2 * (p & 1) : 0;
-        for (int r = 0; r < RR; ++r) {
-          const int16_t* xb = job.xq + (m0 + r) * K + 32 * b;
-          int32_t xl, xh;
-          std::memcpy(&xl, xb + 2 * p, 4);
-          std::memcpy(&xh, xb + 16 + 2 * p, 4);
-          s[r][a] = q16_dot(s[r][a], lo, xl);
-          s[r][(a + 1) % NA] = q16_dot(s[r][(a + 1) % NA], hi, xh);
+        const int a = NA == 4 ? 2 * (p & 1) : 0, a1 = (a + 1) % NA;
+        for (int h = 0; h < NH; ++h) {
+          W16 lo, hi;
+          q16_nibbles(qb + 32 * p, h0 + h, lo, hi);
+          for (int r = 0; r < RR; ++r) {
+            const int16_t* xb = job.xq + (m0 + r) * K + 32 * b;
+            int32_t xl, xh;
+            std::memcpy(&xl, xb + 2 * p, 4);
+            std::memcpy(&xh, xb + 16 + 2 * p, 4);
+            s[r][h][a] = q16_dot(s[r][h][a], lo, xl);
+            s[r][h][a1] = q16_dot(s[r][h][a1], hi, xh);
+          }
         }
       }
     } else {
-      for (int p = 0; p < 16; ++p) {
-        const W16 w = q16_bytes(qb + 32 * p, half);
-        for (int r = 0; r < RR; ++r) {
-          int32_t x2;
-          std::memcpy(&x2, job.xq + (m0 + r) * K + 32 * b + 2 * p, 4);
-          s[r][p % NA] = q16_dot(s[r][p % NA], w, x2);
+      for (int p = 0; p < 16; ++p)
+        for (int h = 0; h < NH; ++h) {
+          const W16 w = q16_bytes(qb + 32 * p, h0 + h);
+          for (int r = 0; r < RR; ++r) {
+            int32_t x2;
+            std::memcpy(&x2, job.xq + (m0 + r) * K + 32 * b + 2 * p, 4);
+            s[r][h][p % NA] = q16_dot(s[r][h][p % NA], w, x2);
+          }
         }
-      }
     }
-    const FVec dw = q8_scales(blk + 2 * kQ8Lanes * half);
-    for (int r = 0; r < RR; ++r) {
-      IVec t = s[r][0];
-      for (int a = 1; a < NA; ++a) t = iv_add(t, s[r][a]);
-      const int64_t i = (m0 + r) * nb + b;
-      acc[r] = fv_fma(fv_cvt(t), fv_mul(dw, fv_set1(job.xd[i])), acc[r]);
-      if constexpr (FMT == kFormatQ4_1)
-        acc[r] = fv_fma(q8_scales(blk + 32 + 2 * kQ8Lanes * half), fv_set1(job.xs[i]), acc[r]);
+    for (int h = 0; h < NH; ++h) {
+      const FVec dw = q8_scales(blk + 2 * kQ8Lanes * (h0 + h));
+      for (int r = 0; r < RR; ++r) {
+        IVec t = s[r][h][0];
+        for (int a = 1; a < NA; ++a) t = iv_add(t, s[r][h][a]);
+        const int64_t i = (m0 + r) * nb + b;
+        acc[r][h] = fv_fma(fv_cvt(t), fv_mul(dw, fv_set1(job.xd[i])), acc[r][h]);
+        if constexpr (FMT == kFormatQ4_1)
+          acc[r][h] = fv_fma(q8_scales(blk + 32 + 2 * kQ8Lanes * (h0 + h)),
+                             fv_set1(job.xs[i]), acc[r][h]);
+      }
     }
   }
   for (int r = 0; r < RR; ++r)
-    fv_store(job.y + (m0 + r) * job.N + g * kQ8Cols + half * kQ8Lanes, acc[r]);
+    for (int h = 0; h < NH; ++h)
+      fv_store(job.y + (m0 + r) * job.N + g * kQ8Cols + (h0 + h) * kQ8Lanes, acc[r][h]);
 }
 
 template <int FMT, int RR = 1>
@@ -1186,10 +1195,15 @@ inline void q16_rows(const MatmulQ16Job& job, int64_t m0, int64_t rows, int64_t 
 
 template <int FMT>
 void q16_columns(const MatmulQ16Job& job, int64_t n0, int64_t n1) {
-  for (int64_t g = n0 / kQ8Cols; g < n1 / kQ8Cols; ++g)
+  // a lone last row on AVX2 takes both halves of a group in one pass, as q8_columns does
+  const int64_t tail = job.M % kQ16RowTile, whole = job.M - tail;
+  const bool lone = kQ8Halves > 1 && tail == 1;
+  for (int64_t g = n0 / kQ8Cols; g < n1 / kQ8Cols; ++g) {
     for (int half = 0; half < kQ8Halves; ++half)
-      for (int64_t m = 0; m < job.M; m += kQ16RowTile)
+      for (int64_t m = 0; m < (lone ? whole : job.M); m += kQ16RowTile)
         q16_rows<FMT>(job, m, job.M - m < kQ16RowTile ? job.M - m : kQ16RowTile, g, half);
+    if (lone) q16_tile<FMT, 1, kQ8Halves>(job, whole, g, 0);
+  }
 }
 
 template <int FMT>
