@@ -15,6 +15,7 @@ Every other module of the package imports from here, and this module imports non
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -57,6 +58,24 @@ def spin_openmp_threads(module: str) -> None:
     os.execv(sys.executable, [sys.executable, "-m", module, *sys.argv[1:]])
 
 
+# the instruction sets that decide either server's kernels, as /proc/cpuinfo names them
+CPU_FLAGS = ("amx_tile", "amx_int8", "amx_bf16", "avx512f", "avx512_bf16", "avx512_vnni",
+             "avx_vnni", "avx2", "fma", "f16c")
+
+
+def cpu_description() -> dict:
+    """The CPU's model name and which of CPU_FLAGS it has (Linux /proc/cpuinfo)."""
+    model, flags = None, set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model is None:
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    return {"model": model, "flags": [f for f in CPU_FLAGS if f in flags]}
+
+
 def machine_info(device: str = "cpu") -> dict:
     """What a JSON file needs to say about where its numbers were measured."""
     info = {"platform": platform.platform(), "python": platform.python_version(),
@@ -64,6 +83,9 @@ def machine_info(device: str = "cpu") -> dict:
             "torch_threads": torch.get_num_threads(), "device": device,
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)"),
             "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", "(unset)")}
+    if device == "cpu":  # the CPU's instruction sets, and a matmul path forced by name
+        info["cpu"] = cpu_description()
+        info["servelab_cpu_isa"] = os.environ.get("SERVELAB_CPU_ISA", "(unset)")
     if device == "cuda" and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info

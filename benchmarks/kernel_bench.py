@@ -18,14 +18,16 @@
 
 `--weights` runs a fourth comparison instead (`bench_weights`): batch-1 decode tok/s and the
 share of each weight format's memory floor for dense bf16 (AMX when the CPU has it, our
-matmul on AVX-512 and AVX2), weights="gguf" (AVX-512, AVX2, portable) and weights="gguf-q8"
-(int8 activations: AVX-512, with VNNI where the CPU has it, and AVX2), then the long-tail
-workload with 16 requests at once through the dense, GGUF and GGUF-q8 engines; `--json` saves it.
+matmul on AVX-512 and AVX2), weights="gguf" (AVX-512, AVX2, portable), weights="gguf-q8"
+(int8 activations: AVX-512, with VNNI where the CPU has it, and AVX2) and weights="gguf-q16"
+(int16 activations, the same paths), then the long-tail workload with 16 requests at once
+through the dense, GGUF, GGUF-q8 and GGUF-q16 engines; `--json` saves it.
 It starts with where a GGUF step's time goes (`bench_gguf_matmuls`: each kind of matmul against
 its bytes, then the rest of the step); `--weights --matmuls-only` runs only that, and
 `--one-thread` runs it on one thread timed in CPU time (usable on a busy shared machine).
 `--rows` times the same matmuls (every layer's and the lm_head's GGUF weights, fp32 rows, then
-the same weights pack_q8()ed with int8 rows: AVX-512 with and without VNNI, AVX2) at
+the same weights pack_q8()ed with int8 rows and pack_q16()ed with int16 rows: AVX-512 with and
+without VNNI, AVX2) at
 1 to 32 rows, the sizes of decode batches and verification passes, per instruction set: ms
 for one step's worth and GFLOP/s, where from a few rows on the kernel is bound by its
 multiply-adds and the dequantizing, not by memory.
@@ -282,7 +284,8 @@ def bench_gguf_rows(rows=(1, 2, 4, 8, 9, 12, 16, 32), rounds: int = 5,
     """One step's GGUF matmuls (30 layers x qkv, o, gate_up, down, and the lm_head) at each
     row count, per instruction set: ms and GFLOP/s (2 * rows * weights per step); then the
     same weights pack_q8()ed with int8 rows (weights="gguf-q8": AVX-512 with VNNI where the CPU
-    has it and without, AVX2). Each round runs every path at every row count in turn, so a
+    has it and without, AVX2), and pack_q16()ed with int16 rows (weights="gguf-q16", the same
+    paths). Each round runs every path at every row count in turn, so a
     slow moment of the machine hits them all; the best round counts.
 
     hot: instead, one layer's gate_up (1.1 MB as int8 groups) 20 times on one thread, so the
@@ -302,11 +305,13 @@ def bench_gguf_rows(rows=(1, 2, 4, 8, 9, 12, 16, 32), rounds: int = 5,
         shapes = [(layer[name], k_of(name)) for layer in model.layers
                   for name in model.LINEAR_WEIGHTS]
         shapes.append((model.lm_head, model.cfg.hidden_size))
-    packs = {}  # one packed copy per weight: --hot repeats the same one
+    packs = {}  # one packed copy per weight and kind: --hot repeats the same one
     for w, k in shapes:
-        if id(w) not in packs:
-            packs[id(w)] = torch.ops.servelab.pack_q8(w, row_format(w, k))
-    packed = [(packs[id(w)], k) for w, k in shapes]
+        for act in ("q8", "q16"):
+            if (id(w), act) not in packs:
+                pack = getattr(torch.ops.servelab, f"pack_{act}")
+                packs[id(w), act] = pack(w, row_format(w, k))
+    packed = {act: [(packs[id(w), act], k) for w, k in shapes] for act in ("q8", "q16")}
     n_weights = sum(w.shape[0] * k for w, k in shapes)
     threads = torch.get_num_threads()
     if hot:
@@ -316,17 +321,19 @@ def bench_gguf_rows(rows=(1, 2, 4, 8, 9, 12, 16, 32), rounds: int = 5,
           f"{torch.get_num_threads()} thread(s): ms / GFLOP/s")
     xs = {m: {k: torch.randn(m, k) for k in {k for _, k in shapes}} for m in rows}
 
-    def step(m, isa, q8):
-        for w, k in packed if q8 else shapes:
-            if q8:
-                torch.ops.servelab.matmul_q8(xs[m][k], w, "auto", isa)
-            else:
+    def step(m, isa, act):
+        if act == "float":
+            for w, k in shapes:
                 torch.ops.servelab.matmul(xs[m][k], w, "auto", isa)
+            return
+        matmul = getattr(torch.ops.servelab, f"matmul_{act}")
+        for w, k in packed[act]:
+            matmul(xs[m][k], w, "auto", isa)
 
     isas = [isa for isa in library.supported_isas() if isa != "portable"]  # portable: correctness
     # (label, activations, isa, VNNI allowed)
     paths = [(isa, "float", isa, False) for isa in isas]
-    paths += [(isa + ("-vnni" if vnni else ""), "q8", isa, vnni)
+    paths += [(isa + ("-vnni" if vnni else ""), act, isa, vnni) for act in ("q8", "q16")
               for isa, vnni in (("avx512", True), ("avx512", False), ("avx2", False))
               if isa in isas and (library.has_vnni() or not vnni)]
     best = {(label, act, m): float("inf") for label, act, *_ in paths for m in rows}
@@ -335,7 +342,7 @@ def bench_gguf_rows(rows=(1, 2, 4, 8, 9, 12, 16, 32), rounds: int = 5,
             with _env("SERVELAB_CPU_ISA_DISABLE", "" if vnni else "vnni"):
                 for m in rows:
                     t = time.perf_counter()
-                    step(m, isa, act == "q8")
+                    step(m, isa, act)
                     if r:
                         best[label, act, m] = min(best[label, act, m],
                                                   time.perf_counter() - t)
@@ -424,6 +431,10 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool 
     for isa in isas:
         if isa != "portable":
             engines[f"gguf-q8, int8 activations, {isa}"] = (q8, isa)
+    q16 = LLMEngine(EngineConfig(dtype="float32", weights="gguf-q16", **kw))
+    for isa in isas:
+        if isa != "portable":
+            engines[f"gguf-q16, int16 activations, {isa}"] = (q16, isa)
     bw = memory_read_bandwidth(torch.device("cpu"))
     print(f"[{gguf.describe()}] read bandwidth {bw / 1e9:.1f} GB/s; matmul paths here: "
           f"{', '.join(isas)}")
@@ -450,12 +461,12 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool 
     cpu, model = torch.device("cpu"), EngineConfig().model
     weights = resolve_weights("auto", model, cpu, resolve_dtype("auto", cpu), library.load())
     dtype = str(resolve_dtype("auto", cpu)).removeprefix("torch.")
-    other = "dense" if weights == "gguf" else "gguf"
-    other_dtype = str(resolve_dtype("auto", cpu, weights=other)).removeprefix("torch.")
-    ways = {f"engine default ({dtype}, weights {weights})": (EngineConfig(**kw), None),
-            f"{other_dtype}, weights {other}": (
-                EngineConfig(dtype=other_dtype, weights=other, **kw), None),
-            "float32, weights gguf-q8": (EngineConfig(weights="gguf-q8", **kw), None)}
+    ways = {f"engine default ({dtype}, weights {weights})": (EngineConfig(**kw), None)}
+    for other in ("dense", "gguf", "gguf-q8", "gguf-q16"):  # every other way, in its own dtype
+        if other != weights:
+            other_dtype = str(resolve_dtype("auto", cpu, weights=other)).removeprefix("torch.")
+            ways[f"{other_dtype}, weights {other}"] = (
+                EngineConfig(dtype=other_dtype, weights=other, **kw), None)
     for name, (cfg, isa) in ways.items():
         with _isa(isa):
             t = time.perf_counter()

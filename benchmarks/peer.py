@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import shutil
@@ -43,6 +42,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.common import cpu_description
 from benchmarks.workloads import LONG_ANSWER, WorkItem, chat, get_workload, load_jsonl
 
 PEERS = ("llama-server",)
@@ -81,23 +81,6 @@ def cpu_count() -> int:
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
 
-
-# the instruction sets that decide either server's kernels, as /proc/cpuinfo names them
-CPU_FLAGS = ("amx_tile", "amx_int8", "amx_bf16", "avx512f", "avx512_bf16", "avx512_vnni",
-             "avx_vnni", "avx2", "fma", "f16c")
-
-
-def cpu_description() -> dict:
-    """The CPU's model name and which of CPU_FLAGS it has (Linux /proc/cpuinfo)."""
-    model, flags = None, set()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and model is None:
-                model = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = set(value.split())
-    return {"model": model, "flags": [f for f in CPU_FLAGS if f in flags]}
 
 
 def process_cpu_seconds(pid: int) -> float | None:
