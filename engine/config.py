@@ -112,8 +112,10 @@ class EngineConfig:
     #            (2^-16 of the block's largest value at most: ~100x closer to "gguf"'s fp32
     #            than gguf-q8), integer dot products (vpdpwssd / vpmaddwd), fp32 scales.
     #            Batch-invariant; its matmuls 1.3-1.7x "gguf"'s on a Zen 4 (README, Performance)
-    #   "auto":  "gguf" on a CPU whose bf16 weights would not run on AMX (AVX2, AVX-512 without
-    #            AMX), else "dense" (engine/model/hardware.py resolve_weights)
+    #   "auto":  on a CPU whose bf16 weights would not run on AMX (AVX2, AVX-512 without AMX)
+    #            the GGUF blocks: "gguf-q16" with dtype "auto", "gguf" with a dtype asked for
+    #            (float32: the file's fp32 model exactly); else "dense"
+    #            (engine/model/hardware.py resolve_weights)
     weights: str = "auto"
     pack_weights: bool = True  # CPU + bf16: reorder linear weights once, for AMX or oneDNN
     cpu_kernels: bool = True  # CPU: norms, rotary, SwiGLU, KV writes as C++ kernels if they build

@@ -64,7 +64,7 @@ class LLMEngine:
         self.backend_name = resolve_backend(cfg.attention_backend, self.device,
                                             self.uses_cpu_kernels)
         self.weights = resolve_weights(cfg.weights, cfg.model, self.device, self.dtype,
-                                       self.uses_cpu_kernels, cfg.pack_weights)
+                                       self.uses_cpu_kernels, cfg.pack_weights, cfg.dtype)
         # shared by every engine in this process with the same weights, dtype, packing, kernels
         self.model = shared_model(loaded, self.device, self.dtype, cfg.max_model_len + k + 1,
                                   cfg.pack_weights, self.uses_cpu_kernels, self.weights)
