@@ -262,21 +262,23 @@ at::Tensor pack_q16(const at::Tensor& w, const std::string& format) {
 
 namespace {
 
-// Q8_0 / Q4_1 code of a packed weight for K inputs, told apart by its bytes per row
-int q8_format(const at::Tensor& w, int64_t K, const std::string& format_in) {
+// Q8_0 / Q4_1 code of a packed weight for K inputs, told apart by its bytes per row (pack_q8
+// and pack_q16 keep the GGUF sizes); `bits` names the caller in errors: matmul_q8 or matmul_q16
+int grouped_format(const at::Tensor& w, int64_t K, const std::string& format_in, int bits = 8) {
+  const std::string op = "servelab matmul_q" + std::to_string(bits);
   const int64_t nb = K / 32;
   TORCH_CHECK(K % 32 == 0 && w.dim() == 2 && w.scalar_type() == at::kByte &&
                   w.is_contiguous() && w.device().is_cpu(),
-              "servelab matmul_q8: needs K a multiple of 32 and a packed uint8 weight (pack_q8), "
-              "got K = ", K, " and a ", w.scalar_type(), " weight ", w.sizes());
+              op, ": needs K a multiple of 32 and a packed uint8 weight (pack_q", bits,
+              "), got K = ", K, " and a ", w.scalar_type(), " weight ", w.sizes());
   std::string format = format_in;
   if (format == "auto")
     format = w.size(1) == 16 * nb * 20 ? "q4_1" : w.size(1) == 16 * nb * 34 ? "q8_0" : "";
-  TORCH_CHECK(format == "q4_1" || format == "q8_0", "servelab matmul_q8: a weight of shape ",
-              w.sizes(), " is no packed Q4_1 or Q8_0 weight for ", K, " inputs");
+  TORCH_CHECK(format == "q4_1" || format == "q8_0", op, ": a weight of shape ", w.sizes(),
+              " is no packed Q4_1 or Q8_0 weight for ", K, " inputs");
   const auto [code, bb] = parse_format(format);
-  TORCH_CHECK(w.size(1) == 16 * nb * bb, "servelab matmul_q8: a packed '", format, "' weight for ",
-              K, " inputs has rows of ", 16 * nb * bb, " bytes, got ", w.size(1));
+  TORCH_CHECK(w.size(1) == 16 * nb * bb, op, ": a packed '", format, "' weight for ", K,
+              " inputs has rows of ", 16 * nb * bb, " bytes, got ", w.size(1));
   return code;
 }
 
@@ -353,7 +355,7 @@ at::Tensor matmul_q8(const at::Tensor& x_in, const at::Tensor& w, const std::str
               "servelab matmul_q8: x must be a 2-D floating-point CPU tensor, got ",
               x_in.sizes());
   const int64_t K = x_in.size(1);
-  const int code = q8_format(w, K, format_in);
+  const int code = grouped_format(w, K, format_in);
   const MatmulChoice choice = choose_matmul(isa_name);
   const at::Tensor x = x_in.to(at::kFloat).contiguous();
   at::Tensor y = at::empty({x.size(0), w.size(0) * 16}, x.options());
@@ -363,7 +365,7 @@ at::Tensor matmul_q8(const at::Tensor& x_in, const at::Tensor& w, const std::str
 
 void matmul_q8_into(const float* x, int64_t M, int64_t K, const at::Tensor& w,
                     const MatmulChoice& choice, float* y) {
-  matmul_q8_run(x, M, K, w, q8_format(w, K, "auto"), choice, y);
+  matmul_q8_run(x, M, K, w, grouped_format(w, K, "auto"), choice, y);
 }
 
 at::Tensor matmul_q16(const at::Tensor& x_in, const at::Tensor& w, const std::string& format_in,
@@ -372,7 +374,7 @@ at::Tensor matmul_q16(const at::Tensor& x_in, const at::Tensor& w, const std::st
               "servelab matmul_q16: x must be a 2-D floating-point CPU tensor, got ",
               x_in.sizes());
   const int64_t K = x_in.size(1);
-  const int code = q8_format(w, K, format_in);  // pack_q16 keeps pack_q8's sizes
+  const int code = grouped_format(w, K, format_in, 16);
   const MatmulChoice choice = choose_matmul(isa_name);
   const at::Tensor x = x_in.to(at::kFloat).contiguous();
   at::Tensor y = at::empty({x.size(0), w.size(0) * 16}, x.options());
@@ -382,7 +384,7 @@ at::Tensor matmul_q16(const at::Tensor& x_in, const at::Tensor& w, const std::st
 
 void matmul_q16_into(const float* x, int64_t M, int64_t K, const at::Tensor& w,
                      const MatmulChoice& choice, float* y) {
-  matmul_q16_run(x, M, K, w, q8_format(w, K, "auto"), choice, y);
+  matmul_q16_run(x, M, K, w, grouped_format(w, K, "auto", 16), choice, y);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_q16(const at::Tensor& x_in) {
