@@ -159,3 +159,24 @@ def block_inputs(m: int, k: int, seed: int):
     x = torch.randn(m, k, generator=g) * torch.rand(m, 1, generator=g) * 4
     x[0, :32] = 0.0
     return x
+
+
+def reference_grouped_pack(rows, fmt: str, width: int):
+    """pack_q8's (width 4) and pack_q16's (width 2) documented layout, built from the GGUF rows
+    with numpy: per group of 16 columns and block, the 16 d, Q4_1's 16 m, then chunks of
+    16 * width q bytes, bytes width * c .. width * c + width - 1 of chunk h being column c's
+    q bytes width * h on."""
+    import numpy as np
+    import torch
+
+    bb, qoff = (20, 4) if fmt == "q4_1" else (34, 2)
+    n, nb = rows.shape[0], rows.shape[1] // bb
+    blocks = rows.numpy().reshape(n // 16, 16, nb, bb).transpose(0, 2, 1, 3)  # [g, b, c, bb]
+    parts = [blocks[..., 0:2].reshape(n // 16, nb, 32)]                      # d of 16 columns
+    if fmt == "q4_1":
+        parts.append(blocks[..., 2:4].reshape(n // 16, nb, 32))             # m of 16 columns
+    q = blocks[..., qoff:].reshape(n // 16, nb, 16, -1, width).transpose(0, 1, 3, 2, 4)
+    parts.append(q.reshape(n // 16, nb, -1))
+    out = np.concatenate(parts, axis=-1)
+    assert out.shape[-1] == 16 * bb
+    return torch.from_numpy(np.ascontiguousarray(out.reshape(n // 16, -1)))

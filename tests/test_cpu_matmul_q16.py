@@ -25,7 +25,7 @@ import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.model.cpu import library
-from tests.conftest import PROMPTS, block_inputs, teacher_forced_logits
+from tests.conftest import PROMPTS, block_inputs, reference_grouped_pack, teacher_forced_logits
 
 
 @pytest.fixture(scope="module")
@@ -47,23 +47,6 @@ def reference_q16(x: torch.Tensor):
     return q.view_as(x), amax / 32767.0, s
 
 
-def reference_pack(rows: torch.Tensor, fmt: str) -> torch.Tensor:
-    """pack_q16's documented layout, built from the GGUF rows with numpy: per group of 16
-    columns and block, 16 d, Q4_1's 16 m, then 32-byte pieces, byte 2 c + j of piece p being
-    column c's q byte 2 p + j."""
-    bb, qoff = (20, 4) if fmt == "q4_1" else (34, 2)
-    n, nb = rows.shape[0], rows.shape[1] // bb
-    blocks = rows.numpy().reshape(n // 16, 16, nb, bb).transpose(0, 2, 1, 3)  # [g, b, c, bb]
-    parts = [blocks[..., 0:2].reshape(n // 16, nb, 32)]
-    if fmt == "q4_1":
-        parts.append(blocks[..., 2:4].reshape(n // 16, nb, 32))
-    q = blocks[..., qoff:].reshape(n // 16, nb, 16, -1, 2).transpose(0, 1, 3, 2, 4)
-    parts.append(q.reshape(n // 16, nb, -1))
-    out = np.concatenate(parts, axis=-1)
-    assert out.shape[-1] == 16 * bb
-    return torch.from_numpy(np.ascontiguousarray(out.reshape(n // 16, -1)))
-
-
 def q4_1_mins(raw: torch.Tensor) -> torch.Tensor:
     """Each Q4_1 block's m, spread over its 32 weights: [N, K] fp64."""
     blocks = raw.numpy().reshape(raw.shape[0], -1, 20)
@@ -83,7 +66,7 @@ def test_quantize_q16_equals_the_reference(ops):
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
 def test_pack_q16_is_the_gguf_bytes_regrouped(ops, gguf_rows, fmt):
     raw, _ = gguf_rows[fmt]
-    assert torch.equal(ops.pack_q16(raw, fmt), reference_pack(raw, fmt))
+    assert torch.equal(ops.pack_q16(raw, fmt), reference_grouped_pack(raw, fmt, 2))
 
 
 def test_pack_q16_refuses_what_it_cannot_pack(ops, gguf_rows):

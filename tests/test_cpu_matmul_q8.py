@@ -24,7 +24,7 @@ import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.model.cpu import library
-from tests.conftest import PROMPTS, block_inputs, teacher_forced_logits
+from tests.conftest import PROMPTS, block_inputs, reference_grouped_pack, teacher_forced_logits
 
 
 @pytest.fixture(scope="module")
@@ -44,21 +44,6 @@ def reference_q8(x: torch.Tensor):
     return q.view_as(x), d, d * q.int().sum(-1).float()
 
 
-def reference_pack(rows: torch.Tensor, fmt: str) -> torch.Tensor:
-    """pack_q8's documented layout, built from the GGUF rows with numpy."""
-    bb, qoff, scales = (20, 4, 64) if fmt == "q4_1" else (34, 2, 32)
-    n, nb = rows.shape[0], rows.shape[1] // bb
-    blocks = rows.numpy().reshape(n // 16, 16, nb, bb).transpose(0, 2, 1, 3)  # [g, b, c, bb]
-    parts = [blocks[..., 0:2].reshape(n // 16, nb, 32)]                      # d of 16 columns
-    if fmt == "q4_1":
-        parts.append(blocks[..., 2:4].reshape(n // 16, nb, 32))             # m of 16 columns
-    q = blocks[..., qoff:].reshape(n // 16, nb, 16, -1, 4).transpose(0, 1, 3, 2, 4)
-    parts.append(q.reshape(n // 16, nb, -1))                                 # chunks of 16 x 4
-    out = np.concatenate(parts, axis=-1)
-    assert out.shape[-1] == 16 * bb and parts[0].shape[-1] + (32 if fmt == "q4_1" else 0) == scales
-    return torch.from_numpy(np.ascontiguousarray(out.reshape(n // 16, -1)))
-
-
 def test_quantize_q8_equals_the_reference(ops):
     x = block_inputs(7, 1536, 0)
     x[1, 5] = 1e-30  # tiny values beside large ones round to 0
@@ -71,7 +56,7 @@ def test_quantize_q8_equals_the_reference(ops):
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
 def test_pack_q8_is_the_gguf_bytes_regrouped(ops, gguf_rows, fmt):
     raw, _ = gguf_rows[fmt]
-    assert torch.equal(ops.pack_q8(raw, fmt), reference_pack(raw, fmt))
+    assert torch.equal(ops.pack_q8(raw, fmt), reference_grouped_pack(raw, fmt, 4))
 
 
 def test_pack_q8_refuses_what_it_cannot_pack(ops, gguf_rows):

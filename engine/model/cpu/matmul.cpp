@@ -349,37 +349,43 @@ MatmulChoice choose_matmul(const std::string& isa_name) {
   return {index, isa.matmul_q8_columns_dot != nullptr && cpu_has(isa.dot)};
 }
 
-at::Tensor matmul_q8(const at::Tensor& x_in, const at::Tensor& w, const std::string& format_in,
-                     const std::string& isa_name) {
+namespace {
+
+// y = x W^T over a weight regrouped for the int8 (bits 8) or int16 (bits 16) kernel
+void grouped_run(int bits, const float* x, int64_t M, int64_t K, const at::Tensor& w, int code,
+                 const MatmulChoice& choice, float* y) {
+  (bits == 16 ? matmul_q16_run : matmul_q8_run)(x, M, K, w, code, choice, y);
+}
+
+at::Tensor grouped_matmul(int bits, const at::Tensor& x_in, const at::Tensor& w,
+                          const std::string& format_in, const std::string& isa_name) {
   TORCH_CHECK(x_in.dim() == 2 && x_in.device().is_cpu() && x_in.is_floating_point(),
-              "servelab matmul_q8: x must be a 2-D floating-point CPU tensor, got ",
+              "servelab matmul_q", bits, ": x must be a 2-D floating-point CPU tensor, got ",
               x_in.sizes());
   const int64_t K = x_in.size(1);
-  const int code = grouped_format(w, K, format_in);
+  const int code = grouped_format(w, K, format_in, bits);
   const MatmulChoice choice = choose_matmul(isa_name);
   const at::Tensor x = x_in.to(at::kFloat).contiguous();
   at::Tensor y = at::empty({x.size(0), w.size(0) * 16}, x.options());
-  matmul_q8_run(x.data_ptr<float>(), x.size(0), K, w, code, choice, y.data_ptr<float>());
+  grouped_run(bits, x.data_ptr<float>(), x.size(0), K, w, code, choice, y.data_ptr<float>());
   return x_in.scalar_type() == at::kFloat ? y : y.to(x_in.scalar_type());
+}
+
+}  // namespace
+
+at::Tensor matmul_q8(const at::Tensor& x, const at::Tensor& w, const std::string& format,
+                     const std::string& isa) {
+  return grouped_matmul(8, x, w, format, isa);
+}
+
+at::Tensor matmul_q16(const at::Tensor& x, const at::Tensor& w, const std::string& format,
+                      const std::string& isa) {
+  return grouped_matmul(16, x, w, format, isa);
 }
 
 void matmul_q8_into(const float* x, int64_t M, int64_t K, const at::Tensor& w,
                     const MatmulChoice& choice, float* y) {
   matmul_q8_run(x, M, K, w, grouped_format(w, K, "auto"), choice, y);
-}
-
-at::Tensor matmul_q16(const at::Tensor& x_in, const at::Tensor& w, const std::string& format_in,
-                      const std::string& isa_name) {
-  TORCH_CHECK(x_in.dim() == 2 && x_in.device().is_cpu() && x_in.is_floating_point(),
-              "servelab matmul_q16: x must be a 2-D floating-point CPU tensor, got ",
-              x_in.sizes());
-  const int64_t K = x_in.size(1);
-  const int code = grouped_format(w, K, format_in, 16);
-  const MatmulChoice choice = choose_matmul(isa_name);
-  const at::Tensor x = x_in.to(at::kFloat).contiguous();
-  at::Tensor y = at::empty({x.size(0), w.size(0) * 16}, x.options());
-  matmul_q16_run(x.data_ptr<float>(), x.size(0), K, w, code, choice, y.data_ptr<float>());
-  return x_in.scalar_type() == at::kFloat ? y : y.to(x_in.scalar_type());
 }
 
 void matmul_q16_into(const float* x, int64_t M, int64_t K, const at::Tensor& w,
