@@ -88,7 +88,7 @@ def resolve_weights(name: str, model: str, device: torch.device, dtype: torch.dt
     Performance, measures both side by side on such a CPU). Which GGUF arithmetic follows the
     dtype the config asked for (`dtype_asked`, EngineConfig.dtype): "auto" gets "gguf-q16"
     (activations rounded to int16 per block of 32: the logits within ~0.05% of the fp32
-    model's, 60x closer than bf16 activations, and 1.45-1.6x the fp32 engine's tokens a second
+    model's, 41-92x closer than bf16 activations, and 1.45-1.6x the fp32 engine's tokens a second
     on a Zen 4), an explicit dtype gets "gguf", that arithmetic itself (float32: transformers'
     fp32 model, token for token). "auto" keeps "dense" for models
     without a GGUF file, on GPUs, without the C++ kernels or a vector matmul path (the portable
