@@ -35,8 +35,9 @@ ISA_FLAGS = {  # name -> (SERVELAB_ISA, compiler flags)
     "avx2": (1, ["-mavx2", "-mfma", "-mf16c"]),  # x86-64
     "avx512": (2, ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma", "-mf16c"]),
     "neon": (3, []),                          # AArch64: NEON is in its baseline
-    # the AVX-512 source again with VNNI's vpdpbusd in its int8 kernel (weights="gguf-q8"),
-    # which matmul.cpp runs instead of AVX-512's own where the CPU has VNNI
+    # the AVX-512 source again with VNNI's vpdpbusd / vpdpwssd in its int8 and int16 kernels
+    # (weights="gguf-q8", "gguf-q16"), which matmul.cpp runs instead of AVX-512's own where the
+    # CPU has VNNI
     "avx512vnni": (2, ["-DSERVELAB_VNNI=1", "-mavx512vnni", "-mavx512f", "-mavx512bw",
                        "-mavx512vl", "-mavx2", "-mfma", "-mf16c"]),
     # and the NEON source with ARMv8.2's sdot, which matmul.cpp runs where the CPU has it
@@ -192,7 +193,8 @@ def matmul_isa() -> str:
 
 
 def has_vnni() -> bool:
-    """Does this CPU have AVX-512 VNNI (the int8 kernel's vpdpbusd path, weights="gguf-q8")?"""
+    """Does this CPU have AVX-512 VNNI (the integer kernels' vpdpbusd / vpdpwssd paths,
+    weights="gguf-q8" and "gguf-q16")?"""
     return "avx512_vnni" in _cpu_signature().split()
 
 

@@ -4,7 +4,8 @@
 // own flags (on x86-64 the first three, on AArch64 the last two):
 //   SERVELAB_ISA=2  isa_avx512    -mavx512f -mavx512bw -mavx512vl -mfma -mf16c
 //                   isa_avx512vnni  the same with -mavx512vnni -DSERVELAB_VNNI=1: only the int8
-//                   kernel (weights="gguf-q8") differs, using vpdpbusd
+//                   and int16 kernels (weights="gguf-q8", "gguf-q16") differ, using vpdpbusd
+//                   and vpdpwssd
 //   SERVELAB_ISA=1  isa_avx2      -mavx2 -mfma -mf16c
 //   SERVELAB_ISA=0  isa_portable  no flags (plain C++; the compiler's baseline vectors)
 //   SERVELAB_ISA=3  isa_neon      none needed: NEON (Advanced SIMD) is part of every AArch64 CPU
@@ -1188,14 +1189,13 @@ void q16_tile(const MatmulQ16Job& job, int64_t m0, int64_t g, int h0) {
     }
     for (int h = 0; h < NH; ++h) {
       const FVec dw = q8_scales(blk + 2 * kQ8Lanes * (h0 + h));
+      const FVec mw = FMT == kFormatQ4_1 ? q8_scales(blk + 32 + 2 * kQ8Lanes * (h0 + h)) : dw;
       for (int r = 0; r < RR; ++r) {
         IVec t = s[r][h][0];
         for (int a = 1; a < NA; ++a) t = iv_add(t, s[r][h][a]);
         const int64_t i = (m0 + r) * nb + b;
         acc[r][h] = fv_fma(fv_cvt(t), fv_mul(dw, fv_set1(job.xd[i])), acc[r][h]);
-        if constexpr (FMT == kFormatQ4_1)
-          acc[r][h] = fv_fma(q8_scales(blk + 32 + 2 * kQ8Lanes * (h0 + h)),
-                             fv_set1(job.xs[i]), acc[r][h]);
+        if constexpr (FMT == kFormatQ4_1) acc[r][h] = fv_fma(mw, fv_set1(job.xs[i]), acc[r][h]);
       }
     }
   }
