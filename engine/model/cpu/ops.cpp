@@ -776,8 +776,8 @@ at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos_in,
   TORCH_CHECK(activations == "float" || activations == "q8" || activations == "q16",
               "servelab decode_layers: activations must be 'float', 'q8' or 'q16', got '",
               activations, "'");
-  const bool q16 = activations == "q16";
-  const bool q8 = activations == "q8" || q16;  // both read weights packed in groups of 16
+  const bool q16 = activations == "q16", q8 = activations == "q8";
+  const bool grouped = q8 || q16;  // both read weights packed in groups of 16 columns
   TORCH_CHECK(L > 0 && static_cast<int64_t>(layers.size()) == 6 * L &&
                   static_cast<int64_t>(v_caches.size()) == L,
               "servelab decode_layers: 6 weights and a K and V cache per layer");
@@ -786,8 +786,8 @@ at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos_in,
   const int64_t n = h0.size(0), H = h0.size(1), d = k_caches[0].size(3);
   const int64_t hq = num_heads, hkv = num_kv_heads, bs = k_caches[0].size(1);
   const int64_t qk = (hq + hkv) * d, qkv_n = (hq + 2 * hkv) * d;
-  // the MLP's width, from gate_up's outputs (packed in groups of 16 for int8 and for AMX)
-  const int64_t I = (q8 || layers[4].dim() == 3 ? 16 : 1) * layers[4].size(0) / 2;
+  // the MLP's width, from gate_up's outputs (packed in groups of 16 for int8, int16 and AMX)
+  const int64_t I = (grouped || layers[4].dim() == 3 ? 16 : 1) * layers[4].size(0) / 2;
   check_attention_heads(hq, hkv, d);
   for (int64_t i = 0; i < L; ++i)
     TORCH_CHECK(k_caches[i].is_contiguous() && v_caches[i].is_contiguous() &&
@@ -833,7 +833,7 @@ at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos_in,
     const auto linear = [&](const T* in, int64_t K, const at::Tensor& w, int64_t N, T* out) {
       if constexpr (std::is_same_v<T, float>) {
         if (w.dim() == 2) {
-          TORCH_CHECK((q8 ? w.size(0) * 16 : w.size(0)) == N,
+          TORCH_CHECK((grouped ? w.size(0) * 16 : w.size(0)) == N,
                       "servelab decode_layers: a weight of shape ", w.sizes(), " for ", N,
                       " outputs");
           // (the casts only name T = float: the dispatch lambda is no template)
@@ -845,10 +845,10 @@ at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos_in,
         }
       }
       const at::Tensor xt = at::from_blob(const_cast<T*>(in), {n, K}, opts);
-      const at::Tensor y = q16  ? servelab::matmul_q16(xt, w, "auto", "")
-                           : q8 ? servelab::matmul_q8(xt, w, "auto", "")
-                              : w.dim() == 3 ? servelab::amx_linear(xt, w, no_bias)
-                                             : servelab::matmul(xt, w, "auto", "");
+      const at::Tensor y = q16 ? servelab::matmul_q16(xt, w, "auto", "")
+                           : q8  ? servelab::matmul_q8(xt, w, "auto", "")
+                           : w.dim() == 3 ? servelab::amx_linear(xt, w, no_bias)
+                                          : servelab::matmul(xt, w, "auto", "");
       TORCH_CHECK(y.size(0) == n && y.size(1) == N && y.is_contiguous(),
                   "servelab decode_layers: a weight of shape ", w.sizes(), " for ", N,
                   " outputs");
