@@ -58,6 +58,8 @@ METHODS = ("off", "ngram", "draft", "eagle")
 ADAPTIVE = "+adaptive"  # "eagle+adaptive": the method with adaptive k (engine/spec/adaptive.py)
 LOOKUP = "+lookup"  # "eagle+lookup": prompt lookup first, the model where it finds no match
 CONFIDENCE = "@"  # "eagle@0.5": the head stops drafting below probability 0.5 (min_confidence)
+# issue 19's speedup goals at batch 1: 1.5x on open prompts, 2x on grounded ones
+GOALS = (1.5, 2.0)
 
 
 class Method(NamedTuple):
@@ -142,6 +144,17 @@ def speedup_bound(cost: list[dict], draft_ratio: float, a: float = 1.0, k_max: i
         if s > best["speedup"]:
             best = {"k": k, "speedup": s}
     return {"a": a, "draft_ratio": draft_ratio, **best}
+
+
+def needed_acceptance(cost: list[dict], draft_ratio: float, goal: float) -> float | None:
+    """The smallest per-token acceptance a (to 0.01) at which a draft of this cost reaches
+    `goal`x at batch 1 (`speedup_bound`, its best k); None when no a <= 1 does. The bound
+    grows with a, so the first a that reaches the goal is the answer."""
+    for hundredths in range(101):
+        a = hundredths / 100
+        if speedup_bound(cost, draft_ratio, a=a)["speedup"] >= goal:
+            return a
+    return None
 
 
 def head_cost(proposer, context: int = 128, reps: int = 7) -> float:
@@ -311,6 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, b in bounds.items():
         print(f"batch-1 speedup bound, every draft accepted, {name}: {b['speedup']:.2f}x at "
               f"k = {b['k']}")
+    # and the acceptance each draft would need for the goals of issue 19 (1.5x open, 2x grounded)
+    for name, b in bounds.items():
+        b["needed_a"] = {str(g): needed_acceptance(cost, b["draft_ratio"], g) for g in GOALS}
+        print(f"  {name}: needs a >= " + ", ".join(
+            f"{a:.2f} for {g}x" if a is not None else f"(none) for {g}x"
+            for g, a in b["needed_a"].items()))
 
     results = []
     warm = get_workload("open", 1).items

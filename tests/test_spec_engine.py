@@ -136,6 +136,20 @@ def test_speedup_bound_follows_the_lessons_formula():
     assert b["k"] == 7 and b["speedup"] == pytest.approx(8 / 2.5)
 
 
+def test_needed_acceptance_is_the_first_a_that_reaches_the_goal():
+    from benchmarks.spec_bench import needed_acceptance, speedup_bound
+
+    flat = [{"tokens": n, "vs_one_token": 1.0} for n in (1, 2, 4, 8, 16)]
+    a = needed_acceptance(flat, 0.1, 2.0)
+    assert speedup_bound(flat, 0.1, a=a)["speedup"] >= 2.0
+    assert speedup_bound(flat, 0.1, a=a - 0.01)["speedup"] < 2.0
+    # by hand: at a = 0.71, k = 5 gives (1 + a + ... + a^5) / 1.5 = 2.004; a = 0.70 no k does
+    assert a == 0.71
+    steep = [{"tokens": n, "vs_one_token": float(n)} for n in (1, 2, 4, 8, 16)]
+    assert needed_acceptance(steep, 0.0, 1.5) is None  # verifying costs a step a token
+    assert needed_acceptance(flat, 0.0, 1.0) == 0.0
+
+
 def test_lookup_policies_score_the_first_draft():
     """benchmarks.apprentice_score.policy_hits on a hand-made answer: position by position,
     which policy's first draft equals the next token."""

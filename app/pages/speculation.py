@@ -202,7 +202,7 @@ def draw_forward_cost(bench: dict | None) -> None:
 def draw_bound(rows: list[dict], bench: dict | None) -> None:
     """The lesson's formula over these forward costs: the speedup a draft of cost c accepted
     with probability a could give at batch 1, at its best k (benchmarks.spec_bench)."""
-    from benchmarks.spec_bench import speedup_bound
+    from benchmarks.spec_bench import GOALS, needed_acceptance, speedup_bound
 
     head = ((bench or {}).get("draft_step") or {}).get("eagle") or {}
     left, right = st.columns(2)
@@ -212,6 +212,10 @@ def draw_bound(rows: list[dict], bench: dict | None) -> None:
     best, perfect = speedup_bound(rows, c, a=a), speedup_bound(rows, c)
     st.caption(t("spec.bound", a=a, c=c, k=best["k"], s=best["speedup"], k1=perfect["k"],
                  s1=perfect["speedup"], n=max(r["tokens"] for r in rows)))
+    # the acceptance issue 19's goals (1.5x open, 2x grounded) would need on these costs
+    need = [needed_acceptance(rows, c, goal) for goal in GOALS]
+    a1, a2 = (f"{x:.2f}" if x is not None else t("spec.bound_none") for x in need)
+    st.caption(t("spec.bound_needed", c=c, a1=a1, a2=a2, g1=GOALS[0], g2=GOALS[1]))
 
 
 def draw_apprentice(bench: dict | None) -> None:
