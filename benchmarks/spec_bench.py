@@ -324,8 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, b in bounds.items():
         print(f"batch-1 speedup bound, every draft accepted, {name}: {b['speedup']:.2f}x at "
               f"k = {b['k']}")
-    # and the acceptance each draft would need for the goals of issue 19 (1.5x open, 2x grounded)
-    for name, b in bounds.items():
+        # and the a this draft would need for each of issue 19's goals
         b["needed_a"] = {str(g): needed_acceptance(cost, b["draft_ratio"], g) for g in GOALS}
         print(f"  {name}: needs a >= " + ", ".join(
             f"{a:.2f} for {g}x" if a is not None else f"(none) for {g}x"

@@ -476,7 +476,7 @@ def test_the_speedup_bound_follows_its_sliders_and_the_recorded_costs():
     and c the sliders set, equal to benchmarks.spec_bench.speedup_bound; the apprentice table
     lists the head's variants the bench ran; the speedup chart draws the methods picked."""
     from app.spec_lab import load_bench
-    from benchmarks.spec_bench import needed_acceptance, speedup_bound
+    from benchmarks.spec_bench import GOALS, needed_acceptance, speedup_bound
 
     bench = load_bench()
     if not bench:
@@ -491,9 +491,9 @@ def test_the_speedup_bound_follows_its_sliders_and_the_recorded_costs():
              f"(k = {best['k']}); even a draft accepted every time gives at most "
              f"{perfect['speedup']:.2f}x")
     assert any(words in c.value for c in at.caption), [c.value for c in at.caption]
-    need = [needed_acceptance(bench["forward_cost"], 0.1, g) for g in (1.5, 2.0)]
-    words = "a draft with c = 0.10 needs a ≥ " + " for 1.5x and a ≥ ".join(
-        f"{a:.2f}" if a is not None else "(no a is enough)" for a in need)
+    need = [needed_acceptance(bench["forward_cost"], 0.1, g) for g in GOALS]
+    words = "a draft with c = 0.10 needs a ≥ " + f" for {GOALS[0]:g}x and a ≥ ".join(
+        f"{a:.2f}" if a is not None else "(no a is enough)" for a in need) + f" for {GOALS[1]:g}x"
     assert any(words in c.value for c in at.caption), [c.value for c in at.caption]
     methods = {r["spec"] for r in bench["results"] if r.get("spec")}
     table = " ".join(str(df.value) for df in at.dataframe)
