@@ -89,11 +89,14 @@ def load_bench(folder: Path = BENCH_DIR) -> dict | None:
 
 
 def bench_command(bench: dict) -> str:
-    """The command line that wrote `bench`, rebuilt from the arguments it records."""
+    """The command line that wrote `bench`, rebuilt from the arguments it records; --json names
+    the file the page read (the run may have written it elsewhere first, then been copied in)."""
     parts = ["python -m benchmarks.spec_bench"]  # the module whose arguments spec.json keeps
     for name, value in (bench.get("args") or {}).items():
         if value is None or value is False or value == 0 and name == "threads":
             continue
+        if name == "json" and bench.get("_file"):
+            value = f"{BENCH_DIR.parent.name}/{BENCH_DIR.name}/{bench['_file']}"
         flag = "--" + name.replace("_", "-")
         parts.append(flag if value is True else f"{flag} {value}")
     return " ".join(parts)

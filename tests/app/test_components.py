@@ -410,6 +410,8 @@ def test_bench_files_are_read_from_the_fixed_folder(tmp_path):
     assert recorded_date(load_bench(tmp_path)) == "2026-12-03"
     (tmp_path / "spec-new.json").unlink()
     assert bench_command(bench) == "python -m benchmarks.spec_bench --k 4 --max-tokens 32 " \
+        "--json assets/bench/spec.json"  # the file read, wherever the run first wrote it
+    assert bench_command({"args": {"json": "x.json"}}) == "python -m benchmarks.spec_bench " \
         "--json x.json"
     assert recorded_date(bench) == "2026-11-29"
     assert speedup_rows(bench["results"]) == [{"concurrency": 1, "speedup": 1.8,
