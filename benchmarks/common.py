@@ -46,8 +46,7 @@ def spin_openmp_threads(module: str) -> None:
     SPINCOUNT rounds, then sleep, so a bench's idle threads do not take a core from the
     servers it measures); the app shares two cores with its web server and keeps PASSIVE
     (app/main.py). The policy is read once, when torch loads OpenMP, hence the re-exec of
-    `python -m module`. README's performance section gives `python -m benchmarks.bench` under
-    both policies."""
+    `python -m module`. docs/performance.md says which policy each figure ran under."""
     if "OMP_WAIT_POLICY" in os.environ:
         return
     from engine import SPINCOUNT

@@ -8,7 +8,7 @@ and where the request sat ("seat 5, 3 blocks").
 Why a page the server serves and not a Streamlit page: a Streamlit session is a Python
 object graph and a websocket per phone inside the teacher's app process, rerunning a script
 for every widget event; this page is one static HTML file (a few KB, no framework) and one
-HTTP request per question. README ("Teaching with a class") has the measured costs.
+HTTP request per question. docs/performance.md ("The class server") has the measured costs.
 
 Routes (an APIRouter that `engine/server/app.py` mounts):
 - `GET /class`: the page. It holds no data, so it needs no key; the join code comes from the

@@ -11,7 +11,7 @@
 // which splits its (request, query block, KV head) tasks over the cores. decode_layers, at
 // the end, runs a whole step's layer loop from C++ (with linear.cpp's AMX matmul). Every
 // kernel here computes a row (a token) on its own, so a token's bits never depend on what
-// else shares the step (batch invariance; README, Performance). The vector loops
+// else shares the step (batch invariance; docs/performance.md). The vector loops
 // use ATen's own `Vectorized` types, built for the instruction set torch itself dispatches
 // to (CPU_CAPABILITY), so a vector product or exp rounds exactly as ATen's kernels do.
 
