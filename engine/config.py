@@ -102,7 +102,7 @@ class EngineConfig:
     #            for AMX, our AVX-512/AVX2 matmul or oneDNN (pack_weights)
     #   "gguf":  the bundled model's linear layers and lm_head kept in the GGUF file's own Q4_1 /
     #            Q8_0 blocks, dequantized in registers by the C++ matmul (a CPU, cpu_kernels;
-    #            dtype float32 or bfloat16 activations): 3.5x fewer bytes a step than bf16, and
+    #            dtype float32 or bfloat16 activations): about a third of bf16's bytes a step, and
     #            the shipped values themselves. A local Hugging Face folder has no GGUF file.
     #   "gguf-q8": the same blocks multiplied as llama.cpp multiplies them: each activation
     #            row rounded to int8 per block of 32, integer dot products (VNNI where the
