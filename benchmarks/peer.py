@@ -458,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = llama_server_command(binary, str(gguf), port, args.seats, args.max_model_len,
                                threads, args.peer_arg)
     # llama.cpp's threads (OpenMP too) under the bench's policy without the engine's spin
-    # count: ACTIVE alone measured 103-107 tok/s at batch 1 on a Zen 4, with it 83-107
+    # count: ACTIVE alone was at least as fast for it at batch 1 (docs/performance.md)
     peer_env = {k: v for k, v in env.items() if k != "GOMP_SPINCOUNT"}
     peer_server = ServerProcess(args.peer, cmd, port, log_dir / f"{args.peer}.log", peer_env,
                                 args.startup_timeout)
