@@ -255,13 +255,13 @@ def test_comparison_table_ratios():
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("llama-server") is None,
-                    reason="no llama-server on PATH (README, Performance: how to build it)")
+                    reason="no llama-server on PATH (docs/performance.md: how to build it)")
 def test_real_llama_server_on_the_bundled_model(tmp_path):
     from engine.model.loader import _bundled_gguf
 
     port = peer.free_port()
     # -nr (no weight repacking): llama.cpp b11434's AMX matmul stopped with SIGILL on the
-    # development machine (README, Performance); this test checks the protocol, not speed
+    # development machine (docs/performance.md); this test checks the protocol, not speed
     cmd = peer.llama_server_command(shutil.which("llama-server"),
                                     str(_bundled_gguf("smollm2-135m")), port, seats=4,
                                     max_model_len=256, threads=peer.cpu_count(), extra=["-nr"])

@@ -441,7 +441,7 @@ def test_the_apprentice_is_offered_once_trained_and_its_command_shown_until_then
     assert any("EAGLE apprentice:" in c.value and "256-token readout" in c.value
                for c in at.caption)
     assert not any("python -m engine.spec.train_draft" in i.value for i in at.info)
-    # the int4 twin's cost on a GPU is said, not hidden (issue 17: no int4 kernel on CUDA)
+    # the int4 twin's cost on a GPU is said, not hidden (there is no int4 kernel on CUDA)
     assert any("On a GPU (CUDA) the int4 twin is not cheaper" in c.value for c in at.caption)
     # with the apprentice on, its confidence stop is a slider that reaches the engine's config
     assert not any(sl.key == "sw_confidence" for sl in at.sidebar.slider)

@@ -8,7 +8,7 @@ and where the request sat ("seat 5, 3 blocks").
 Why a page the server serves and not a Streamlit page: a Streamlit session is a Python
 object graph and a websocket per phone inside the teacher's app process, rerunning a script
 for every widget event; this page is one static HTML file (a few KB, no framework) and one
-HTTP request per question. README ("Teaching with a class") has the measured costs.
+HTTP request per question. docs/performance.md ("The class server") has the measured costs.
 
 Why it is a router of its own, in the server's package: it is the class's concern, not
 OpenAI's, so it is mounted by one line of `create_app` and reaches the server only through
