@@ -136,6 +136,7 @@ def test_spec_flags_reach_the_spec_bench(monkeypatch):
     assert seen and seen[0][:4] == ["--k", "2", "--min-confidence", "0.5"]
 
 
+@pytest.mark.heavy  # a child process per memory measurement
 def test_bench_memory_runs(capsys):
     from benchmarks import bench_memory
 

@@ -26,6 +26,8 @@ from benchmarks.load import UserResult, summarize
 from benchmarks.serve_config import config_from_json
 from benchmarks.workloads import get_workload
 
+pytestmark = pytest.mark.heavy  # starts peer servers as child processes
+
 ROOT = Path(__file__).resolve().parents[1]
 
 FAKE_LLAMA_SERVER = r'''
