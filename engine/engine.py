@@ -101,7 +101,7 @@ class LLMEngine:
         # serving (kernels/warmup.py): a compile stalls the step it lands in (~0.3 s measured)
         self.kernel_warmup_s = 0.0  # startup time spent compiling kernels
         if self.backend_name == "triton" and self.device.type == "cuda":
-            from kernels.warmup import warm_up
+            from servelab_kernels.warmup import warm_up
 
             t0 = time.perf_counter()
             warm_up(

@@ -1,4 +1,4 @@
-"""The engine's sections of `python -m kernels.gpu_check`: correctness, speed, CUDA graphs.
+"""The engine's sections of `python -m servelab_kernels.gpu_check`: correctness, speed, CUDA graphs.
 
   * engine_vs_hf     greedy tokens against transformers' generate() on the same device: fp32
                      equal; bf16's first divergence and the reference's logit gap there

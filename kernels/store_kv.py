@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import check_device, next_pow2
+from servelab_kernels._common import check_device, next_pow2
 
 
 @triton.jit
