@@ -24,7 +24,6 @@ import math
 import torch
 import triton
 import triton.language as tl
-
 from servelab_kernels._common import (
     LOG2E,
     check_paged_args,

@@ -21,7 +21,6 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-
 from servelab_kernels._common import (
     LOG2E,
     check_paged_args,

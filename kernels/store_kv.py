@@ -14,7 +14,6 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-
 from servelab_kernels._common import check_device, next_pow2
 
 

@@ -3,7 +3,6 @@
 import pytest
 import torch
 from kernel_cases import DTYPES, LAYOUT_IDS, LAYOUTS, TOL, make_pool, random_tables, rel_err
-
 from servelab_kernels.decode_attention import (
     choose_splits,
     paged_decode_attention,

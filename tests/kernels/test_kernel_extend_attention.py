@@ -5,7 +5,6 @@ import itertools
 import pytest
 import torch
 from kernel_cases import DTYPES, LAYOUT_IDS, LAYOUTS, TOL, make_pool, random_tables, rel_err
-
 from servelab_kernels.extend_attention import paged_extend_attention, paged_extend_attention_ref
 
 # (query_len, seq_len): a decode row, a whole prompt, a prefill chunk over a cached prefix,

@@ -12,7 +12,6 @@ import sys
 
 import pytest
 import torch
-
 from servelab_kernels.gpu_check import SECTIONS, Check, Sizes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

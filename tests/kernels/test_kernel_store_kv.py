@@ -3,7 +3,6 @@
 import pytest
 import torch
 from kernel_cases import DTYPES, LAYOUT_IDS, LAYOUTS, make_pool
-
 from servelab_kernels.store_kv import store_kv, store_kv_ref
 
 
