@@ -91,12 +91,20 @@ def machine_info(device: str = "cpu") -> dict:
     return info
 
 
-def write_json(path: str | None, device: str, args: argparse.Namespace, **data) -> None:
-    """Write a bench's results to `path` (no-op without --json): `data` plus the machine
-    and the command's arguments, which every bench's JSON carries, and when it ran (UTC)."""
+def write_json(path: str | None, device: str, args: argparse.Namespace, plan=None,
+               **data) -> None:
+    """Write a bench's results to `path` (no-op without --json): `data` plus the machine,
+    the execution plan (engine/plan.py: `plan`, the engine's that was measured, else the plan
+    the default config gets on `device` here), the command's arguments, and when it ran (UTC)."""
     if path:
+        if plan is None:
+            from engine.config import EngineConfig
+            from engine.plan import plan_for
+
+            plan = plan_for(EngineConfig(device=device))
         date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        out = {"machine": machine_info(device), "args": vars(args), "date": date, **data}
+        out = {"machine": machine_info(device), "plan": plan.as_dict(), "args": vars(args),
+               "date": date, **data}
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(out, indent=2))
         print(f"wrote {path}")

@@ -406,7 +406,8 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool 
         print(f"[{gguf.describe()}] read bandwidth {bw / 1e9:.1f} GB/s")
         return {"read_bandwidth_gb_s": bw / 1e9,
                 "gguf_matmuls": bench_gguf_matmuls(gguf, isas, bw, one_thread=one_thread)}
-    from engine.model.hardware import resolve_dtype, resolve_weights
+    from engine.model.hardware import resolve_dtype
+    from engine.plan import plan_for
 
     fp32_default = resolve_dtype("auto", torch.device("cpu")) == torch.float32
     engines = {}
@@ -458,9 +459,9 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool 
     longtail = []
     work = get_workload("longtail", longtail_seats)
     print(f"long-tail workload, {longtail_seats} requests at once, {longtail_seats} seats")
-    cpu, model = torch.device("cpu"), EngineConfig().model
-    weights = resolve_weights("auto", model, cpu, resolve_dtype("auto", cpu), library.load())
-    dtype = str(resolve_dtype("auto", cpu)).removeprefix("torch.")
+    cpu = torch.device("cpu")
+    default = plan_for(EngineConfig(device="cpu", **kw))
+    weights, dtype = default.weights, default.dtype
     ways = {f"engine default ({dtype}, weights {weights})": (EngineConfig(**kw), None)}
     for other in ("dense", "gguf", "gguf-q8", "gguf-q16"):  # every other way, in its own dtype
         if other != weights:

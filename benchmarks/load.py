@@ -317,6 +317,7 @@ def offline_run(base_url: str, items: list[WorkItem], api_key: str | None) -> di
     r = httpx.get(f"{base_url.rstrip('/')}/servelab/config", headers=headers, timeout=30)
     r.raise_for_status()
     cfg = r.json()
+    cfg.pop("plan", None)  # how the server's engine runs: this process resolves its own
     if cfg.get("spec"):
         cfg["spec"] = SpecConfig(**cfg["spec"])
     cpu0 = time.process_time()

@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         engine = LLMEngine(config)
     except ValueError as exc:
         ap.error(str(exc))
+    print(f"plan: {engine.plan.describe()}", flush=True)  # how every step runs (engine/plan.py)
     freeze_startup_heap()  # this process serves this one engine until it exits
     settings = ServerSettings(
         model_name=args.served_model_name or args.model, api_key=api_key,

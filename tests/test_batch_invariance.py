@@ -41,7 +41,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.workloads import get_workload
-from engine import EngineConfig, LLMEngine, SamplingParams, SpecConfig
+from engine import EngineConfig, LLMEngine, SamplingParams, SpecConfig, plan
 from engine.model import llama
 from engine.model.attention import build_metadata
 from engine.model.cpu import library as cpu_library
@@ -232,12 +232,12 @@ FIRST = {"preemption": 3}  # the prompt submitted first (the others follow in or
 def forced_layout(layout: str):
     """Engines built inside get `layout` for their weights (and its matmul), whatever this
     CPU's default is."""
-    original = llama.choose_layout
-    llama.choose_layout = lambda *args, **kwargs: layout
+    original = plan.dense_layout
+    plan.dense_layout = lambda *args, **kwargs: layout
     try:
         yield
     finally:
-        llama.choose_layout = original
+        plan.dense_layout = original
 
 
 def _engine(layout: str, **kw) -> LLMEngine:

@@ -33,7 +33,6 @@ from engine.model.cpu.packing import (
     LAYOUTS,
     PACKERS,
     amx_fits,
-    choose_layout,
     cpu_packing_available,
     pack_grouped,
     step_order_arena,
@@ -353,21 +352,24 @@ class LlamaModel:
 
 def shared_model(loaded: LoadedModel, device: torch.device, dtype: torch.dtype,
                  max_positions: int, pack: bool = False, cpu_kernels: bool = False,
-                 weights: str = "dense") -> LlamaModel:
-    """The LlamaModel for these weights, device, dtype, ops and packing, built once per
-    process (engine/model/cache.py). Its weights are read-only, so engines share it and own
-    only their KV pools; the rotary tables grow to the longest max_positions asked for.
-    weights: "dense" (the loaded tensors, laid out by choose_layout) or "gguf" (the GGUF file's
-    own blocks; a CPU with the C++ kernels, a model shipped as GGUF), or "gguf-q8" / "gguf-q16"
-    (the same blocks, int8 / int16 activations)."""
-    if weights in GGUF_LAYOUTS:
-        layout = weights
-        if device.type != "cpu" or not cpu_kernels:
-            raise ValueError(f"weights={weights!r} runs on the CPU with the C++ kernels "
-                             "(device='cpu', cpu_kernels=True, and g++ to build them)")
-    else:
-        layout = choose_layout(LlamaModel.linear_shapes(loaded.config), device, dtype, pack,
-                               cpu_kernels)
+                 weights: str = "dense", layout: str | None = None) -> LlamaModel:
+    """The LlamaModel for these weights, device, dtype, ops and layout, built once per process
+    (engine/model/cache.py). Its weights are read-only, so engines share it and own only their
+    KV pools; the rotary tables grow to the longest max_positions asked for.
+    layout: the execution plan's (engine/plan.py). None: a GGUF `weights` is its own layout,
+    dense weights get the plan's rule for `pack` on this machine (plan.dense_layout)."""
+    if layout is None:
+        if weights in GGUF_LAYOUTS:
+            layout = weights
+        else:
+            from engine.plan import dense_layout, machine_facts
+
+            layout = dense_layout(LlamaModel.linear_shapes(loaded.config), device.type,
+                                  str(dtype).removeprefix("torch."), pack, cpu_kernels,
+                                  machine_facts(cpu_kernels))
+    if layout in GGUF_LAYOUTS and (device.type != "cpu" or not cpu_kernels):
+        raise ValueError(f"weights={layout!r} runs on the CPU with the C++ kernels "
+                         "(device='cpu', cpu_kernels=True, and g++ to build them)")
     key = (str(loaded.folder), str(device), dtype, cpu_kernels, layout)
     model = cache.get("model", key, lambda: LlamaModel(loaded, device, dtype, max_positions,
                                                       cpu_kernels, layout))
