@@ -2,7 +2,7 @@
 
 1. Matmuls: every linear layer of the bundled model (30 layers x qkv, o, gate_up, down: the
    bytes a step streams), at 1, 16 and 64 rows, through our AMX kernel (when this CPU has
-   AMX), oneDNN's prepacked bf16 linear and plain `F.linear`.
+   AMX), our weight-streaming bf16 matmul and plain `F.linear`.
 2. Attention: 16 requests decoding at contexts 30, 100 and 200 through the C++ kernel and
    through the torch backend (gather + SDPA), one layer's pool, bf16.
    Then one prompt of 64 to 500 tokens (every query of it in one call), both ways. Then 1 and
@@ -53,13 +53,13 @@ from benchmarks.common import best_interleaved, spin_openmp_threads
 
 def bench_matmuls(model) -> None:
     from engine.model.cpu import library as cpu_library
-    from engine.model.cpu.packing import PACK_ROWS_HINT, amx_linear, packed_linear, vnni_pack
+    from engine.model.cpu.packing import amx_linear, kernel_linear, vnni_pack
 
     plain = [w for i in range(model.cfg.num_layers)
              for w in model.plain_linear_weights(i).values()]
-    ways = {"plain F.linear": (plain, F.linear),
-            "oneDNN packed": ([torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS_HINT)
-                               for w in plain], packed_linear)}
+    ways = {"plain F.linear": (plain, F.linear)}
+    if cpu_library.load() and cpu_library.matmul_isa() != "portable":
+        ways["weight-streaming matmul"] = (plain, kernel_linear)
     if cpu_library.amx_available():
         ways["AMX kernel"] = ([vnni_pack(w) for w in plain], amx_linear)
     mb = sum(w.numel() * w.element_size() for w in plain) / 1e6
@@ -75,7 +75,7 @@ def bench_matmuls(model) -> None:
                                   for name, (weights, linear) in ways.items()}, rounds=5)
         line = "  ".join(f"{name} {t * 1e3:6.2f}" for name, t in times.items())
         if "AMX kernel" in times:
-            line += f"  -> AMX {times['oneDNN packed'] / times['AMX kernel']:.2f}x oneDNN"
+            line += f"  -> AMX {times['plain F.linear'] / times['AMX kernel']:.2f}x F.linear"
         print(f"  {rows:3d} rows: {line}")
 
 

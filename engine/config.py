@@ -99,7 +99,7 @@ class EngineConfig:
     attention_backend: str = "auto"  # "auto" (triton on CUDA, cpu on CPU), "torch", "cpu", "triton"
     # Which copy of the weights the linear layers multiply:
     #   "dense": the model's tensors in `dtype` (the bundled GGUF dequantized once), laid out
-    #            for AMX, our AVX-512/AVX2 matmul or oneDNN (pack_weights)
+    #            for AMX or our AVX-512/AVX2/NEON matmul (pack_weights)
     #   "gguf":  the bundled model's linear layers and lm_head kept in the GGUF file's own Q4_1 /
     #            Q8_0 blocks, dequantized in registers by the C++ matmul (a CPU, cpu_kernels;
     #            dtype float32 or bfloat16 activations): 3.5x fewer bytes a step than bf16, and
@@ -117,7 +117,7 @@ class EngineConfig:
     #            (float32: the file's fp32 model exactly); else "dense"
     #            (engine/model/hardware.py resolve_weights)
     weights: str = "auto"
-    pack_weights: bool = True  # CPU + bf16: reorder linear weights once, for AMX or oneDNN
+    pack_weights: bool = True  # CPU + bf16: lay linear weights out for our matmuls (False: F.linear)
     cpu_kernels: bool = True  # CPU: norms, rotary, SwiGLU, KV writes as C++ kernels if they build
     gpu_memory_utilization: float = 0.5  # CUDA: the most of the free memory the KV pool may take
     # decode-only steps replay a captured CUDA graph (engine/graphs.py; vLLM's enforce_eager,

@@ -23,9 +23,9 @@ linear.cpp; skipped on CPUs without AMX), "bf16" (the weight-streaming matmul, m
 the layout on CPUs without AMX) and "gguf" (the same matmul on the GGUF file's own blocks,
 weights="gguf"), in bf16, the issue's dtype; "gguf-fp32" is the engine's default on CPUs
 without AMX (dtype="auto" -> float32 on GGUF weights); "gguf-q8" and "gguf-q16" are the same
-blocks with int8 (llama.cpp's arithmetic) and int16 activations, in float32. oneDNN's bf16 linear ("onednn") adds
-in an order that depends on the number of rows; run the matrix on it with
-SERVELAB_INVARIANCE_LAYOUTS=onednn to see how many requests differ.
+blocks with int8 (llama.cpp's arithmetic) and int16 activations, in float32. Plain F.linear
+("plain", the reference and the GPU's layout) is not held to this: its BLAS may add in an
+order that depends on the number of rows.
 """
 
 from __future__ import annotations

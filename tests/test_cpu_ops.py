@@ -124,8 +124,7 @@ def test_amx_linear_rounds_the_exact_product(rows, out_in):
     """The AMX matmul adds bf16 products in fp32 and rounds once: each output is the exact
     (fp64) result rounded to bf16, give or take one bf16 step where fp32 addition order moves
     a value across a rounding boundary (or, where large terms cancel, fp32's own error on
-    the terms' magnitude); oneDNN's bf16 linear (the engine without AMX) gives the same
-    numbers."""
+    the terms' magnitude)."""
     n, k = out_in
     x = _rand(rows, k, dtype=torch.bfloat16, scale=2.0)
     w = _rand(n, k, dtype=torch.bfloat16, scale=0.05, seed=1)

@@ -33,7 +33,6 @@ from engine.model.cpu.packing import (
     LAYOUTS,
     PACKERS,
     amx_fits,
-    cpu_packing_available,
     pack_grouped,
     step_order_arena,
 )
@@ -116,8 +115,8 @@ class LlamaModel:
     """Weights on one device in one dtype; `forward` runs the flat batch through every layer.
 
     cpu_kernels: run the small per-layer ops as C++ kernels (a CPU, the kernels loaded).
-    layout: the linear weights' layout ("plain", "onednn", "amx", "bf16", "gguf", "gguf-q8";
-        cpu/packing.py, which also chooses it for the engine). Reordering happens here, once.
+    layout: the linear weights' layout (engine/plan.py LAYOUTS, made by cpu/packing.py; the
+        execution plan chooses it for the engine). Reordering happens here, once.
         "gguf": the linear layers and the lm_head are the GGUF file's own Q4_1 / Q8_0 rows
         (engine/model/gguf.py); the embedding and norms stay the loaded (dequantized) tensors.
         "gguf-q8": the same bytes regrouped 16 columns at a time (pack_q8), multiplied as
@@ -228,13 +227,11 @@ class LlamaModel:
             if bad:
                 raise ValueError(f"layout={layout!r} needs input sizes in multiples of 32, got "
                                  f"{bad}")
-        elif layout != "plain" and not cpu_packing_available(self.device, self.dtype):
-            raise ValueError(f"layout={layout!r} needs a CPU and bfloat16 with oneDNN's packed "
-                             f"linear; got {self.device.type}, {self.dtype}")
         if layout == "amx" and not (cpu_kernels and library.amx_available()
+                                    and self.dtype == torch.bfloat16
                                     and all(amx_fits(*s) for s in self.linear_shapes(self.cfg))):
-            raise ValueError("layout='amx' needs cpu_kernels=True, a CPU with AMX tiles and "
-                             "weight shapes in multiples of 16 x 32")
+            raise ValueError("layout='amx' needs cpu_kernels=True, a CPU with AMX tiles, "
+                             "bfloat16 and weight shapes in multiples of 16 x 32")
 
     @staticmethod
     def linear_shapes(cfg: ModelConfig) -> list[tuple[int, int]]:
@@ -245,8 +242,8 @@ class LlamaModel:
 
     @property
     def packed(self) -> bool:
-        """Are the linear weights reordered for a CPU matmul (not plain [out, in])?"""
-        return self.layout in ("onednn", "amx")
+        """Are the linear weights laid out for one of our C++ bf16 matmuls (not F.linear)?"""
+        return self.layout in ("amx", "bf16")
 
     @property
     def weight_bytes(self) -> int:

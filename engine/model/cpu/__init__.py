@@ -6,9 +6,11 @@
   ops.cpp      the small per-layer ops (RMSNorm, rotary, SwiGLU, KV store), paged attention,
                and `decode_layers`: LlamaModel.forward's layer loop in C++
   linear.cpp   the AMX bf16 matmul (`amx_linear`)
-  packing.py   linear weights reordered once for oneDNN or for the AMX matmul, and the choice
+  packing.py   linear weights laid out once for the AMX or the weight-streaming matmul (the
+               execution plan, engine/plan.py, chooses which)
   attention.py the "cpu" attention backend (the torch backend with the C++ kernel)
 
-`engine/model/llama.py` chooses the ops, the weight layout and whether the C++ layer loop may
-run at construction; its `forward` shows every path a step can take.
+The execution plan (engine/plan.py) chooses the ops, the weight layout and whether the C++
+layer loop may run; `engine/model/llama.py` builds them at construction, and its `forward`
+shows every path a step can take.
 """
