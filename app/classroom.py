@@ -175,7 +175,7 @@ class ClassServer:
         admin_key = secrets.token_urlsafe(24)
         log = tempfile.NamedTemporaryFile("w", prefix="servelab-class-", suffix=".log",
                                           delete=False)
-        from engine import server_env
+        from engine.threads import server_env
 
         env = dict(server_env(os.environ), SERVELAB_ADMIN_KEY=admin_key, PYTHONPATH=str(ROOT))
         proc = subprocess.Popen(serve_args(switches, host, port, join_code, seats),

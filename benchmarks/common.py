@@ -42,7 +42,7 @@ def spin_openmp_threads(module: str) -> None:
 
     Between two ops, OpenMP's worker threads either spin (ACTIVE) or go to sleep (PASSIVE), and
     a decode step is hundreds of small ops. A benchmark owns the machine, as a server does,
-    so its threads spin between the ops of a step, as an engine server's do (engine/__init__.py:
+    so its threads spin between the ops of a step, as an engine server's do (engine/threads.py:
     SPINCOUNT rounds, then sleep, so a bench's idle threads do not take a core from the
     servers it measures); the app shares two cores with its web server and keeps PASSIVE
     (app/main.py). The policy is read once, when torch loads OpenMP, hence the re-exec of
@@ -50,7 +50,7 @@ def spin_openmp_threads(module: str) -> None:
     both policies."""
     if "OMP_WAIT_POLICY" in os.environ:
         return
-    from engine import SPINCOUNT
+    from engine.threads import SPINCOUNT
 
     os.environ["OMP_WAIT_POLICY"] = "ACTIVE"
     os.environ.setdefault("GOMP_SPINCOUNT", SPINCOUNT)

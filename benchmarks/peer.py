@@ -443,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
 
     engine_http = None
     if not args.skip_engine:
-        from engine import server_env
+        from engine.threads import server_env
 
         port = free_port()
         engine_server = ServerProcess("engine.serve", engine_server_command(config, port), port,

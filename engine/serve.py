@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from engine.threads import spin_briefly
+
+    spin_briefly()  # before torch loads: this process serves one engine (engine/threads.py)
     ap = build_parser()
     args = ap.parse_args(argv)
     for name in ("max_queue", "max_requests_per_user", "max_body_bytes"):
