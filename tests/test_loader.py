@@ -85,7 +85,7 @@ def test_cache_is_a_plain_hf_folder():
 
 
 def test_one_cache_holds_the_weights_and_the_built_model():
-    """Engines, the app and the draft all load through engine/model/cache.py: the second
+    """Engines, the app and the draft all load through engine/model/weights_cache.py: the second
     engine reuses the first one's weights and model."""
     from engine.model.loader import is_loaded, load_model
 
@@ -99,7 +99,7 @@ def test_one_cache_holds_the_weights_and_the_built_model():
 def test_cache_builds_once_across_threads_and_keeps_one_draft():
     from concurrent.futures import ThreadPoolExecutor
 
-    from engine.model import cache
+    from engine.model import weights_cache
 
     calls = []
 
@@ -109,15 +109,15 @@ def test_cache_builds_once_across_threads_and_keeps_one_draft():
 
     try:
         with ThreadPoolExecutor(4) as pool:
-            got = list(pool.map(lambda _: cache.get("test", (1,), build), range(8)))
+            got = list(pool.map(lambda _: weights_cache.get("test", (1,), build), range(8)))
         assert len(calls) == 1 and all(g is got[0] for g in got)
-        first = cache.get("draft", ("test-a",), object)
-        assert cache.get("draft", ("test-a",), object) is first
-        cache.get("draft", ("test-b",), object)  # a second draft replaces the first
-        assert not cache.contains("draft", ("test-a",)) and cache.contains("draft", ("test-b",))
+        first = weights_cache.get("draft", ("test-a",), object)
+        assert weights_cache.get("draft", ("test-a",), object) is first
+        weights_cache.get("draft", ("test-b",), object)  # a second draft replaces the first
+        assert not weights_cache.contains("draft", ("test-a",)) and weights_cache.contains("draft", ("test-b",))
     finally:
-        cache.clear("test")
-        cache.clear("draft")
+        weights_cache.clear("test")
+        weights_cache.clear("draft")
 
 
 def test_the_repos_kernels_folder_does_not_shadow_pypis_kernels():

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams, SpecConfig
-from engine.model import cache
+from engine.model import weights_cache
 from engine.model.cpu import library
 from engine.model.llama import LlamaModel
 from engine.spec.draft import BUILTIN_RECIPE, QuantizedLlama
@@ -75,7 +75,7 @@ def test_draft_from_a_packed_target_is_the_plain_targets_draft():
         if name in eng.model.LINEAR_WEIGHTS:
             assert torch.equal(eng.model.plain_linear_weights(0)[name], w)
     a = QuantizedLlama(eng.model, BUILTIN_RECIPE).layers[0]["qkv"]
-    cache.clear("draft")  # quantize again, from the plain target this time
+    weights_cache.clear("draft")  # quantize again, from the plain target this time
     b = QuantizedLlama(plain.model, BUILTIN_RECIPE).layers[0]["qkv"]
     assert a is not b
     assert torch.equal(a.packed, b.packed) and torch.equal(a.scales, b.scales)

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from engine.model import cache
+from engine.model import weights_cache
 from engine.model.attention import AttentionBackend, AttentionMetadata
 from engine.model.cpu.attention import CpuAttention
 from engine.model.cpu.packing import (
@@ -351,7 +351,7 @@ def shared_model(loaded: LoadedModel, device: torch.device, dtype: torch.dtype,
                  max_positions: int, pack: bool = False, cpu_kernels: bool = False,
                  weights: str = "dense", layout: str | None = None) -> LlamaModel:
     """The LlamaModel for these weights, device, dtype, ops and layout, built once per process
-    (engine/model/cache.py). Its weights are read-only, so engines share it and own only their
+    (engine/model/weights_cache.py). Its weights are read-only, so engines share it and own only their
     KV pools; the rotary tables grow to the longest max_positions asked for.
     layout: the execution plan's (engine/plan.py). None: a GGUF `weights` is its own layout,
     dense weights get the plan's rule for `pack` on this machine (plan.dense_layout)."""
@@ -368,7 +368,7 @@ def shared_model(loaded: LoadedModel, device: torch.device, dtype: torch.dtype,
         raise ValueError(f"weights={layout!r} runs on the CPU with the C++ kernels "
                          "(device='cpu', cpu_kernels=True, and g++ to build them)")
     key = (str(loaded.folder), str(device), dtype, cpu_kernels, layout)
-    model = cache.get("model", key, lambda: LlamaModel(loaded, device, dtype, max_positions,
+    model = weights_cache.get("model", key, lambda: LlamaModel(loaded, device, dtype, max_positions,
                                                       cpu_kernels, layout))
     model.ensure_positions(max_positions)
     return model

@@ -440,7 +440,7 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
 
     @app.get("/v1/servelab/config")
     async def engine_config():
-        """The engine's configuration (what `python -m engine.load --compare-offline` reruns)
+        """The engine's configuration (what `python -m engine.loadgen --compare-offline` reruns)
         and, under "plan", how its steps run (engine/plan.py; not a config field)."""
         return {**dataclasses.asdict(engine.config), "plan": engine.plan.as_dict()}
 

@@ -353,7 +353,7 @@ def load_head(target: LlamaModel, path: str | Path | None, model_name: str,
               plan=None) -> EagleHead:
     """The head at `path` (None: the trained one in the cache), laid out as `plan` (the
     engine's ExecutionPlan) says; a clear error if missing."""
-    from engine.model import cache
+    from engine.model import weights_cache
 
     p = Path(path) if path is not None else head_path(model_name)
     if not p.is_file():
@@ -370,7 +370,7 @@ def load_head(target: LlamaModel, path: str | Path | None, model_name: str,
         check_weights(weights, target, str(p))
         return EagleHead(target, weights, plan)
 
-    return cache.get("eagle", key, build)
+    return weights_cache.get("eagle", key, build)
 
 
 def head_info(path: str | Path | None = None, model_name: str = "smollm2-135m") -> dict | None:
