@@ -96,7 +96,8 @@ class LLMEngine:
         self.runner = ModelRunner(self.model, self.pool, self.allocator, self.backend,
                                   self.device, graphs)
         # on a GPU, compile every Triton kernel variant a step can launch now, not while
-        # serving (kernels/warmup.py): a compile stalls the step it lands in (~0.3 s measured)
+        # serving (kernels/warmup.py, imported as servelab_kernels): a compile stalls the step
+        # it lands in
         self.kernel_warmup_s = 0.0  # startup time spent compiling kernels
         if self.backend_name == "triton" and self.device.type == "cuda":
             from servelab_kernels.warmup import warm_up
@@ -327,10 +328,9 @@ def freeze_startup_heap() -> None:
     """For a process that serves one engine for its whole life (`engine/serve.py`; the GPU
     check while it times one): collect once, then move every object alive into the collector's
     permanent generation (`gc.freeze`, as vLLM does after startup). A full collection while
-    serving then scans only what serving allocated: on the H200, one replayed step at 256
-    running took 281 ms before and the slowest step 54 ms after, with the one full collection
-    at 1.6 ms (`assets/bench/gpu-check-h200-5.json`, `-6.json`). Not for a process that builds
-    and drops engines (the app): a frozen engine in a reference cycle is never collected,
-    and its KV pool with it (`gc.unfreeze()` undoes the freeze)."""
+    serving then scans only what serving allocated, so no step waits on a scan of the
+    engine's startup objects (docs/performance.md has the GPU check's figures). Not for a
+    process that builds and drops engines (the app): a frozen engine in a reference cycle is
+    never collected, and its KV pool with it (`gc.unfreeze()` undoes the freeze)."""
     gc.collect()
     gc.freeze()

@@ -8,10 +8,10 @@ back to back, and the attention backend finds each request's context in the KV p
 
 q/k/v and gate/up projections are fused into one matmul each: fewer, larger matmuls are
 what a CPU (and a GPU) runs best. Everything that differs between a GPU, a plain CPU and a
-CPU with our C++ kernels is chosen once, when the model is built: the small per-layer ops
-(`LayerOps`: PyTorch's or the C++ kernels), the weight layout and its matmul
-(engine/model/cpu/packing.py), and whether the C++ copy of the layer loop may run; `forward`
-shows every path a step can take.
+CPU with our C++ kernels is decided once, by the engine's execution plan (engine/plan.py),
+and built here with the model: the small per-layer ops (`LayerOps`: PyTorch's or the C++
+kernels), the weight layout and its matmul (engine/model/cpu/packing.py), and whether the
+C++ copy of the layer loop may run; `forward` shows every path a step can take.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from engine.model.loader import LoadedModel, ModelConfig
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     # computed in fp32, as transformers' LlamaRMSNorm does (x * rsqrt(mean(x^2) + eps), then
-    # cast back and scaled); torch's fused rms_norm, 4 ops instead of 8, gave identical bits
-    # on every captured step we compared (bf16 and fp32)
+    # cast back and scaled); torch's fused rms_norm does it in fewer ops with the same
+    # roundings (tests/test_engine_equality.py holds the engine to transformers' tokens)
     return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
 
 
