@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
     from tqdm.auto import tqdm
 
-    from engine.engine import LLMEngine, resolve_device, resolve_dtype
+    from engine.engine import LLMEngine
+    from engine.model.hardware import resolve_device, resolve_dtype
 
     device = resolve_device(args.device)
     if args.quick:
