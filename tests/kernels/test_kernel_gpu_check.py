@@ -144,11 +144,10 @@ def test_model_parts_join_back_and_a_bad_part_is_refused(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: it would run")
 def test_without_cuda_it_exits_cleanly(tmp_path):
-    for module in ("servelab_kernels.gpu_check",):
-        proc = subprocess.run(
-            [sys.executable, "-m", module, "--out", str(tmp_path / "out")],
-            cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120,
-        )
-        assert proc.returncode == 2, proc.stderr
-        assert "needs a CUDA GPU" in proc.stderr
-        assert not (tmp_path / "out").exists()
+    proc = subprocess.run(
+        [sys.executable, "-m", "servelab_kernels.gpu_check", "--out", str(tmp_path / "out")],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "needs a CUDA GPU" in proc.stderr
+    assert not (tmp_path / "out").exists()
