@@ -15,7 +15,7 @@ and the simulated users share, while the projector draws its step stream.
   the newest report and a short, slimmed history for the gauges.
 - `ClassRoom`: the app process's one class (server, stream, load run, results table) and
   its restart with new switches.
-- `LoadRun`: `python -m engine.load` as a child process, its progress read off its progress
+- `LoadRun`: `python -m engine.loadgen` as a child process, its progress read off its progress
   bar, its JSON summary read at the end.
 
 The join code is the server's API key (students type it, or the QR code carries it in the
@@ -175,7 +175,7 @@ class ClassServer:
         admin_key = secrets.token_urlsafe(24)
         log = tempfile.NamedTemporaryFile("w", prefix="servelab-class-", suffix=".log",
                                           delete=False)
-        from engine import server_env
+        from engine.threads import server_env
 
         env = dict(server_env(os.environ), SERVELAB_ADMIN_KEY=admin_key, PYTHONPATH=str(ROOT))
         proc = subprocess.Popen(serve_args(switches, host, port, join_code, seats),
@@ -341,7 +341,7 @@ _PROGRESS = re.compile(r"(\d+)/(\d+)")
 
 
 class LoadRun:
-    """`python -m engine.load` against the class server, as a child process."""
+    """`python -m engine.loadgen` against the class server, as a child process."""
 
     def __init__(self, server: ClassServer, users: int, arrival: str, rate: float,
                  max_tokens_scale: float = 0.25, timeout_s: float = 900.0):
@@ -353,7 +353,7 @@ class LoadRun:
         self.done, self.total = 0, users
         self.summary: dict | None = None
         self.json_path = Path(tempfile.mkstemp(prefix="servelab-load-", suffix=".json")[1])
-        args = [sys.executable, "-m", "engine.load", "--base-url", server.url + "/v1",
+        args = [sys.executable, "-m", "engine.loadgen", "--base-url", server.url + "/v1",
                 "--users", str(users), "--arrival", arrival, "--workload", "longtail",
                 "--max-tokens-scale", str(max_tokens_scale), "--timeout", str(timeout_s),
                 "--json", str(self.json_path)]
@@ -474,7 +474,7 @@ def offered_switches() -> dict:
 
 
 def comparison_row(switches: dict, summary: dict) -> dict:
-    """One row of the table the class compares at the end (from engine.load's summary)."""
+    """One row of the table the class compares at the end (from engine.loadgen's summary)."""
 
     def ms(x):
         return None if x is None else round(1000 * x, 1)

@@ -33,7 +33,7 @@ def get_session() -> Session:
 def ensure_model(model: str) -> None:
     """Load the model once per server process, with a progress bar the first time.
 
-    The engine's model cache (engine/model/cache.py) holds the weights for every session and
+    The engine's model cache (engine/model/weights_cache.py) holds the weights for every session and
     makes a second session wait for a load in progress instead of starting another."""
     from engine.model.hardware import resolve_dtype
     from engine.model.loader import is_loaded, load_model

@@ -37,7 +37,7 @@ def race_jobs(n: int = RACE_REQUESTS, cap: int = RACE_MAX_TOKENS) -> list[Job]:
 
 def engine_dtype() -> str:
     """The dtype the engine picks on this machine ("auto"), e.g. "float32" or "bfloat16"."""
-    from engine.engine import resolve_device, resolve_dtype
+    from engine.model.hardware import resolve_device, resolve_dtype
 
     return str(resolve_dtype("auto", resolve_device("auto"))).removeprefix("torch.")
 

@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
     from tqdm.auto import tqdm
 
-    from engine.engine import LLMEngine, resolve_device, resolve_dtype
+    from engine.engine import LLMEngine
+    from engine.model.hardware import resolve_device, resolve_dtype
 
     device = resolve_device(args.device)
     if args.quick:
@@ -131,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
     probe = LLMEngine(EngineConfig(**{**base, "max_num_seqs": 32, "num_kv_blocks": None}))
     roof = roofline(probe)
+    plan = probe.plan  # the JSON records how the measured engine ran
     print(f"[{probe.describe()}] weights {roof['weight_bytes'] / 1e6:.0f} MB, read bandwidth "
           f"{roof['read_bandwidth_gb_s']:.1f} GB/s -> decode floor "
           f"{roof['decode_floor_tok_per_s']:.1f} tok/s at batch 1")
@@ -193,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{best['output_tok_per_s'] / naive['output_tok_per_s']:.1f}x output tok/s")
     print(f"peak concurrency, same KV budget: paged {best['max_concurrency']} vs contiguous "
           f"{contig['max_concurrency']}")
-    write_json(args.json, device.type, args, roofline=roof, workload=wl.name, results=results)
+    write_json(args.json, device.type, args, plan=plan, roofline=roof, workload=wl.name,
+               results=results)
     return 0
 
 

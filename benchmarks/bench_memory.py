@@ -10,7 +10,7 @@ from pathlib import Path
 
 from engine.config import EngineConfig, SpecConfig
 from engine.engine import LLMEngine
-from engine.model import cache
+from engine.model import weights_cache
 
 SWITCHES = [{}, {"batching": "static"}, {"kv_layout": "contiguous"}, {"spec": SpecConfig("ngram")}]
 
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"start: {rss_mb():.0f} MB")
     for kw in SWITCHES:
         if args.separate:
-            cache.clear("model")  # the next engine builds its own model
+            weights_cache.clear("model")  # the next engine builds its own model
         engines.append(LLMEngine(EngineConfig(max_num_seqs=8, **kw)))
         print(f"{len(engines)} engine(s), last {kw or 'default'}: {rss_mb():.0f} MB")
     return 0

@@ -42,14 +42,14 @@ def spin_openmp_threads(module: str) -> None:
 
     Between two ops, OpenMP's worker threads either spin (ACTIVE) or go to sleep (PASSIVE), and
     a decode step is hundreds of small ops. A benchmark owns the machine, as a server does,
-    so its threads spin between the ops of a step, as an engine server's do (engine/__init__.py:
+    so its threads spin between the ops of a step, as an engine server's do (engine/threads.py:
     SPINCOUNT rounds, then sleep, so a bench's idle threads do not take a core from the
     servers it measures); the app shares two cores with its web server and keeps PASSIVE
     (app/main.py). The policy is read once, when torch loads OpenMP, hence the re-exec of
     `python -m module`. docs/performance.md says which policy each figure ran under."""
     if "OMP_WAIT_POLICY" in os.environ:
         return
-    from engine import SPINCOUNT
+    from engine.threads import SPINCOUNT
 
     os.environ["OMP_WAIT_POLICY"] = "ACTIVE"
     os.environ.setdefault("GOMP_SPINCOUNT", SPINCOUNT)
@@ -90,12 +90,20 @@ def machine_info(device: str = "cpu") -> dict:
     return info
 
 
-def write_json(path: str | None, device: str, args: argparse.Namespace, **data) -> None:
-    """Write a bench's results to `path` (no-op without --json): `data` plus the machine
-    and the command's arguments, which every bench's JSON carries, and when it ran (UTC)."""
+def write_json(path: str | None, device: str, args: argparse.Namespace, plan=None,
+               **data) -> None:
+    """Write a bench's results to `path` (no-op without --json): `data` plus the machine,
+    the execution plan (engine/plan.py: `plan`, the engine's that was measured, else the plan
+    the default config gets on `device` here), the command's arguments, and when it ran (UTC)."""
     if path:
+        if plan is None:
+            from engine.config import EngineConfig
+            from engine.plan import plan_for
+
+            plan = plan_for(EngineConfig(device=device))
         date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        out = {"machine": machine_info(device), "args": vars(args), "date": date, **data}
+        out = {"machine": machine_info(device), "plan": plan.as_dict(), "args": vars(args),
+               "date": date, **data}
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(out, indent=2))
         print(f"wrote {path}")

@@ -2,7 +2,7 @@
 
 1. Matmuls: every linear layer of the bundled model (30 layers x qkv, o, gate_up, down: the
    bytes a step streams), at 1, 16 and 64 rows, through our AMX kernel (when this CPU has
-   AMX), oneDNN's prepacked bf16 linear and plain `F.linear`.
+   AMX), our weight-streaming bf16 matmul and plain `F.linear`.
 2. Attention: 16 requests decoding at contexts 30, 100 and 200 through the C++ kernel and
    through the torch backend (gather + SDPA), one layer's pool, bf16.
    Then one prompt of 64 to 500 tokens (every query of it in one call), both ways. Then 1 and
@@ -53,13 +53,13 @@ from benchmarks.common import best_interleaved, spin_openmp_threads
 
 def bench_matmuls(model) -> None:
     from engine.model.cpu import library as cpu_library
-    from engine.model.cpu.packing import PACK_ROWS_HINT, amx_linear, packed_linear, vnni_pack
+    from engine.model.cpu.packing import amx_linear, kernel_linear, vnni_pack
 
     plain = [w for i in range(model.cfg.num_layers)
              for w in model.plain_linear_weights(i).values()]
-    ways = {"plain F.linear": (plain, F.linear),
-            "oneDNN packed": ([torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS_HINT)
-                               for w in plain], packed_linear)}
+    ways = {"plain F.linear": (plain, F.linear)}
+    if cpu_library.load() and cpu_library.matmul_isa() != "portable":
+        ways["weight-streaming matmul"] = (plain, kernel_linear)
     if cpu_library.amx_available():
         ways["AMX kernel"] = ([vnni_pack(w) for w in plain], amx_linear)
     mb = sum(w.numel() * w.element_size() for w in plain) / 1e6
@@ -75,7 +75,7 @@ def bench_matmuls(model) -> None:
                                   for name, (weights, linear) in ways.items()}, rounds=5)
         line = "  ".join(f"{name} {t * 1e3:6.2f}" for name, t in times.items())
         if "AMX kernel" in times:
-            line += f"  -> AMX {times['oneDNN packed'] / times['AMX kernel']:.2f}x oneDNN"
+            line += f"  -> AMX {times['plain F.linear'] / times['AMX kernel']:.2f}x F.linear"
         print(f"  {rows:3d} rows: {line}")
 
 
@@ -406,7 +406,8 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool 
         print(f"[{gguf.describe()}] read bandwidth {bw / 1e9:.1f} GB/s")
         return {"read_bandwidth_gb_s": bw / 1e9,
                 "gguf_matmuls": bench_gguf_matmuls(gguf, isas, bw, one_thread=one_thread)}
-    from engine.model.hardware import resolve_dtype, resolve_weights
+    from engine.model.hardware import resolve_dtype
+    from engine.plan import plan_for
 
     fp32_default = resolve_dtype("auto", torch.device("cpu")) == torch.float32
     engines = {}
@@ -458,9 +459,9 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool 
     longtail = []
     work = get_workload("longtail", longtail_seats)
     print(f"long-tail workload, {longtail_seats} requests at once, {longtail_seats} seats")
-    cpu, model = torch.device("cpu"), EngineConfig().model
-    weights = resolve_weights("auto", model, cpu, resolve_dtype("auto", cpu), library.load())
-    dtype = str(resolve_dtype("auto", cpu)).removeprefix("torch.")
+    cpu = torch.device("cpu")
+    default = plan_for(EngineConfig(device="cpu", **kw))
+    weights, dtype = default.weights, default.dtype
     ways = {f"engine default ({dtype}, weights {weights})": (EngineConfig(**kw), None)}
     for other in ("dense", "gguf", "gguf-q8", "gguf-q16"):  # every other way, in its own dtype
         if other != weights:

@@ -1,7 +1,7 @@
-"""`python -m engine.load`: many simulated users against any OpenAI-compatible server.
+"""`python -m engine.loadgen`: many simulated users against any OpenAI-compatible server.
 
     python -m engine.serve &                      # or any other OpenAI-compatible server
-    python -m engine.load --users 1000 --arrival poisson --rate 8 --json load.json
+    python -m engine.loadgen --users 1000 --arrival poisson --rate 8 --json load.json
 
 Each user sends one streamed `/v1/completions` request (prompt and answer length from a
 workload name or a JSONL file, the format `python -m benchmarks.bench --workload-file`
@@ -317,6 +317,7 @@ def offline_run(base_url: str, items: list[WorkItem], api_key: str | None) -> di
     r = httpx.get(f"{base_url.rstrip('/')}/servelab/config", headers=headers, timeout=30)
     r.raise_for_status()
     cfg = r.json()
+    cfg.pop("plan", None)  # how the server's engine runs: this process resolves its own
     if cfg.get("spec"):
         cfg["spec"] = SpecConfig(**cfg["spec"])
     cpu0 = time.process_time()
@@ -327,7 +328,7 @@ def offline_run(base_url: str, items: list[WorkItem], api_key: str | None) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m engine.load", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m engine.loadgen", description=__doc__.split("\n")[0])
     a = ap.add_argument
     a("--base-url", default="http://127.0.0.1:8000/v1")
     a("--api-key", default=None)

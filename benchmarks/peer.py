@@ -443,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
 
     engine_http = None
     if not args.skip_engine:
-        from engine import server_env
+        from engine.threads import server_env
 
         port = free_port()
         engine_server = ServerProcess("engine.serve", engine_server_command(config, port), port,
@@ -483,8 +483,10 @@ def main(argv: list[str] | None = None) -> int:
           f"after: {load_before[0]:.2f} / {load_after[0]:.2f}")
 
     from benchmarks.common import write_json
+    from engine.plan import plan_for
 
-    write_json(args.out, "cpu", args, peer={"name": args.peer, "binary": binary,
+    write_json(args.out, "cpu", args, plan=plan_for(config_from_json(json.dumps(config))),
+               peer={"name": args.peer, "binary": binary,
                                             "version": version, "gguf": str(gguf)},
                cpu=cpu, engine_config=config, threads=threads, workload=wl.name,
                load_average={"before": load_before, "after": load_after},

@@ -35,6 +35,9 @@ def config_from_json(text: str) -> EngineConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from engine.threads import spin_briefly
+
+    spin_briefly()  # before torch loads: this process serves one engine (engine/threads.py)
     ap = argparse.ArgumentParser(prog="python -m benchmarks.serve_config",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("config", help="EngineConfig fields as a JSON object")

@@ -282,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     has_draft = any(parse_method(m)[0] == "draft" for m in methods)
     probe = LLMEngine(config("draft" if has_draft else "off", 1))
     roof = roofline(probe)
+    plan = probe.plan  # the JSON records how the measured engine ran
     print(f"[{probe.describe()}] weights {roof['weight_bytes'] / 1e6:.0f} MB")
     reps = 3 if args.quick else 7
     cost = forward_cost(probe.model, probe.pool, probe.backend, probe.device, reps=reps)
@@ -361,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     results.sort(key=lambda r: (workloads.index(r["workload"]), r["concurrency"],
                                 methods.index(r["spec"] or "off")))
     print_table(results)
-    write_json(args.json, device_type, args, roofline=roof, forward_cost=cost,
+    write_json(args.json, device_type, args, plan=plan, roofline=roof, forward_cost=cost,
                draft_forward_cost=draft_cost, draft_step=draft_step, speedup_bound=bounds,
                results=results)
     return 0

@@ -20,41 +20,30 @@ How one `LLMEngine.step()` flows (engine.py):
                           tokens up to a stop (detokenizer.py), KV kept or rolled back, finish
   report.build_report     the StepReport the app draws (seats, queue, KV map, drafts)
 
-Other files: config.py (the switches and sizes), request.py (one request's state),
-sampler.py, metrics.py (TTFT, TPOT, throughput, KV use), generate.py (a command-line
+Other files: plan.py (how a step runs: device, dtype, weights, kernels, decided once),
+threads.py (OpenMP's wait policy, set by the entry points), config.py (the switches and
+sizes), request.py (one request's state), sampler.py, metrics.py (TTFT, TPOT, throughput, KV use), generate.py (a command-line
 client), server/ (the OpenAI-compatible server), model/ (loading, the forward, attention
 backends, the CPU kernels). The benchmarks live apart, in `benchmarks/`.
 """
 
-import os
+from engine.config import EngineConfig, SamplingParams, SpecConfig
 
-# OpenMP's idle worker threads (torch's libgomp) spin SPINCOUNT rounds, tens of microseconds,
-# then sleep: long enough to stay awake between the ops of one step, short enough to give the
-# core back between steps, when a server's HTTP thread has tokens to send. libgomp's default
-# spins far longer, and OMP_WAIT_POLICY=ACTIVE alone never stops (a benchmark's choice): on a
-# small machine a server decodes much slower with either (docs/performance.md). ACTIVE keeps
-# the count whole where libgomp manages more threads than there are cores (a server may: two
-# of its threads run torch ops); without it libgomp cuts the count short. Read once, when torch loads; an explicit OMP_WAIT_POLICY or
-# GOMP_SPINCOUNT wins. Set for this process only, and taken out again once torch has loaded,
-# so a child process (a benchmark's re-exec, a server) makes its own choice.
-SPINCOUNT = "3000"
-_spin_set = "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ
-if _spin_set:
-    os.environ.update(OMP_WAIT_POLICY="ACTIVE", GOMP_SPINCOUNT=SPINCOUNT)
-
-from engine.config import EngineConfig, SamplingParams, SpecConfig  # noqa: E402
-from engine.engine import LLMEngine, RequestOutput  # noqa: E402
-from engine.report import StepReport  # noqa: E402
-
-if _spin_set:  # torch, and with it libgomp, is loaded by now and has read both
-    del os.environ["GOMP_SPINCOUNT"], os.environ["OMP_WAIT_POLICY"]
+# Importing `engine` has no process-wide side effect: it does not load torch, so an entry
+# point can still choose OpenMP's wait policy first (engine/threads.py). The engine's classes
+# load on first use.
+_LAZY = {"LLMEngine": "engine.engine", "RequestOutput": "engine.engine",
+         "StepReport": "engine.report"}
 
 
-def server_env(env: dict[str, str]) -> dict[str, str]:
-    """The environment for an engine server started as a child process: the parent's, less
-    its OpenMP wait policy (a benchmark's ACTIVE, the app's PASSIVE), so that the server's own
-    short spin (SPINCOUNT) applies."""
-    return {k: v for k, v in env.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")
 
 
 __all__ = ["LLMEngine", "EngineConfig", "SamplingParams", "SpecConfig", "RequestOutput",

@@ -94,12 +94,12 @@ class EngineConfig:
     device: str = "auto"  # "auto", "cpu" or "cuda"
     # "auto": bfloat16 on CUDA and on CPUs with bf16 matrix units (AMX or AVX512-BF16), else
     # float32; float32 too where the weights are the GGUF blocks, whose matmul computes in fp32
-    # (every CPU but one with AMX, by default; engine/model/hardware.py resolve_dtype)
+    # (every CPU but one with AMX, by default; engine/plan.py decides)
     dtype: str = "auto"
     attention_backend: str = "auto"  # "auto" (triton on CUDA, cpu on CPU), "torch", "cpu", "triton"
     # Which copy of the weights the linear layers multiply:
     #   "dense": the model's tensors in `dtype` (the bundled GGUF dequantized once), laid out
-    #            for AMX, our AVX-512/AVX2 matmul or oneDNN (pack_weights)
+    #            for AMX or our AVX-512/AVX2/NEON matmul (pack_weights)
     #   "gguf":  the bundled model's linear layers and lm_head kept in the GGUF file's own Q4_1 /
     #            Q8_0 blocks, dequantized in registers by the C++ matmul (a CPU, cpu_kernels;
     #            dtype float32 or bfloat16 activations): about a third of bf16's bytes a step, and
@@ -115,9 +115,9 @@ class EngineConfig:
     #   "auto":  on a CPU whose bf16 weights would not run on AMX (AVX2, AVX-512 without AMX)
     #            the GGUF blocks: "gguf-q16" with dtype "auto", "gguf" with a dtype asked for
     #            (float32: the file's fp32 model exactly); else "dense"
-    #            (engine/model/hardware.py resolve_weights)
+    #            (engine/plan.py decides)
     weights: str = "auto"
-    pack_weights: bool = True  # CPU + bf16: reorder linear weights once, for AMX or oneDNN
+    pack_weights: bool = True  # CPU + bf16: lay linear weights out for our matmuls (False: F.linear)
     cpu_kernels: bool = True  # CPU: norms, rotary, SwiGLU, KV writes as C++ kernels if they build
     gpu_memory_utilization: float = 0.5  # CUDA: the most of the free memory the KV pool may take
     # decode-only steps replay a captured CUDA graph (engine/graphs.py; vLLM's enforce_eager,

@@ -21,10 +21,9 @@ from engine.graphs import DecodeGraphs
 from engine.kv import ContiguousAllocator, KVPool, PagedAllocator
 from engine.metrics import RunMetrics, tpot, ttft
 from engine.model.attention import get_backend
-from engine.model.cpu import library as cpu_library
-from engine.model.hardware import resolve_backend, resolve_device, resolve_dtype, resolve_weights
 from engine.model.llama import shared_model
-from engine.model.loader import Progress, load_model
+from engine.model.loader import Progress, hf_folder, load_model, read_config
+from engine.plan import ExecutionPlan, ModelFacts, plan_for
 from engine.report import Emitted, KVSummary, StepReport, build_report, kv_summary
 from engine.request import Request
 from engine.runner import ForwardResult, ModelRunner
@@ -49,9 +48,13 @@ class RequestOutput:
 class LLMEngine:
     def __init__(self, config: EngineConfig | None = None, progress: Progress | None = None):
         self.config = cfg = config or EngineConfig()
-        self.device = resolve_device(cfg.device)
-        self.dtype = resolve_dtype(cfg.dtype, self.device, model=cfg.model, weights=cfg.weights,
-                                   cpu_kernels=cfg.cpu_kernels, pack=cfg.pack_weights)
+        # how every step runs, decided once (engine/plan.py) from the config, this machine and
+        # the model's config (read before its weights, whose dtype the plan decides)
+        facts = ModelFacts.of(cfg.model, read_config(hf_folder(cfg.model, progress)))
+        self.plan: ExecutionPlan = plan_for(cfg, facts)
+        plan = self.plan
+        self.device = torch.device(plan.device)
+        self.dtype = plan.torch_dtype
         loaded = load_model(cfg.model, self.dtype, progress)
         self.tokenizer = loaded.tokenizer
         mcfg = self.model_config = loaded.config
@@ -59,15 +62,12 @@ class LLMEngine:
         if getattr(self.tokenizer, "eos_token_id", None) is not None:
             self.eos_ids.add(self.tokenizer.eos_token_id)
         k = cfg.spec.num_speculative_tokens if cfg.spec else 0
-        # C++ kernels for the small per-layer ops: built on first use, else the PyTorch ops
-        self.uses_cpu_kernels = cfg.cpu_kernels and cpu_library.available(self.device, self.dtype)
-        self.backend_name = resolve_backend(cfg.attention_backend, self.device,
-                                            self.uses_cpu_kernels)
-        self.weights = resolve_weights(cfg.weights, cfg.model, self.device, self.dtype,
-                                       self.uses_cpu_kernels, cfg.pack_weights, cfg.dtype)
-        # shared by every engine in this process with the same weights, dtype, packing, kernels
+        self.uses_cpu_kernels = plan.cpu_kernels
+        self.backend_name = plan.attention
+        self.weights = plan.weights
+        # shared by every engine in this process with the same weights, dtype, layout, kernels
         self.model = shared_model(loaded, self.device, self.dtype, cfg.max_model_len + k + 1,
-                                  cfg.pack_weights, self.uses_cpu_kernels, self.weights)
+                                  cpu_kernels=plan.cpu_kernels, layout=plan.layout)
         self.backend = get_backend(self.backend_name)
         if self.backend_name == "triton":  # ValueError on CUDA under TRITON_INTERPRET
             self.backend.check_device(self.device)
@@ -78,9 +78,7 @@ class LLMEngine:
                 f"num_kv_blocks={num_blocks} is too small: one request of max_model_len="
                 f"{cfg.max_model_len} needs {cfg.blocks_per_seq} blocks of block_size="
                 f"{cfg.block_size}")
-        # CUDA graphs for decode steps (engine/graphs.py): on for CUDA unless switched off
-        self.uses_graphs = (cfg.cuda_graphs if cfg.cuda_graphs is not None
-                            else self.device.type == "cuda")
+        self.uses_graphs = plan.cuda_graphs  # decode steps replay CUDA graphs (engine/graphs.py)
         # with graphs the pool has one more block, which no request owns: padding rows write there
         self.pool = KVPool(mcfg.num_layers, num_blocks + self.uses_graphs, cfg.block_size,
                            mcfg.num_kv_heads, mcfg.head_dim, self.dtype, self.device)
@@ -98,10 +96,11 @@ class LLMEngine:
         self.runner = ModelRunner(self.model, self.pool, self.allocator, self.backend,
                                   self.device, graphs)
         # on a GPU, compile every Triton kernel variant a step can launch now, not while
-        # serving (kernels/warmup.py): a compile stalls the step it lands in (~0.3 s measured)
+        # serving (kernels/warmup.py, imported as servelab_kernels): a compile stalls the step
+        # it lands in
         self.kernel_warmup_s = 0.0  # startup time spent compiling kernels
         if self.backend_name == "triton" and self.device.type == "cuda":
-            from kernels.warmup import warm_up
+            from servelab_kernels.warmup import warm_up
 
             t0 = time.perf_counter()
             warm_up(
@@ -321,20 +320,17 @@ class LLMEngine:
         return snap
 
     def describe(self) -> str:
-        return (f"{self.config.model} on {self.device.type} ({str(self.dtype).removeprefix('torch.')}"
-                f", attention: {self.backend_name}, weights: {self.model.layout}"
-                f"{', C++ layer ops' if self.uses_cpu_kernels else ''}"
-                f"{', CUDA graphs' if self.uses_graphs else ''})")
+        """The model and the plan in one line (the app's sidebar, engine.serve, the benches)."""
+        return f"{self.config.model} on {self.plan.describe()}"
 
 
 def freeze_startup_heap() -> None:
     """For a process that serves one engine for its whole life (`engine/serve.py`; the GPU
     check while it times one): collect once, then move every object alive into the collector's
     permanent generation (`gc.freeze`, as vLLM does after startup). A full collection while
-    serving then scans only what serving allocated: on the H200, one replayed step at 256
-    running took 281 ms before and the slowest step 54 ms after, with the one full collection
-    at 1.6 ms (`assets/bench/gpu-check-h200-5.json`, `-6.json`). Not for a process that builds
-    and drops engines (the app): a frozen engine in a reference cycle is never collected,
-    and its KV pool with it (`gc.unfreeze()` undoes the freeze)."""
+    serving then scans only what serving allocated, so no step waits on a scan of the
+    engine's startup objects (docs/performance.md has the GPU check's figures). Not for a
+    process that builds and drops engines (the app): a frozen engine in a reference cycle is
+    never collected, and its KV pool with it (`gc.unfreeze()` undoes the freeze)."""
     gc.collect()
     gc.freeze()

@@ -29,6 +29,9 @@ def trace_line(report) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from engine.threads import spin_briefly
+
+    spin_briefly()  # before torch loads: this process runs one engine (engine/threads.py)
     ap = argparse.ArgumentParser(prog="python -m engine.generate", description=__doc__.split("\n")[0])
     ap.add_argument("prompt", nargs="+", help="one or more prompts (each runs as a request)")
     ap.add_argument("--max-tokens", type=int, default=64)

@@ -95,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from engine.threads import spin_briefly
+
+    spin_briefly()  # before torch loads: this process serves one engine (engine/threads.py)
     ap = build_parser()
     args = ap.parse_args(argv)
     for name in ("max_queue", "max_requests_per_user", "max_body_bytes"):
@@ -126,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         engine = LLMEngine(config)
     except ValueError as exc:
         ap.error(str(exc))
+    print(f"plan: {engine.plan.describe()}", flush=True)  # how every step runs (engine/plan.py)
     freeze_startup_heap()  # this process serves this one engine until it exits
     settings = ServerSettings(
         model_name=args.served_model_name or args.model, api_key=api_key,

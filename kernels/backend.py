@@ -15,12 +15,12 @@ derived once per step and kept in `meta._cache`, which every layer of the step s
 from __future__ import annotations
 
 import torch
+from servelab_kernels._common import check_cuda_not_interpreted
+from servelab_kernels.decode_attention import paged_decode_attention
+from servelab_kernels.extend_attention import paged_extend_attention
+from servelab_kernels.store_kv import store_kv
 
 from engine.model.attention.base import AttentionBackend
-from kernels._common import check_cuda_not_interpreted
-from kernels.decode_attention import paged_decode_attention
-from kernels.extend_attention import paged_extend_attention
-from kernels.store_kv import store_kv
 
 
 class TritonAttention(AttentionBackend):

@@ -7,8 +7,8 @@ pointer and stride arguments marked 16-divisible as the launcher marks them) for
 (Hopper, the H200 the benchmark targets) and reads registers, spill stack and shared memory off
 the cubin with the cuobjdump that ships inside Triton's wheel.
 
-    python -m kernels.compile_check            # table on stdout, exit 1 if any kernel fails
-    python -m kernels.compile_check --json F   # the same as JSON
+    python -m servelab_kernels.compile_check            # table on stdout, exit 1 if any kernel fails
+    python -m servelab_kernels.compile_check --json F   # the same as JSON
 
 It must run without TRITON_INTERPRET (kernels decorated under the interpreter cannot be compiled).
 """
@@ -81,14 +81,14 @@ def _resources(kernel) -> dict:
 
 def cases(layouts=LAYOUTS, dtypes=(torch.bfloat16, torch.float16, torch.float32)):
     """(label, kernel, pointer types, meta) for every specialisation the wrappers launch."""
-    from kernels.decode_attention import (
+    from servelab_kernels.decode_attention import (
         _decode_combine_kernel,
         _decode_split_kernel,
         combine_kernel_meta,
         split_kernel_meta,
     )
-    from kernels.extend_attention import _extend_kernel, extend_kernel_meta
-    from kernels.store_kv import _store_kv_kernel, store_kernel_meta
+    from servelab_kernels.extend_attention import _extend_kernel, extend_kernel_meta
+    from servelab_kernels.store_kv import _store_kv_kernel, store_kernel_meta
 
     block_size = 16
     for h, kvh, d in layouts:

@@ -24,8 +24,7 @@ import math
 import torch
 import triton
 import triton.language as tl
-
-from kernels._common import (
+from servelab_kernels._common import (
     LOG2E,
     check_paged_args,
     dot_in_storage_dtype,

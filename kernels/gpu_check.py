@@ -1,4 +1,4 @@
-"""One decisive GPU run: `python -m kernels.gpu_check --out DIR`.
+"""One decisive GPU run: `python -m servelab_kernels.gpu_check --out DIR`.
 
 GPU time comes rarely and in short loans, so everything the GPU has to show is one script that
 fits 7 minutes on one GPU, setup included, and writes DIR/gpu_check.json after EVERY section:
@@ -330,11 +330,12 @@ def paged_case(c: Check, layout, dtype, seq_lens, q_lens, block_size, seed=0, nu
 
 def kernel_checks(c: Check) -> dict:
     torch = c.torch
+    from servelab_kernels.backend import TritonAttention
+    from servelab_kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
+    from servelab_kernels.extend_attention import paged_extend_attention, paged_extend_attention_ref
+    from servelab_kernels.store_kv import store_kv, store_kv_ref
+
     from engine.model.attention import TorchAttention, build_metadata
-    from kernels.backend import TritonAttention
-    from kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
-    from kernels.extend_attention import paged_extend_attention, paged_extend_attention_ref
-    from kernels.store_kv import store_kv, store_kv_ref
 
     s = c.sizes
     tol = {torch.float32: 1e-3, torch.bfloat16: 1e-2}
@@ -437,7 +438,7 @@ def _table_tensor(torch, tables, device):
 def decode_bandwidth(c: Check) -> dict:
     """Achieved bandwidth of decode attention (bf16, block 16, shuffled blocks) vs the copy's."""
     torch = c.torch
-    from kernels.decode_attention import choose_splits, paged_decode_attention
+    from servelab_kernels.decode_attention import choose_splits, paged_decode_attention
 
     rows = []
     for name, h, kvh, d in c.sizes.layouts[:2]:
@@ -475,7 +476,7 @@ def decode_bandwidth(c: Check) -> dict:
 # ---- driver --------------------------------------------------------------------------------
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m kernels.gpu_check",
+        prog="python -m servelab_kernels.gpu_check",
         description="The whole GPU check (kernels, engine correctness, engine vs naive, CUDA "
         "graphs) in one run; DIR/gpu_check.json is rewritten after every section.")
     ap.add_argument("--out", help="folder for gpu_check.json")
@@ -517,10 +518,10 @@ def main(argv=None) -> int:
 
     if not args.dry_run:
         if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-            print("kernels.gpu_check: unset TRITON_INTERPRET to run on the GPU", file=sys.stderr)
+            print("servelab_kernels.gpu_check: unset TRITON_INTERPRET to run on the GPU", file=sys.stderr)
             return 2
         if not torch.cuda.is_available():
-            print("kernels.gpu_check needs a CUDA GPU: torch.cuda.is_available() is False "
+            print("servelab_kernels.gpu_check needs a CUDA GPU: torch.cuda.is_available() is False "
                   f"(torch {torch.__version__}). Nothing was measured. --dry-run checks the "
                   "script on the CPU.", file=sys.stderr)
             return 2
@@ -529,10 +530,10 @@ def main(argv=None) -> int:
     try:
         import triton  # noqa: F401
     except ImportError:
-        print("kernels.gpu_check needs triton (pip install triton)", file=sys.stderr)
+        print("servelab_kernels.gpu_check needs triton (pip install triton)", file=sys.stderr)
         return 2
 
-    from kernels import gpu_engine_check as eng
+    from servelab_kernels import gpu_engine_check as eng
 
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(0)
@@ -545,7 +546,7 @@ def main(argv=None) -> int:
     c = Check(args.out, args.dry_run, budget, sizes, vars(args))
     if only is not None:  # env and setup always run: the rest needs the model they install
         c.report["sections"] = [n for n in SECTIONS if n in ("env", "setup") or n in only]
-    print(f"kernels.gpu_check -> {c.path} (budget {budget:.0f}s)", flush=True)
+    print(f"servelab_kernels.gpu_check -> {c.path} (budget {budget:.0f}s)", flush=True)
     runs = {
         "env": (lambda: env_info(c), 0),
         "setup": (lambda: setup(c, args.gguf_parts), 0),

@@ -1,4 +1,4 @@
-"""The engine's sections of `python -m kernels.gpu_check`: correctness, speed, CUDA graphs.
+"""The engine's sections of `python -m servelab_kernels.gpu_check`: correctness, speed, CUDA graphs.
 
   * engine_vs_hf     greedy tokens against transformers' generate() on the same device: fp32
                      equal; bf16's first divergence and the reference's logit gap there
@@ -279,10 +279,11 @@ def run_engine(c, wl, seats: int) -> dict:
     parts = {p: round(1e3 * s / max(steps, 1), 3) for p, s in timer.totals.items()}
     parts["forward_gpu_events"] = round(timer.gpu_forward_ms / max(steps, 1), 3)
     warmup_s = round(getattr(eng, "kernel_warmup_s", 0.0), 3)  # at startup, not timed above
+    plan = eng.plan.as_dict()  # how its steps ran (engine/plan.py)
     del eng
     gc.unfreeze()  # the engine and what it held can be collected again
     _free(c)
-    return {"system": "engine", "requests": len(wl.items), "seats": seats,
+    return {"system": "engine", "plan": plan, "requests": len(wl.items), "seats": seats,
             "num_kv_blocks": seats * -(-max_model_len // 16), "output_tokens": tokens,
             "wall_s": round(wall, 3), "output_tok_per_s": round(tokens / wall, 1),
             "steps": steps, "mean_running": round(running_sum / max(steps, 1), 2),

@@ -14,8 +14,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-
-from kernels._common import check_device, next_pow2
+from servelab_kernels._common import check_device, next_pow2
 
 
 @triton.jit

@@ -22,11 +22,14 @@ from __future__ import annotations
 import math
 
 import torch
-
-from kernels._common import next_pow2
-from kernels.decode_attention import choose_splits, paged_decode_attention, split_kernel_meta
-from kernels.extend_attention import choose_block_q, paged_extend_attention
-from kernels.store_kv import store_kv
+from servelab_kernels._common import next_pow2
+from servelab_kernels.decode_attention import (
+    choose_splits,
+    paged_decode_attention,
+    split_kernel_meta,
+)
+from servelab_kernels.extend_attention import choose_block_q, paged_extend_attention
+from servelab_kernels.store_kv import store_kv
 
 
 def width_classes(need: int, max_blocks: int) -> list[int]:

@@ -23,9 +23,9 @@ linear.cpp; skipped on CPUs without AMX), "bf16" (the weight-streaming matmul, m
 the layout on CPUs without AMX) and "gguf" (the same matmul on the GGUF file's own blocks,
 weights="gguf"), in bf16; "gguf-fp32" is the engine's default on CPUs
 without AMX (dtype="auto" -> float32 on GGUF weights); "gguf-q8" and "gguf-q16" are the same
-blocks with int8 (llama.cpp's arithmetic) and int16 activations, in float32. oneDNN's bf16 linear ("onednn") adds
-in an order that depends on the number of rows; run the matrix on it with
-SERVELAB_INVARIANCE_LAYOUTS=onednn to see how many requests differ.
+blocks with int8 (llama.cpp's arithmetic) and int16 activations, in float32. Plain F.linear
+("plain", the reference and the GPU's layout) is not held to this: its BLAS may add in an
+order that depends on the number of rows.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.workloads import get_workload
-from engine import EngineConfig, LLMEngine, SamplingParams, SpecConfig
+from engine import EngineConfig, LLMEngine, SamplingParams, SpecConfig, plan
 from engine.model import llama
 from engine.model.attention import build_metadata
 from engine.model.cpu import library as cpu_library
@@ -232,12 +232,12 @@ FIRST = {"preemption": 3}  # the prompt submitted first (the others follow in or
 def forced_layout(layout: str):
     """Engines built inside get `layout` for their weights (and its matmul), whatever this
     CPU's default is."""
-    original = llama.choose_layout
-    llama.choose_layout = lambda *args, **kwargs: layout
+    original = plan.dense_layout
+    plan.dense_layout = lambda *args, **kwargs: layout
     try:
         yield
     finally:
-        llama.choose_layout = original
+        plan.dense_layout = original
 
 
 def _engine(layout: str, **kw) -> LLMEngine:

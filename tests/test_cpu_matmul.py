@@ -274,33 +274,3 @@ def test_columns_are_independent_with_tails(ops, isa, gguf_tensors, fmt):
         for first, n in ((0, 37), (101, 3), (5, 1)):
             part = ops.matmul(x, raw[first:first + n].contiguous(), fmt, isa)
             assert torch.equal(part, full[:, first:first + n]), (rows, first, n)
-
-
-def test_auto_weights_are_the_gguf_blocks_unless_amx_runs_bf16(monkeypatch):
-    """weights="auto" (engine/model/hardware.py): the file's own blocks on a CPU, except bf16
-    where AMX tiles run the dense weights; dense wherever the GGUF path cannot run or the
-    plain reference is asked for. With dtype "auto" the blocks run int16 activations
-    (gguf-q16); a dtype asked for gets that arithmetic itself (gguf). The CPU's answers are
-    stood in for, so every CPU checks the whole rule."""
-    from engine.model.hardware import resolve_weights
-
-    cpu = torch.device("cpu")
-
-    def auto(dtype=torch.float32, device=cpu, kernels=True, pack=True, model="smollm2-135m",
-             asked=None):
-        asked = asked or str(dtype).removeprefix("torch.")
-        return resolve_weights("auto", model, device, dtype, kernels, pack, asked)
-
-    monkeypatch.setattr(library, "matmul_isa", lambda: "avx2")
-    monkeypatch.setattr(library, "amx_available", lambda: False)
-    assert auto(torch.float32) == auto(torch.bfloat16) == "gguf"
-    assert auto(torch.float32, asked="auto") == "gguf-q16"
-    monkeypatch.setattr(library, "amx_available", lambda: True)
-    assert auto(torch.bfloat16) == "dense" and auto(torch.float32) == "gguf"
-    assert auto(torch.bfloat16, asked="auto") == "dense"
-    assert auto(torch.float16) == "dense"
-    assert auto(kernels=False) == auto(pack=False) == "dense"
-    assert auto(device=torch.device("cuda")) == "dense"
-    assert auto(model="/a/hugging/face/folder") == "dense"
-    monkeypatch.setattr(library, "matmul_isa", lambda: "portable")
-    assert auto() == "dense"

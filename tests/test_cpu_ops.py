@@ -124,8 +124,7 @@ def test_amx_linear_rounds_the_exact_product(rows, out_in):
     """The AMX matmul adds bf16 products in fp32 and rounds once: each output is the exact
     (fp64) result rounded to bf16, give or take one bf16 step where fp32 addition order moves
     a value across a rounding boundary (or, where large terms cancel, fp32's own error on
-    the terms' magnitude); oneDNN's bf16 linear (the engine without AMX) gives the same
-    numbers."""
+    the terms' magnitude)."""
     n, k = out_in
     x = _rand(rows, k, dtype=torch.bfloat16, scale=2.0)
     w = _rand(n, k, dtype=torch.bfloat16, scale=0.05, seed=1)
@@ -159,7 +158,7 @@ def test_amx_linear_names_bad_inputs(ops):
 def test_engine_packs_for_amx_only_with_the_kernels():
     assert LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=1)).model.layout == "amx"
     plain = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=1, cpu_kernels=False))
-    assert plain.model.layout == "onednn"
+    assert plain.model.layout == "plain"
     with pytest.raises(ValueError, match="layout='amx' needs cpu_kernels=True"):
         LlamaModel(plain.model.loaded, plain.device, plain.dtype, 64, layout="amx")
 
@@ -170,11 +169,9 @@ def test_engines_with_and_without_the_kernels_give_the_same_tokens(dtype):
     """Whole engines, batched prefill and decode: identical greedy tokens. Both use the
     torch attention backend: the C++ attention kernel rounds differently from SDPA in bf16
     (tests/test_attention.py checks it); every other small kernel must change nothing. In
-    bf16 the kernels also bring the AMX matmul, which adds in a different order from
-    oneDNN's once a prefill has more than 16 rows (test_amx_linear_rounds_the_exact_product;
-    test_packing.py compares the two models' logits), and without AMX our own bf16 matmul
-    (layout "bf16") adds in yet another order: here both sides use oneDNN's (with AMX) or
-    plain F.linear (without)."""
+    bf16 the kernels also bring the AMX matmul or our own bf16 matmul (layout "bf16"), which
+    add in other orders than F.linear (test_amx_linear_rounds_the_exact_product;
+    test_packing.py compares the models' logits): here both sides use plain F.linear."""
     params = SamplingParams(max_tokens=24, ignore_eos=True)
     runs = {}
     for kernels in (True, False):
@@ -183,9 +180,8 @@ def test_engines_with_and_without_the_kernels_give_the_same_tokens(dtype):
         assert eng.uses_cpu_kernels is kernels
         assert eng.model.ops.name == ("cpu" if kernels else "torch")
         if eng.model.layout in ("amx", "bf16"):
-            layout = "onednn" if eng.model.layout == "amx" else "plain"
             eng.model = eng.runner.model = LlamaModel(eng.model.loaded, eng.device, eng.dtype,
-                                                      1024, cpu_kernels=True, layout=layout)
+                                                      1024, cpu_kernels=True, layout="plain")
         runs[kernels] = [o.token_ids for o in eng.generate(PROMPTS, params)]
     assert runs[True] == runs[False]
 

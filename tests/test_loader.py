@@ -85,7 +85,7 @@ def test_cache_is_a_plain_hf_folder():
 
 
 def test_one_cache_holds_the_weights_and_the_built_model():
-    """Engines, the app and the draft all load through engine/model/cache.py: the second
+    """Engines, the app and the draft all load through engine/model/weights_cache.py: the second
     engine reuses the first one's weights and model."""
     from engine.model.loader import is_loaded, load_model
 
@@ -99,7 +99,7 @@ def test_one_cache_holds_the_weights_and_the_built_model():
 def test_cache_builds_once_across_threads_and_keeps_one_draft():
     from concurrent.futures import ThreadPoolExecutor
 
-    from engine.model import cache
+    from engine.model import weights_cache
 
     calls = []
 
@@ -109,28 +109,32 @@ def test_cache_builds_once_across_threads_and_keeps_one_draft():
 
     try:
         with ThreadPoolExecutor(4) as pool:
-            got = list(pool.map(lambda _: cache.get("test", (1,), build), range(8)))
+            got = list(pool.map(lambda _: weights_cache.get("test", (1,), build), range(8)))
         assert len(calls) == 1 and all(g is got[0] for g in got)
-        first = cache.get("draft", ("test-a",), object)
-        assert cache.get("draft", ("test-a",), object) is first
-        cache.get("draft", ("test-b",), object)  # a second draft replaces the first
-        assert not cache.contains("draft", ("test-a",)) and cache.contains("draft", ("test-b",))
+        first = weights_cache.get("draft", ("test-a",), object)
+        assert weights_cache.get("draft", ("test-a",), object) is first
+        weights_cache.get("draft", ("test-b",), object)  # a second draft replaces the first
+        assert not weights_cache.contains("draft", ("test-a",)) and weights_cache.contains("draft", ("test-b",))
     finally:
-        cache.clear("test")
-        cache.clear("draft")
+        weights_cache.clear("test")
+        weights_cache.clear("draft")
 
 
-def test_no_installed_package_is_shadowed_by_the_repos_kernels_package():
-    """This repo's top-level `kernels` (the Triton kernels) hides any installed distribution of
-    the same import name. transformers 5.25 made PyPI's `kernels` a dependency and imports it
-    while reading a GGUF file, so every model load failed; pyproject pins transformers below it.
-    Whoever lifts that pin sees this test fail before the model loads do."""
+def test_the_repos_kernels_folder_does_not_shadow_pypis_kernels():
+    """transformers imports PyPI's `kernels` while it reads a GGUF file. This repo's Triton
+    kernels live in a folder of that name, imported as `servelab_kernels`: the folder has no
+    `__init__.py`, so `import kernels`, even from the repo root, finds the installed package."""
     import importlib.metadata as md
+    import importlib.util
+    from pathlib import Path
 
-    import kernels
+    import servelab_kernels
 
-    owners = set(md.packages_distributions().get("kernels", []))
-    assert owners <= {"servelab"}, (
-        f"installed distributions {sorted(owners - {'servelab'})} provide a `kernels` module that "
-        f"this repo's {kernels.__file__} shadows (see the transformers pin in pyproject.toml)"
-    )
+    folder = Path(servelab_kernels.__path__[0])
+    assert folder.name == "kernels" and (folder / "backend.py").is_file()
+    assert not (folder / "__init__.py").exists()
+    spec = importlib.util.find_spec("kernels")
+    assert spec is not None and spec.origin is not None, "PyPI's kernels is not installed"
+    assert Path(spec.origin).parent != folder
+    files = md.distribution("kernels").files
+    assert any(str(f) == "kernels/__init__.py" for f in files)

@@ -6,7 +6,7 @@ adopts one named in server-side configuration, shows the join panel (address, QR
 code), and draws the server's step stream with the other pages' components: the seats with
 each student's nickname, the queue at the door, the KV block map with each student's blocks,
 the gauges and their history, the drafts when speculation is on. "Add N simulated users"
-runs `python -m engine.load` against the same server; simulated riders are drawn grey.
+runs `python -m engine.loadgen` against the same server; simulated riders are drawn grey.
 Flipping a switch restarts the class engine, after the requests in flight finish or at once
 (aborting them: their pages say the engine went away); each configuration's measured TTFT,
 TPOT and throughput stay in a table for the end of the class.

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from engine.model import cache
+from engine.model import weights_cache
 from engine.model.loader import BUNDLED_MODELS, LoadedModel, ModelConfig, _bundled_gguf
 
 # GGUF tensor type -> the kernel's format name (engine/model/cpu/matmul.cpp)
@@ -96,9 +96,9 @@ def _read(path, cfg: ModelConfig) -> dict:
 
 def read_linear_weights(loaded: LoadedModel) -> dict:
     """{"layers": [{"qkv", "o", "gate_up", "down"} per layer], "lm_head"}: uint8 GGUF rows,
-    read once per process (engine/model/cache.py)."""
+    read once per process (engine/model/weights_cache.py)."""
     path = gguf_path(loaded)
-    return cache.get("gguf", (str(path),), lambda: _read(path, loaded.config))
+    return weights_cache.get("gguf", (str(path),), lambda: _read(path, loaded.config))
 
 
 def quantize_q8_0(w: torch.Tensor) -> torch.Tensor:

@@ -8,10 +8,10 @@ back to back, and the attention backend finds each request's context in the KV p
 
 q/k/v and gate/up projections are fused into one matmul each: fewer, larger matmuls are
 what a CPU (and a GPU) runs best. Everything that differs between a GPU, a plain CPU and a
-CPU with our C++ kernels is chosen once, when the model is built: the small per-layer ops
-(`LayerOps`: PyTorch's or the C++ kernels), the weight layout and its matmul
-(engine/model/cpu/packing.py), and whether the C++ copy of the layer loop may run; `forward`
-shows every path a step can take.
+CPU with our C++ kernels is decided once, by the engine's execution plan (engine/plan.py),
+and built here with the model: the small per-layer ops (`LayerOps`: PyTorch's or the C++
+kernels), the weight layout and its matmul (engine/model/cpu/packing.py), and whether the
+C++ copy of the layer loop may run; `forward` shows every path a step can take.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from engine.model import cache
+from engine.model import weights_cache
 from engine.model.attention import AttentionBackend, AttentionMetadata
 from engine.model.cpu.attention import CpuAttention
 from engine.model.cpu.packing import (
@@ -33,8 +33,6 @@ from engine.model.cpu.packing import (
     LAYOUTS,
     PACKERS,
     amx_fits,
-    choose_layout,
-    cpu_packing_available,
     pack_grouped,
     step_order_arena,
 )
@@ -43,8 +41,8 @@ from engine.model.loader import LoadedModel, ModelConfig
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     # computed in fp32, as transformers' LlamaRMSNorm does (x * rsqrt(mean(x^2) + eps), then
-    # cast back and scaled); torch's fused rms_norm, 4 ops instead of 8, gave identical bits
-    # on every captured step we compared (bf16 and fp32)
+    # cast back and scaled); torch's fused rms_norm does it in fewer ops with the same
+    # roundings (tests/test_engine_equality.py holds the engine to transformers' tokens)
     return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
 
 
@@ -117,8 +115,8 @@ class LlamaModel:
     """Weights on one device in one dtype; `forward` runs the flat batch through every layer.
 
     cpu_kernels: run the small per-layer ops as C++ kernels (a CPU, the kernels loaded).
-    layout: the linear weights' layout ("plain", "onednn", "amx", "bf16", "gguf", "gguf-q8";
-        cpu/packing.py, which also chooses it for the engine). Reordering happens here, once.
+    layout: the linear weights' layout (engine/plan.py LAYOUTS, made by cpu/packing.py; the
+        execution plan chooses it for the engine). Reordering happens here, once.
         "gguf": the linear layers and the lm_head are the GGUF file's own Q4_1 / Q8_0 rows
         (engine/model/gguf.py); the embedding and norms stay the loaded (dequantized) tensors.
         "gguf-q8": the same bytes regrouped 16 columns at a time (pack_q8), multiplied as
@@ -229,13 +227,11 @@ class LlamaModel:
             if bad:
                 raise ValueError(f"layout={layout!r} needs input sizes in multiples of 32, got "
                                  f"{bad}")
-        elif layout != "plain" and not cpu_packing_available(self.device, self.dtype):
-            raise ValueError(f"layout={layout!r} needs a CPU and bfloat16 with oneDNN's packed "
-                             f"linear; got {self.device.type}, {self.dtype}")
         if layout == "amx" and not (cpu_kernels and library.amx_available()
+                                    and self.dtype == torch.bfloat16
                                     and all(amx_fits(*s) for s in self.linear_shapes(self.cfg))):
-            raise ValueError("layout='amx' needs cpu_kernels=True, a CPU with AMX tiles and "
-                             "weight shapes in multiples of 16 x 32")
+            raise ValueError("layout='amx' needs cpu_kernels=True, a CPU with AMX tiles, "
+                             "bfloat16 and weight shapes in multiples of 16 x 32")
 
     @staticmethod
     def linear_shapes(cfg: ModelConfig) -> list[tuple[int, int]]:
@@ -246,8 +242,8 @@ class LlamaModel:
 
     @property
     def packed(self) -> bool:
-        """Are the linear weights reordered for a CPU matmul (not plain [out, in])?"""
-        return self.layout in ("onednn", "amx")
+        """Are the linear weights laid out for one of our C++ bf16 matmuls (not F.linear)?"""
+        return self.layout in ("amx", "bf16")
 
     @property
     def weight_bytes(self) -> int:
@@ -353,23 +349,26 @@ class LlamaModel:
 
 def shared_model(loaded: LoadedModel, device: torch.device, dtype: torch.dtype,
                  max_positions: int, pack: bool = False, cpu_kernels: bool = False,
-                 weights: str = "dense") -> LlamaModel:
-    """The LlamaModel for these weights, device, dtype, ops and packing, built once per
-    process (engine/model/cache.py). Its weights are read-only, so engines share it and own
-    only their KV pools; the rotary tables grow to the longest max_positions asked for.
-    weights: "dense" (the loaded tensors, laid out by choose_layout) or "gguf" (the GGUF file's
-    own blocks; a CPU with the C++ kernels, a model shipped as GGUF), or "gguf-q8" / "gguf-q16"
-    (the same blocks, int8 / int16 activations)."""
-    if weights in GGUF_LAYOUTS:
-        layout = weights
-        if device.type != "cpu" or not cpu_kernels:
-            raise ValueError(f"weights={weights!r} runs on the CPU with the C++ kernels "
-                             "(device='cpu', cpu_kernels=True, and g++ to build them)")
-    else:
-        layout = choose_layout(LlamaModel.linear_shapes(loaded.config), device, dtype, pack,
-                               cpu_kernels)
+                 weights: str = "dense", layout: str | None = None) -> LlamaModel:
+    """The LlamaModel for these weights, device, dtype, ops and layout, built once per process
+    (engine/model/weights_cache.py). Its weights are read-only, so engines share it and own only their
+    KV pools; the rotary tables grow to the longest max_positions asked for.
+    layout: the execution plan's (engine/plan.py). None: a GGUF `weights` is its own layout,
+    dense weights get the plan's rule for `pack` on this machine (plan.dense_layout)."""
+    if layout is None:
+        if weights in GGUF_LAYOUTS:
+            layout = weights
+        else:
+            from engine.plan import dense_layout, machine_facts
+
+            layout = dense_layout(LlamaModel.linear_shapes(loaded.config), device.type,
+                                  str(dtype).removeprefix("torch."), pack, cpu_kernels,
+                                  machine_facts(cpu_kernels))
+    if layout in GGUF_LAYOUTS and (device.type != "cpu" or not cpu_kernels):
+        raise ValueError(f"weights={layout!r} runs on the CPU with the C++ kernels "
+                         "(device='cpu', cpu_kernels=True, and g++ to build them)")
     key = (str(loaded.folder), str(device), dtype, cpu_kernels, layout)
-    model = cache.get("model", key, lambda: LlamaModel(loaded, device, dtype, max_positions,
+    model = weights_cache.get("model", key, lambda: LlamaModel(loaded, device, dtype, max_positions,
                                                       cpu_kernels, layout))
     model.ensure_positions(max_positions)
     return model

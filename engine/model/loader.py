@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from engine.model import cache
+from engine.model import weights_cache
 
 # name -> (python package holding the file, file name inside it)
 BUNDLED_MODELS = {
@@ -239,7 +239,7 @@ def _cache_key(folder: Path, dtype: torch.dtype) -> tuple:
 def load_model(name: str, dtype: torch.dtype = torch.float32,
                progress: Progress | None = None) -> LoadedModel:
     """A model's config, weights (cast to dtype) and tokenizer, read once per process
-    (engine/model/cache.py); later calls return the same object at once."""
+    (engine/model/weights_cache.py); later calls return the same object at once."""
     folder = hf_folder(name, progress)
 
     def read() -> LoadedModel:
@@ -250,7 +250,7 @@ def load_model(name: str, dtype: torch.dtype = torch.float32,
             raise ModelLoadError(f"{folder}: no embed_tokens weight; not a Llama-family model?")
         return LoadedModel(name, folder, config, weights, tokenizer)
 
-    loaded = cache.get("weights", _cache_key(folder, dtype), read)
+    loaded = weights_cache.get("weights", _cache_key(folder, dtype), read)
     if progress:
         progress(1.0, "model ready")
     return loaded
@@ -259,4 +259,4 @@ def load_model(name: str, dtype: torch.dtype = torch.float32,
 def is_loaded(name: str, dtype: torch.dtype) -> bool:
     """Has this process loaded `name` in `dtype` already (so load_model returns at once)?"""
     folder = cache_root() / name if name in BUNDLED_MODELS else Path(name).expanduser()
-    return cache.contains("weights", _cache_key(folder, dtype))
+    return weights_cache.contains("weights", _cache_key(folder, dtype))

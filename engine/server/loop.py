@@ -21,7 +21,7 @@ watches, the report becomes one JSON object: `StepReport.to_dict()` plus
 `"owners": {request_id: {"user": <OpenAI's "user" field, or the client's address>,
 "kind": "simulated" | "person"}}` for every request the report names (seats, queue, KV
 block tables, emitted, finished, aborted). `kind` is "simulated" when the user name starts
-with "sim-" (what `python -m engine.load` sends), so a viewer can draw simulated riders
+with "sim-" (what `python -m engine.loadgen` sends), so a viewer can draw simulated riders
 apart from people. A viewer that falls behind is not queued a backlog: it gets the newest
 report when it is ready again (step numbers then skip).
 """

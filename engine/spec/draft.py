@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from engine.kv import KVPool, PagedAllocator
-from engine.model import cache
+from engine.model import weights_cache
 from engine.model.llama import LlamaModel, shared_model
 from engine.request import Request
 from engine.runner import Chunk, ModelRunner
@@ -185,7 +185,7 @@ class QuantizedLlama(LlamaModel):
 
         # quantized from the plain weights, so the same for a packed and a plain target
         key = (str(target.loaded.folder), str(target.device), target.dtype, recipe)
-        self.layers, self.lm_head = cache.get("draft", key, quantize)
+        self.layers, self.lm_head = weights_cache.get("draft", key, quantize)
 
     @property
     def weight_bytes(self) -> int:

@@ -2,12 +2,12 @@
 outputs, with a frequency-ranked reduced vocabulary (FR-Spec).
 
 Why not a smaller copy of the target? A draft pays only if it is both accurate and much
-cheaper than the target. The built-in int4 twin (`draft.py`) agrees 96% but reads a third
-of the target's bytes and runs all 30 layers, so a draft step costs ~0.9x a target step on
-an AMX CPU, where the bf16 target itself is fast. A self-speculative draft that skips the
-target's layers (LayerSkip, Elhoushi et al. 2024, arXiv:2404.16710; SWIFT, Xia et al. 2024,
-arXiv:2410.06916) without training barely agrees (the first 15 of 30 layers: 7%; without 4
-middle layers: 63%) and still costs 0.35-0.8x (README, Performance, `benchmarks.draft_study`).
+cheaper than the target. The built-in int4 twin (`draft.py`) agrees often but runs all 30
+layers over a large share of the target's bytes, so where the target itself is fast its step
+costs nearly a target step. A self-speculative draft that skips the target's layers
+(LayerSkip, Elhoushi et al. 2024, arXiv:2404.16710; SWIFT, Xia et al. 2024, arXiv:2410.06916)
+without training agrees far less and still runs many layers (`benchmarks.draft_study`
+measures both; docs/performance.md has the figures).
 
 EAGLE (Li et al. 2024, "EAGLE: Speculative Sampling Requires Rethinking Feature
 Uncertainty", arXiv:2401.15077) drafts at the feature level: ONE decoder layer reads the
@@ -21,8 +21,8 @@ drafting ends before the first token whose probability under the head is below
 Medusa (Cai et al. 2024, arXiv:2401.10774) instead puts k independent heads on f_j; EAGLE's
 autoregressive head is more accurate at the same cost.
 
-The readout. SmolLM2's output head is 49152 x 576, 28M of the model's 135M weights: read in
-full it alone costs ~0.2x a target step. FR-Spec (Zhao et al. 2025, "FR-Spec: Accelerating
+The readout. SmolLM2's output head is 49152 x 576, a fifth of the model's weights: read in
+full it alone would cost a fifth of a target step. FR-Spec (Zhao et al. 2025, "FR-Spec: Accelerating
 Large-Vocabulary Language Models via Frequency-Ranked Speculative Sampling",
 arXiv:2502.14856) drafts from the most frequent tokens only: here the `vocab_size` tokens the
 target emits most often on the training prompts (ties and the rest by token id, i.e. by the
@@ -251,9 +251,12 @@ def unrolled_forward(w: dict[str, Tensor], cfg, feats: Tensor, next_embs: list[T
 
 
 class EagleHead:
-    """The trained head on the target's device, dtype, weight layout and layer ops."""
+    """The trained head on the target's device, dtype, weight layout and layer ops: the
+    engine's execution plan (engine/plan.py) decides them for both."""
 
-    def __init__(self, target: LlamaModel, weights: dict[str, Tensor]):
+    def __init__(self, target: LlamaModel, weights: dict[str, Tensor], plan=None):
+        """plan: the engine's ExecutionPlan (its layout and layer loop); None: the target
+        model's own (tests that build a target without an engine)."""
         self.cfg, self.target = target.cfg, target
         self.device, self.dtype = target.device, target.dtype
         self.ops = target.ops
@@ -261,11 +264,14 @@ class EagleHead:
         w = {n: weights[n].to(device=dev, dtype=dt).contiguous() for n in WEIGHT_NAMES}
         self.vocab = weights["vocab"].to(device=dev, dtype=torch.long)  # [V']
         readout = target.plain_lm_head[self.vocab].contiguous()  # [V', H], frozen, shared rows
-        layout = target.layout
+        layout = plan.layout if plan is not None else target.layout
+        if layout != target.layout:
+            raise ValueError(f"the plan's layout {layout!r} is not the target's "
+                             f"{target.layout!r}")
         if layout in GGUF_LAYOUTS:
             # the target's format for the head too: its linear weights quantized to Q8_0 here
-            # (1.06 bytes a weight: an fp32 head would read ~4x the bytes and cost ~0.4x a
-            # target step), its readout the rows of the target's own Q8_0 output head
+            # (a float head would read several times the bytes of the quantized one), its
+            # readout the rows of the target's own Q8_0 output head
             from engine.model.gguf import quantize_q8_0
 
             for n in LINEAR_NAMES:
@@ -274,9 +280,7 @@ class EagleHead:
 
             readout = read_linear_weights(target.loaded)["lm_head"][self.vocab].contiguous()
             if layout in GROUPED_ACTIVATIONS:  # int8 / int16 activations too, as the
-                # target's: the same rows regrouped by 16 columns (gguf-q8: a head step 0.52 ->
-                # 0.34 ms, 0.135x -> 0.09x the target's; spec_bench.head_cost, old and new code
-                # twice each, Zen 4)
+                # target's: the same rows regrouped by 16 columns, read by the same kernel
                 from engine.model.cpu.packing import pack_grouped
 
                 w = {n: pack_grouped(layout, w[n], weights[n].shape[1]) if n in LINEAR_NAMES
@@ -303,10 +307,10 @@ class EagleHead:
         self.q_size = self.cfg.num_heads * self.cfg.head_dim
         self.kv_size = self.cfg.num_kv_heads * self.cfg.head_dim
         self.scale = self.cfg.head_dim ** -0.5
-        # the layer in the target's C++ layer loop where the target runs one (one call instead
-        # of ~15 operators: a head step 0.36 -> 0.30 ms on gguf-q8, paired timings with
-        # spec_bench.head_cost), the same kernels, so the same bits (tests/test_spec_eagle.py)
-        self.cpp_loop = target.cpp_layer_weights is not None
+        # the layer in the C++ layer loop where the plan runs the target's there (one call
+        # instead of ~15 operators), the same kernels, so the same bits (tests/test_spec_eagle.py)
+        self.cpp_loop = (plan.layer_loop == "cpp" if plan is not None
+                         else target.cpp_layer_weights is not None)
         self.cpp_weights = [w[n] for n in ("in_norm", "qkv", "o", "post_norm", "gate_up", "down")]
 
     @torch.inference_mode()
@@ -345,9 +349,11 @@ class EagleHead:
         return self.linear(feats, self.readout).float()
 
 
-def load_head(target: LlamaModel, path: str | Path | None, model_name: str) -> EagleHead:
-    """The head at `path` (None: the trained one in the cache); a clear error if missing."""
-    from engine.model import cache
+def load_head(target: LlamaModel, path: str | Path | None, model_name: str,
+              plan=None) -> EagleHead:
+    """The head at `path` (None: the trained one in the cache), laid out as `plan` (the
+    engine's ExecutionPlan) says; a clear error if missing."""
+    from engine.model import weights_cache
 
     p = Path(path) if path is not None else head_path(model_name)
     if not p.is_file():
@@ -362,9 +368,9 @@ def load_head(target: LlamaModel, path: str | Path | None, model_name: str) -> E
     def build() -> EagleHead:
         weights, _ = load_weights(p)
         check_weights(weights, target, str(p))
-        return EagleHead(target, weights)
+        return EagleHead(target, weights, plan)
 
-    return cache.get("eagle", key, build)
+    return weights_cache.get("eagle", key, build)
 
 
 def head_info(path: str | Path | None = None, model_name: str = "smollm2-135m") -> dict | None:
@@ -411,7 +417,8 @@ class EagleProposer:
 
     def __init__(self, engine, spec_config):
         self.engine = engine
-        self.head = load_head(engine.model, spec_config.draft_model, engine.config.model)
+        self.head = load_head(engine.model, spec_config.draft_model, engine.config.model,
+                              engine.plan)
         self.min_confidence = spec_config.min_confidence
         mc = engine.model_config
         num_blocks, bs = engine.allocator.num_blocks, engine.config.block_size

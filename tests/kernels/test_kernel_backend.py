@@ -3,9 +3,9 @@
 import pytest
 import torch
 from kernel_cases import DTYPES, LAYOUT_IDS, LAYOUTS, TOL, make_pool, random_tables, rel_err
+from servelab_kernels.backend import TritonAttention
 
 from engine.model.attention import TorchAttention, build_metadata, get_backend
-from kernels.backend import TritonAttention
 
 
 def _step(layout, dtype, rows, block_size=16, seed=30):

@@ -24,7 +24,7 @@ def test_kernels_compile_for_sm90_without_spills(tmp_path):
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
     out = tmp_path / "compile.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "kernels.compile_check", "--dtype", "bf16", "--json", str(out)],
+        [sys.executable, "-m", "servelab_kernels.compile_check", "--dtype", "bf16", "--json", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]

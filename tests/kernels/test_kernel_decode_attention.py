@@ -3,8 +3,7 @@
 import pytest
 import torch
 from kernel_cases import DTYPES, LAYOUT_IDS, LAYOUTS, TOL, make_pool, random_tables, rel_err
-
-from kernels.decode_attention import (
+from servelab_kernels.decode_attention import (
     choose_splits,
     paged_decode_attention,
     paged_decode_attention_ref,

@@ -55,7 +55,7 @@ def _prompts():
 @pytest.fixture
 def step_kinds(monkeypatch):
     """Record the query lengths of every attention call the Triton backend gets."""
-    from kernels.backend import TritonAttention
+    from servelab_kernels.backend import TritonAttention
 
     seen: list[list[int]] = []
     forward = TritonAttention.forward

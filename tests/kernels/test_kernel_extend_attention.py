@@ -5,8 +5,7 @@ import itertools
 import pytest
 import torch
 from kernel_cases import DTYPES, LAYOUT_IDS, LAYOUTS, TOL, make_pool, random_tables, rel_err
-
-from kernels.extend_attention import paged_extend_attention, paged_extend_attention_ref
+from servelab_kernels.extend_attention import paged_extend_attention, paged_extend_attention_ref
 
 # (query_len, seq_len): a decode row, a whole prompt, a prefill chunk over a cached prefix,
 # a speculative-verification row, one query spanning several query blocks
@@ -51,7 +50,7 @@ def test_extend_speculative_verify_odd_block_size():
 
 def test_extend_equals_decode_for_single_tokens():
     """With one query per row the extend kernel reduces to decode attention."""
-    from kernels.decode_attention import paged_decode_attention
+    from servelab_kernels.decode_attention import paged_decode_attention
 
     rows = [(1, 1), (1, 16), (1, 23)]
     q, kc, vc, table, lens, qsl, scale = _case((4, 1, 32), torch.float32, rows, 16, seed=22)
@@ -62,7 +61,7 @@ def test_extend_equals_decode_for_single_tokens():
 
 def test_small_head_dim_and_mha():
     """head_dim 8 (below tl.dot's 16: padded lanes) and plain multi-head attention (group 1)."""
-    from kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
+    from servelab_kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
 
     for layout in ((4, 2, 8), (2, 2, 24)):
         rows = [(1, 9), (6, 21)]

@@ -12,8 +12,7 @@ import sys
 
 import pytest
 import torch
-
-from kernels.gpu_check import SECTIONS, Check, Sizes
+from servelab_kernels.gpu_check import SECTIONS, Check, Sizes
 
 pytestmark = pytest.mark.heavy  # runs the GPU check script in a child process
 
@@ -28,7 +27,7 @@ def _env():
 def test_dry_run_runs_every_section_in_order(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "kernels.gpu_check", "--dry-run", "--out", str(out)],
+        [sys.executable, "-m", "servelab_kernels.gpu_check", "--dry-run", "--out", str(out)],
         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600,
     )
     report = json.loads((out / "gpu_check.json").read_text())
@@ -81,7 +80,7 @@ def test_dry_run_runs_every_section_in_order(tmp_path):
 def test_only_reruns_the_named_sections_after_env_and_setup(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "kernels.gpu_check", "--dry-run", "--out", str(out),
+        [sys.executable, "-m", "servelab_kernels.gpu_check", "--dry-run", "--out", str(out),
          "--only", "decode_bandwidth"],
         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300,
     )
@@ -90,7 +89,7 @@ def test_only_reruns_the_named_sections_after_env_and_setup(tmp_path):
     assert report["sections"] == report["done"] == ["env", "setup", "decode_bandwidth"]
     assert report["decode_bandwidth"]["ok"] is True and "kernels" not in report
     bad = subprocess.run(
-        [sys.executable, "-m", "kernels.gpu_check", "--dry-run", "--out", str(out),
+        [sys.executable, "-m", "servelab_kernels.gpu_check", "--dry-run", "--out", str(out),
          "--only", "decode_bandwidth,kernelz"],
         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120,
     )
@@ -115,7 +114,7 @@ def test_each_section_is_saved_as_it_ends_and_errors_are_recorded(tmp_path):
 
 
 def test_model_parts_join_back_and_a_bad_part_is_refused(tmp_path):
-    from kernels import gpu_check
+    from servelab_kernels import gpu_check
 
     src = tmp_path / "src"
     src.mkdir()
@@ -147,11 +146,10 @@ def test_model_parts_join_back_and_a_bad_part_is_refused(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: it would run")
 def test_without_cuda_it_exits_cleanly(tmp_path):
-    for module in ("kernels.gpu_check", "kernels.bench"):  # the old name still answers
-        proc = subprocess.run(
-            [sys.executable, "-m", module, "--out", str(tmp_path / "out")],
-            cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120,
-        )
-        assert proc.returncode == 2, proc.stderr
-        assert "needs a CUDA GPU" in proc.stderr
-        assert not (tmp_path / "out").exists()
+    proc = subprocess.run(
+        [sys.executable, "-m", "servelab_kernels.gpu_check", "--out", str(tmp_path / "out")],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "needs a CUDA GPU" in proc.stderr
+    assert not (tmp_path / "out").exists()

@@ -8,10 +8,9 @@ import os
 
 import pytest
 import torch
-
-from kernels._common import interpreting
-from kernels.backend import TritonAttention
-from kernels.store_kv import store_kv
+from servelab_kernels._common import interpreting
+from servelab_kernels.backend import TritonAttention
+from servelab_kernels.store_kv import store_kv
 
 parent_process = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") == "1",
@@ -54,8 +53,9 @@ def test_kernel_calls_check_their_tensors_too(monkeypatch):
 def test_engine_refuses_triton_on_cuda_under_the_interpreter(monkeypatch, tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device: the engine checks where it builds the backend")
+    from servelab_kernels.gpu_check import save_tiny_llama
+
     from engine import EngineConfig, LLMEngine
-    from kernels.gpu_check import save_tiny_llama
 
     folder = save_tiny_llama(tmp_path / "tiny")
     monkeypatch.setenv("TRITON_INTERPRET", "1")

@@ -3,8 +3,7 @@
 import pytest
 import torch
 from kernel_cases import DTYPES, LAYOUT_IDS, LAYOUTS, make_pool
-
-from kernels.store_kv import store_kv, store_kv_ref
+from servelab_kernels.store_kv import store_kv, store_kv_ref
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -10,14 +10,14 @@ step launched a variant the warm-up had not.
 import random
 
 import pytest
+import servelab_kernels.decode_attention as dec
+import servelab_kernels.extend_attention as ext
+import servelab_kernels.store_kv as skv
 import torch
+from servelab_kernels.backend import TritonAttention
 
-import kernels.decode_attention as dec
-import kernels.extend_attention as ext
-import kernels.store_kv as skv
 from engine.model.attention import build_metadata
-from kernels import warmup
-from kernels.backend import TritonAttention
+from servelab_kernels import warmup
 
 LAYOUT = (4, 2, 16)  # query heads, KV heads, head dim
 BLOCK, MAX_SEQS, MAX_LEN, MAX_Q = 4, 5, 70, 24

@@ -109,7 +109,7 @@ def test_students_over_a_real_server(engine):
 
 @pytest.mark.slow
 def test_load_generator_reads_gauges_with_the_admin_key(engine):
-    """`engine.load` against a class server: the join code serves the requests, the teacher's
+    """`engine.loadgen` against a class server: the join code serves the requests, the teacher's
     key reads /metrics (without it the generator gets no gauges and says why)."""
     import asyncio
 

@@ -28,7 +28,7 @@ from engine.model.attention.torch_backend import TorchAttention
 BACKENDS: dict[str, tuple[str, str]] = {
     "torch": ("engine.model.attention.torch_backend", "TorchAttention"),
     "cpu": ("engine.model.cpu.attention", "CpuAttention"),
-    "triton": ("kernels.backend", "TritonAttention"),
+    "triton": ("servelab_kernels.backend", "TritonAttention"),
 }
 
 

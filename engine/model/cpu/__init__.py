@@ -11,10 +11,11 @@
   matmul_isa.cpp and int16 activations): matmul.cpp picks the instruction set, matmul_isa.cpp
                  holds the kernels (AVX-512, AVX2, NEON, portable), each row's sum in a fixed
                  order whatever the batch
-  packing.py     the seven weight layouts (plain, onednn, amx, bf16, gguf, gguf-q8, gguf-q16),
-                 each made once, and `choose_layout`
+  packing.py     the weight layouts (plain, amx, bf16, gguf, gguf-q8, gguf-q16), each made
+                 once; the execution plan (engine/plan.py) chooses which
   attention.py   the "cpu" attention backend (the torch backend with the C++ kernel)
 
-`engine/model/llama.py` chooses the ops, the weight layout and whether the C++ layer loop may
-run at construction; its `forward` shows every path a step can take.
+The execution plan (engine/plan.py) chooses the ops, the weight layout and whether the C++
+layer loop may run; `engine/model/llama.py` builds them at construction, and its `forward`
+shows every path a step can take.
 """

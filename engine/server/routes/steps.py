@@ -6,7 +6,8 @@ Routes (under `/v1/servelab/`, so the teacher's admin key guards them when one i
   falls behind, an `: idle` comment while the engine has no work. `?limit=N` closes after N
   events.
 - `GET /v1/servelab/config`: the engine's configuration (what
-  `python -m engine.load --compare-offline` reruns).
+  `python -m engine.loadgen --compare-offline` reruns) and, under "plan", how its steps run
+  (engine/plan.py; not a config field).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def router(state: ServerState) -> APIRouter:
 
     @r.get("/v1/servelab/config")
     async def engine_config():
-        return dataclasses.asdict(state.engine.config)
+        return {**dataclasses.asdict(state.engine.config), "plan": state.engine.plan.as_dict()}
 
     @r.get("/v1/servelab/steps")
     async def steps(request: Request, limit: int = 0):

@@ -1,4 +1,4 @@
-"""`python -m engine.load`: the thousand users. The load generator lives in the benchmarks
+"""`python -m engine.loadgen`: the thousand users. The load generator lives in the benchmarks
 package (`benchmarks/load.py`); this is the command README gives."""
 
 from benchmarks.load import main

@@ -1,0 +1,329 @@
+"""The execution plan: how one engine's steps run, decided once, in one place.
+
+`resolve_plan(config, machine, model)` turns an `EngineConfig` and the facts of this machine
+and model into an `ExecutionPlan`: device, dtype, weights, their layout and matmul, the
+matmul's instruction set, the per-layer ops, the attention backend, the layer loop, CUDA graphs
+and the thread count. Every "auto" of the config is resolved here and nowhere else; the engine,
+the EAGLE head, the benchmarks (their JSON), `engine.serve` and the app read the plan.
+
+The machine's facts are an argument (`MachineFacts.detect()` reads them from this machine,
+`MachineFacts.of(...)` states them), so the whole resolution is testable without the hardware
+(tests/test_plan.py runs the matrix of CPU kinds x dtypes x weights x devices).
+
+The rules, and why:
+  device      "auto": CUDA when there is a GPU, else the CPU.
+  dtype       "auto": bfloat16 on CUDA and on CPUs with bf16 matrix units (AMX, AVX512-BF16);
+              float32 elsewhere (bf16 without those units is emulated) and wherever the
+              weights are the GGUF blocks, whose matmul multiplies and adds in fp32 whatever
+              the activations (bf16 activations would only add a rounding).
+  weights     "auto": the GGUF file's own blocks on a CPU whose bf16 weights would not run on
+              AMX (they stream far fewer bytes a step than dense weights): "gguf-q16" with
+              dtype "auto", "gguf" (the file's fp32 model exactly) with a dtype asked for.
+              "dense" elsewhere: models without a GGUF file, GPUs, no C++ kernels, the
+              portable matmul only (kept for correctness, not speed), pack_weights=False,
+              float16, and bf16 on AMX.
+  layout      how the dense weights are laid out for their matmul: "amx" (AMX tiles) where
+              the CPU has them, "bf16" (the weight-streaming matmul) on other bf16 CPUs with
+              the C++ kernels, else "plain" (`F.linear`: GPUs, fp32, the reference). GGUF
+              weights are their own layout.
+  isa         the C++ matmul's instruction set: SERVELAB_CPU_ISA if set, else the widest this
+              CPU runs; "+vnni" / "+dot" where the integer kernels (gguf-q8, gguf-q16) use the
+              CPU's dot-product instructions. None without the C++ kernels.
+  attention   "auto": Triton on CUDA; on a CPU the C++ kernels' backend if they loaded, else
+              torch's.
+  layer_loop  "cpp" where the C++ layer loop may run a step (weights our C++ matmul reads,
+              the C++ attention, plain Llama layers): steps whose attention its kernel takes
+              whole run every layer in one call; the others run the Python loop, which calls
+              the same kernels, so the bits are the same either way. Else "python".
+  cuda_graphs None: on for CUDA, off elsewhere.
+  threads     torch's intra-op threads: the count torch chose for this process when the plan
+              was made (one per physical core it may use); the engine keeps it.
+
+Every choice the config makes explicitly is checked here, and a ValueError names the field.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+
+from engine.config import EngineConfig
+
+LAYOUTS = ("plain", "amx", "bf16", "gguf", "gguf-q8", "gguf-q16")
+GGUF_WEIGHTS = ("gguf", "gguf-q8", "gguf-q16")
+# layouts the C++ layer loop (ops.cpp decode_layers) reads
+CPP_LOOP_LAYOUTS = ("amx", "bf16", *GGUF_WEIGHTS)
+# the C++ matmul's instruction sets, widest first, per architecture
+ISAS = {"x86_64": ("avx512", "avx2", "portable"), "aarch64": ("neon", "portable")}
+ISA_NEEDS = {"avx512": {"avx512f", "avx512bw", "avx512vl", "avx2", "fma", "f16c"},
+             "avx2": {"avx2", "fma", "f16c"}, "neon": set(), "portable": set()}
+# the integer kernels' dot-product variant of an instruction set, and the flag it needs
+DOT_VARIANTS = {"avx512": ("vnni", "avx512_vnni"), "neon": ("dot", "asimddp")}
+
+
+def widest_isa(arch: str, flags: frozenset[str]) -> str:
+    """The widest matmul instruction set a CPU of this architecture and these flags runs."""
+    for isa in ISAS.get(arch, ("portable",)):
+        if ISA_NEEDS[isa] <= flags:
+            return isa
+    return "portable"
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    """What the plan needs to know about the machine, gathered once and passed in."""
+
+    arch: str  # "x86_64", "aarch64" or another platform.machine()
+    cpu_flags: frozenset[str]  # /proc/cpuinfo's flags (Features on AArch64)
+    cuda: bool  # a CUDA device is available
+    cpu_kernels: bool  # the C++ CPU kernels built and loaded here
+    isa: str  # the instruction set the C++ matmul runs (SERVELAB_CPU_ISA, else the widest)
+    amx: bool  # the C++ kernels may use AMX bf16 tiles (the CPU has them, the OS allows them)
+    threads: int  # torch's intra-op thread count in this process
+
+    @property
+    def bf16_units(self) -> bool:
+        """bf16 matrix units (AMX or AVX512-BF16): without them bf16 is emulated, slower."""
+        return bool({"amx_bf16", "avx512_bf16"} & self.cpu_flags)
+
+    @classmethod
+    def of(cls, arch: str = "x86_64", cpu_flags=(), cuda: bool = False, cpu_kernels: bool = True,
+           threads: int = 2, isa: str | None = None) -> MachineFacts:
+        """Facts stated rather than read: the instruction set and AMX follow from the flags."""
+        flags = frozenset(cpu_flags)
+        return cls(arch, flags, cuda, cpu_kernels, isa or widest_isa(arch, flags),
+                   cpu_kernels and {"amx_bf16", "amx_tile"} <= flags, threads)
+
+    @classmethod
+    def detect(cls, cpu_kernels: bool = True) -> MachineFacts:
+        """This machine's facts. cpu_kernels=False: do not build or load the C++ kernels (the
+        plan then has none). A SERVELAB_CPU_ISA naming a set this CPU lacks raises ValueError."""
+        import torch
+
+        flags = frozenset(_read_cpu_flags())
+        arch = platform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
+        loaded = False
+        isa, amx = widest_isa(arch, flags), False
+        if cpu_kernels:
+            from engine.model.cpu import library
+
+            loaded = library.load()
+            if loaded:
+                isa, amx = library.matmul_isa(), library.amx_available()
+        return cls(arch, flags, torch.cuda.is_available(), loaded, isa, amx,
+                   torch.get_num_threads())
+
+
+def _read_cpu_flags() -> list[str]:
+    try:
+        for line in open("/proc/cpuinfo").read().splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() in ("flags", "Features"):
+                return value.split()
+    except OSError:
+        pass
+    return []
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the plan needs to know about the model, from its config (no weights loaded)."""
+
+    gguf: bool  # shipped as a GGUF file (a bundled model), so weights="gguf*" can run
+    linear_shapes: tuple[tuple[int, int], ...]  # [out, in] of the fused linear layers + lm_head
+    plain_layers: bool  # Llama layers without q/k/v bias or q/k norm (the C++ layer loop's)
+
+    @classmethod
+    def of(cls, name: str, config) -> ModelFacts:
+        """From a model name and its `ModelConfig` (engine/model/loader.py)."""
+        from engine.model.llama import LlamaModel
+        from engine.model.loader import BUNDLED_MODELS
+
+        return cls(name in BUNDLED_MODELS, tuple(LlamaModel.linear_shapes(config)),
+                   not config.qkv_bias and not config.qk_norm)
+
+
+# SmolLM2-135M's shapes: the bundled model, for a plan made before its config is read
+SMOLLM2 = ModelFacts(True, ((960, 576), (576, 576), (3072, 576), (576, 1536), (49152, 576)), True)
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """How one engine's steps run. Frozen: made once per engine, then only read."""
+
+    device: str  # "cpu" or "cuda"
+    dtype: str  # activations and dense weights: "float32", "bfloat16" or "float16"
+    weights: str  # "dense" or the GGUF blocks: "gguf", "gguf-q8", "gguf-q16"
+    layout: str  # the linear weights' layout and matmul (LAYOUTS)
+    isa: str | None  # the C++ matmul's instruction set; None without the C++ kernels
+    layer_ops: str  # the small per-layer ops: "cpu" (C++ kernels) or "torch"
+    attention: str  # the attention backend: "cpu", "torch" or "triton"
+    layer_loop: str  # "cpp" (C++ where a step's attention is taken whole) or "python"
+    cuda_graphs: bool  # decode-only steps replay captured CUDA graphs
+    threads: int  # torch's intra-op threads
+    notes: tuple[str, ...] = field(default=())  # why a choice differs from the usual one
+
+    @property
+    def torch_dtype(self):
+        import torch
+
+        return getattr(torch, self.dtype)
+
+    @property
+    def cpu_kernels(self) -> bool:
+        return self.layer_ops == "cpu"
+
+    def describe(self) -> str:
+        """One line, e.g. 'cpu float32 gguf-q16 (avx512+vnni), attention cpu, C++ layer loop,
+        2 threads'."""
+        weights = self.weights if self.weights != "dense" else f"dense/{self.layout}"
+        parts = [f"{self.device} {self.dtype} {weights}" + (f" ({self.isa})" if self.isa else ""),
+                 f"attention {self.attention}"]
+        if self.layer_loop == "cpp":
+            parts.append("C++ layer loop")
+        elif self.layer_ops == "cpu":
+            parts.append("C++ layer ops")
+        if self.cuda_graphs:
+            parts.append("CUDA graphs")
+        parts.append(f"{self.threads} thread{'s' if self.threads != 1 else ''}")
+        return ", ".join(parts)
+
+    __str__ = describe
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["notes"] = list(self.notes)
+        d["describe"] = self.describe()
+        return d
+
+
+def resolve_plan(config: EngineConfig, machine: MachineFacts,
+                 model: ModelFacts | None = None) -> ExecutionPlan:
+    """The plan for `config` on `machine` running `model` (None: the bundled SmolLM2's facts
+    when config.model is bundled; a local folder's model needs its own)."""
+    from engine.model.loader import BUNDLED_MODELS
+
+    if model is None:
+        if config.model not in BUNDLED_MODELS:
+            raise ValueError(f"model={config.model!r}: a local folder's plan needs its "
+                             "ModelFacts (ModelFacts.of(name, read_config(folder)))")
+        model = SMOLLM2
+    cfg = config
+    # device
+    if cfg.device == "auto":
+        device = "cuda" if machine.cuda else "cpu"
+    elif cfg.device == "cuda" and not machine.cuda:
+        raise ValueError("device='cuda' but no CUDA device is available")
+    else:
+        device = cfg.device
+    kernels_here = device == "cpu" and machine.cpu_kernels
+    notes: list[str] = []
+
+    def gguf_by_default(dtype: str) -> bool:
+        return (model.gguf and kernels_here and cfg.cpu_kernels and cfg.pack_weights
+                and dtype in ("float32", "bfloat16") and machine.isa != "portable"
+                and not (dtype == "bfloat16" and machine.amx))
+
+    # dtype
+    if cfg.dtype != "auto":
+        dtype = cfg.dtype
+    elif device == "cuda":
+        dtype = "bfloat16"
+    elif not machine.bf16_units:
+        dtype = "float32"
+    elif cfg.weights in GGUF_WEIGHTS or (cfg.weights == "auto" and gguf_by_default("bfloat16")):
+        dtype = "float32"  # the GGUF matmul computes in fp32 whatever the activations
+    else:
+        dtype = "bfloat16"
+    uses_kernels = cfg.cpu_kernels and kernels_here and dtype in ("float32", "bfloat16",
+                                                                    "float16")
+    # weights
+    if cfg.weights == "auto":
+        if gguf_by_default(dtype):
+            weights = "gguf-q16" if cfg.dtype == "auto" else "gguf"
+        else:
+            weights = "dense"
+    else:
+        weights = cfg.weights
+    if weights in GGUF_WEIGHTS:
+        if not model.gguf:
+            raise ValueError(f"weights={weights!r} needs a model shipped as a GGUF file "
+                             f"({sorted(BUNDLED_MODELS)}); {cfg.model!r} is a Hugging Face "
+                             "folder, which runs with weights='dense'")
+        if device != "cpu":
+            raise ValueError(f"weights={weights!r} runs on the CPU; device is {device}")
+        if not uses_kernels:
+            raise ValueError(f"weights={weights!r} needs the C++ CPU kernels (cpu_kernels=True, "
+                             "and g++ to build them)")
+        if dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"weights={weights!r} runs float32 or bfloat16 activations, not "
+                             f"{dtype}")
+        if weights in ("gguf-q8", "gguf-q16") and any(n % 16 for n, _ in model.linear_shapes):
+            raise ValueError(f"weights={weights!r} takes output columns in groups of 16; got "
+                             f"{list(model.linear_shapes)}")
+        layout = weights
+    else:
+        layout = dense_layout(model.linear_shapes, device, dtype, cfg.pack_weights,
+                              uses_kernels, machine)
+    # the matmul's instruction set: the C++ matmul's layouts only
+    isa = None
+    if uses_kernels and layout in ("bf16", *GGUF_WEIGHTS):
+        isa = machine.isa
+        variant = DOT_VARIANTS.get(isa)
+        if weights in ("gguf-q8", "gguf-q16") and variant and variant[1] in machine.cpu_flags:
+            isa = f"{isa}+{variant[0]}"
+    elif layout == "amx":
+        isa = "amx"
+    # attention
+    if cfg.attention_backend == "auto":
+        attention = "triton" if device == "cuda" else ("cpu" if uses_kernels else "torch")
+    else:
+        attention = cfg.attention_backend
+        if attention == "cpu" and not uses_kernels:
+            raise ValueError("attention_backend='cpu' needs the C++ CPU kernels (cpu_kernels="
+                             "True on a CPU with g++); use 'torch'")
+    layer_loop = ("cpp" if layout in CPP_LOOP_LAYOUTS and attention == "cpu"
+                  and model.plain_layers else "python")
+    graphs = cfg.cuda_graphs if cfg.cuda_graphs is not None else device == "cuda"
+    if cfg.cpu_kernels and device == "cpu" and not uses_kernels:
+        notes.append("the C++ CPU kernels did not load: PyTorch ops")
+    return ExecutionPlan(device, dtype, weights, layout, isa, "cpu" if uses_kernels else "torch",
+                         attention, layer_loop, graphs, machine.threads, tuple(notes))
+
+
+def dense_layout(shapes, device: str, dtype: str, pack: bool, cpu_kernels: bool,
+                 machine: MachineFacts) -> str:
+    """The layout of dense weights: "amx" where the C++ kernels run on AMX and every shape
+    fits its tiles (16 outputs x 32 inputs); else "bf16" (the weight-streaming matmul) where
+    they run a vector instruction set and every input size is a multiple of 32; else "plain".
+    Only bf16 weights on a CPU are laid out; pack=False keeps them plain (the reference)."""
+    if not pack or device != "cpu" or dtype != "bfloat16" or not cpu_kernels:
+        return "plain"
+    if machine.amx and all(n % 16 == 0 and k % 32 == 0 for n, k in shapes):
+        return "amx"
+    if machine.isa != "portable" and all(k % 32 == 0 for _, k in shapes):
+        return "bf16"
+    return "plain"
+
+
+def machine_facts(cpu_kernels: bool = True) -> MachineFacts:
+    """This process's facts: the CPU's and the kernels' read once (per SERVELAB_CPU_ISA),
+    torch's thread count read now (a test or an entry point may have set it)."""
+    import dataclasses
+
+    import torch
+
+    key = (bool(cpu_kernels) and os.environ.get("SERVELAB_CPU_OPS", "1") != "0",
+           os.environ.get("SERVELAB_CPU_ISA"), os.environ.get("SERVELAB_CPU_ISA_DISABLE"))
+    if key not in _FACTS:
+        _FACTS[key] = MachineFacts.detect(key[0])
+    return dataclasses.replace(_FACTS[key], threads=torch.get_num_threads())
+
+
+_FACTS: dict[tuple, MachineFacts] = {}
+
+
+def plan_for(config: EngineConfig, model: ModelFacts | None = None) -> ExecutionPlan:
+    """The plan for `config` on this machine."""
+    return resolve_plan(config, machine_facts(config.cpu_kernels), model)
