@@ -708,7 +708,12 @@ def t(key: str, **fmt: object) -> str:
     entry = STRINGS.get(key)
     if entry is None:
         return key
-    text = entry.get(get_lang()) or entry["zh"]
+    lang = get_lang()
+    text = entry.get(lang) or entry["zh"]
+    if "{{" in text:  # a figure from lessons/figures.json, filled before `fmt` reads braces
+        from app.lessons import fill_figures  # app.lessons imports this module
+
+        text = fill_figures(text, lang, key)
     return text.format(**fmt) if fmt else text
 
 

@@ -10,6 +10,10 @@ Pure Python, no streamlit: the pages draw what this module loads and validates.
   `lesson_try_it(slug, lang)`: that block, a fenced ```try-it JSON list of demo links.
 - `load_quiz()` / `parse_quiz(data)`: `lessons/quiz.json` -> `Quiz`; `ValueError` on bad data.
 - `load_glossary()` / `search_terms(terms, query)`: `lessons/glossary.json` -> `Term`s.
+- `load_figures()` / `fill_figures(text, lang)`: `lessons/figures.json`, the one place every
+  number the lessons, quiz, glossary and page strings quote is written, each with its source
+  (a paper, a command and machine, or the arithmetic). Texts write `{{figure:NAME}}` for a
+  figure and `{{source:NAME}}` for a source; an unknown name is a ValueError.
 """
 
 from __future__ import annotations
@@ -126,8 +130,10 @@ def _split_try_it(text: str, where: str) -> tuple[str, list[DemoLink]]:
 
 
 def load_lesson(slug: str, lang: str) -> str:
-    """The lesson's markdown for `slug` in `lang`, without the machine-readable try-it block."""
-    return _split_try_it(_lesson_text(slug, lang), f"{lang}/{slug}.md")[0]
+    """The lesson's markdown for `slug` in `lang`, without the machine-readable try-it block,
+    its figures filled in from `lessons/figures.json`."""
+    where = f"{lang}/{slug}.md"
+    return fill_figures(_split_try_it(_lesson_text(slug, lang), where)[0], lang, where)
 
 
 def lesson_try_it(slug: str, lang: str = "en") -> list[DemoLink]:
@@ -247,6 +253,7 @@ def parse_quiz(data: object) -> Quiz:
     """Validate quiz data (the parsed JSON) and build a `Quiz`; ValueError says what is wrong."""
     if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
         raise ValueError("quiz: must be an object with a 'questions' list")
+    data = _fill_texts(data, "quiz")
     questions = tuple(
         _parse_question(q, f"quiz.questions[{i}]") for i, q in enumerate(data["questions"])
     )
@@ -289,6 +296,7 @@ def parse_glossary(data: object) -> tuple[Term, ...]:
     """Validate glossary data (a JSON list of terms); ValueError says what is wrong."""
     if not isinstance(data, list) or not data:
         raise ValueError("glossary: must be a non-empty list of terms")
+    data = _fill_texts(data, "glossary")
     terms = []
     for i, item in enumerate(data):
         where = f"glossary[{i}]"
@@ -320,3 +328,120 @@ def load_glossary() -> tuple[Term, ...]:
 def search_terms(terms: tuple[Term, ...], query: str) -> list[Term]:
     """The terms whose name or definition (either language) contains `query`, case-insensitive."""
     return [t for t in terms if t.matches(query)]
+
+
+# ---------------------------------------------------------------- figures
+
+FIGURE_REF = re.compile(r"\{\{(figure|source):([A-Za-z0-9_-]+)\}\}")
+SOURCE_KINDS = ("paper", "measured", "computed")
+# How a value and its unit read in each language; units not listed read "{v} {unit}".
+_UNIT_FORMS = {
+    "x": {"en": "{v}x", "zh": "{v} 倍"},
+    "%": {"en": "{v}%", "zh": "{v}%"},
+    "": {"en": "{v}", "zh": "{v}"},
+    "ms": {"en": "{v} ms", "zh": "{v} 毫秒"},
+}
+
+
+@lru_cache(maxsize=1)
+def load_figures() -> dict:
+    """`lessons/figures.json`: {"sources": {name: {...}}, "figures": {name: {...}}}, checked:
+    every figure has a value, decimals, a unit and a known source; a measured source names
+    its command and machine (both languages), a computed figure its formula."""
+    data = json.loads((LESSONS_DIR / "figures.json").read_text(encoding="utf-8"))
+    check_figures(data)
+    return data
+
+
+def check_figures(data: object) -> None:
+    """ValueError naming the first figure or source that lacks what it must say."""
+    if not isinstance(data, dict) or not isinstance(data.get("sources"), dict) \
+            or not isinstance(data.get("figures"), dict):
+        raise ValueError("figures: must be an object with 'sources' and 'figures' objects")
+    for name, src in data["sources"].items():
+        kind = src.get("kind") if isinstance(src, dict) else None
+        if kind not in SOURCE_KINDS:
+            raise ValueError(f"figures: source {name!r} needs a kind in {SOURCE_KINDS}")
+        if kind == "measured":
+            machine = src.get("machine")
+            if not src.get("command") or not isinstance(machine, dict) \
+                    or not all(str(machine.get(lang, "")).strip() for lang in LANGS):
+                raise ValueError(f"figures: measured source {name!r} needs a command and a "
+                                 f"machine in {list(LANGS)}")
+        elif not str(src.get("cite", "")).strip():
+            raise ValueError(f"figures: source {name!r} needs a cite")
+    for name, fig in data["figures"].items():
+        if not isinstance(fig, dict):
+            raise ValueError(f"figures: {name!r} must be an object")
+        value = fig.get("value")
+        values = value if isinstance(value, list) else [value]
+        if not values or len(values) > 2 or not all(isinstance(v, (int, float)) for v in values):
+            raise ValueError(f"figures: {name!r} needs a number or a [low, high] range as value")
+        if not isinstance(fig.get("decimals"), int) or not isinstance(fig.get("unit"), str):
+            raise ValueError(f"figures: {name!r} needs integer decimals and a unit string")
+        src = data["sources"].get(fig.get("source"))
+        if src is None:
+            raise ValueError(f"figures: {name!r} names no known source ({fig.get('source')!r})")
+        if src["kind"] == "computed" and not str(fig.get("formula", "")).strip():
+            raise ValueError(f"figures: computed figure {name!r} needs its formula")
+
+
+def figure_text(name: str, lang: str, data: dict | None = None) -> str:
+    """A figure as a reader sees it in `lang`, e.g. "1.52x" / "1.52 倍", "20.4–38.2%"."""
+    data = data or load_figures()
+    fig = data["figures"].get(name)
+    if fig is None:
+        raise ValueError(f"no figure {name!r} in lessons/figures.json")
+    values = fig["value"] if isinstance(fig["value"], list) else [fig["value"]]
+    number = "–".join(f"{v:,.{fig['decimals']}f}" for v in values)
+    unit = fig["unit"]
+    form = _UNIT_FORMS.get(unit, {"en": "{v} " + unit, "zh": "{v} " + unit})
+    return form["en" if lang == "en" else "zh"].format(v=number)
+
+
+def source_text(name: str, lang: str, data: dict | None = None) -> str:
+    """A source as a reader sees it: a paper's citation, or "`command`, machine"."""
+    data = data or load_figures()
+    src = data["sources"].get(name)
+    if src is None:
+        raise ValueError(f"no source {name!r} in lessons/figures.json")
+    if src["kind"] == "measured":
+        machine = src["machine"]["en" if lang == "en" else "zh"]
+        return f"`{src['command']}`（{machine}）" if lang == "zh" else \
+            f"`{src['command']}` ({machine})"
+    return src["cite"]
+
+
+def fill_figures(text: str, lang: str, where: str = "text") -> str:
+    """`text` with each `{{figure:NAME}}` and `{{source:NAME}}` replaced; ValueError naming
+    `where` and the name when one is unknown."""
+    if "{{" not in text:
+        return text
+    data = load_figures()
+
+    def one(m: re.Match) -> str:
+        try:
+            if m.group(1) == "figure":
+                return figure_text(m.group(2), lang, data)
+            return source_text(m.group(2), lang, data)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+
+    return FIGURE_REF.sub(one, text)
+
+
+def figure_names(text: str) -> set[str]:
+    """The figure names `text` refers to."""
+    return {m.group(2) for m in FIGURE_REF.finditer(text) if m.group(1) == "figure"}
+
+
+def _fill_texts(data: object, where: str) -> object:
+    """A copy of quiz or glossary data with the figures filled in every {zh, en} text."""
+    if isinstance(data, dict):
+        if set(data) >= set(LANGS) and all(isinstance(data[k], str) for k in LANGS):
+            return {k: fill_figures(v, k, where) if k in LANGS else _fill_texts(v, where)
+                    for k, v in data.items()}
+        return {k: _fill_texts(v, where) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_fill_texts(v, where) for v in data]
+    return data
