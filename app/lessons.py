@@ -285,10 +285,14 @@ class Term:
     term: Text
     definition: Text
     page: str | None = None  # the lesson page that shows it, if any
+    # Other names the same idea goes by (e.g. 推测解码 for 投机解码): found by search, and
+    # the tests hold the lessons to the term itself.
+    aliases: tuple[str, ...] = ()
 
     def matches(self, query: str) -> bool:
         q = query.strip().casefold()
-        hay = " ".join((self.term.zh, self.term.en, self.definition.zh, self.definition.en))
+        hay = " ".join((self.term.zh, self.term.en, self.definition.zh, self.definition.en,
+                        *self.aliases))
         return not q or q in hay.casefold()
 
 
@@ -302,15 +306,24 @@ def parse_glossary(data: object) -> tuple[Term, ...]:
         where = f"glossary[{i}]"
         if not isinstance(item, dict) or not {"id", "term", "definition"} <= set(item):
             raise ValueError(f"{where}: needs id, term and definition")
+        extra = set(item) - {"id", "term", "definition", "page", "aliases"}
+        if extra:
+            raise ValueError(f"{where}: unexpected keys {sorted(extra)}")
         page = item.get("page")
         if page is not None:
             check_page(page, f"{where}.page")
+        aliases = item.get("aliases", {})
+        if not isinstance(aliases, dict) or set(aliases) - set(LANGS) or not all(
+                isinstance(a, list) and all(isinstance(x, str) and x.strip() for x in a)
+                for a in aliases.values()):
+            raise ValueError(f"{where}.aliases: must be an object of language -> list of names")
         terms.append(
             Term(
                 id=str(item["id"]),
                 term=Text.parse(item["term"], f"{where}.term"),
                 definition=Text.parse(item["definition"], f"{where}.definition"),
                 page=page,
+                aliases=tuple(x for lang in LANGS for x in aliases.get(lang, [])),
             )
         )
     ids = [t.id for t in terms]
