@@ -81,6 +81,10 @@ STRINGS: dict[str, dict[str, str]] = {
     "quiz.retry": {"zh": "重答这题", "en": "Retry this question"},
     "quiz.reset_all": {"zh": "全部重来", "en": "Reset all"},
     "quiz.try_demo": {"zh": "到实时页面看一看", "en": "See it live"},
+    "quiz.open_set": {"zh": "讨论题：本章的五个问题，开放作答", "en": "For discussion: the chapter's five questions, open-ended"},
+    "quiz.open_intro": {"zh": "没有标准选项，说出理由，再到实时页面找证据。",
+                        "en": "No choices to pick from: argue your answer, then look for the "
+                              "evidence on the live pages."},
     # glossary
     "glossary.intro": {
         "zh": "本章和本应用用到的术语，中英对照。",

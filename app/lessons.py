@@ -185,6 +185,8 @@ class Question:
 @dataclass(frozen=True)
 class Quiz:
     questions: tuple[Question, ...]
+    # The chapter's five self-test questions again, as open prompts for a class discussion.
+    open_prompts: tuple[Text, ...] = ()
 
     @property
     def chapter(self) -> tuple[Question, ...]:
@@ -264,7 +266,11 @@ def parse_quiz(data: object) -> Quiz:
     for name in QUIZ_SETS:
         if not any(q.set == name for q in questions):
             raise ValueError(f"quiz: no question in set {name!r}")
-    return Quiz(questions)
+    prompts = data.get("open_prompts", [])
+    if not isinstance(prompts, list):
+        raise ValueError("quiz.open_prompts: must be a list of {zh, en} texts")
+    return Quiz(questions, tuple(Text.parse(p, f"quiz.open_prompts[{i}]")
+                                 for i, p in enumerate(prompts)))
 
 
 @lru_cache(maxsize=4)
