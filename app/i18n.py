@@ -11,6 +11,8 @@ from __future__ import annotations
 import streamlit as st
 from streamlit.errors import StreamlitDuplicateElementId, StreamlitDuplicateElementKey
 
+from app.figures import fill_figures
+
 LANGS = ("zh", "en")
 LANG_LABELS = {"zh": "中文", "en": "English"}
 KEPT_LANG = "_keep_lang"
@@ -723,8 +725,6 @@ def t(key: str, **fmt: object) -> str:
     lang = get_lang()
     text = entry.get(lang) or entry["zh"]
     if "{{" in text:  # a figure from lessons/figures.json, filled before `fmt` reads braces
-        from app.lessons import fill_figures  # app.lessons imports this module
-
         text = fill_figures(text, lang, key)
     return text.format(**fmt) if fmt else text
 

@@ -414,3 +414,10 @@ def test_the_chapters_five_questions_are_open_prompts_too():
         notes = (LESSONS_DIR / "notes" / f"{lang}.md").read_text(encoding="utf-8")
         section = notes.split(heading, 1)[1]
         assert len(re.findall(r"^\d\. ", section, re.M)) == 5
+
+
+def test_figures_module_speaks_the_apps_languages():
+    import app.figures
+
+    assert app.figures.LANGS == LANGS
+    assert app.figures.LESSONS_DIR == LESSONS_DIR
