@@ -402,15 +402,17 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.sbs_header": {"zh": "贪心解码：开与关投机，文字相同，目标前向更少",
                         "en": "Greedy: the same text with fewer target passes"},
     "spec.sbs_caption": {
-        "zh": "同样几个照抄型请求，温度 0，先关投机、再开投机，各跑到底，逐 token 比较。用 fp32 运行："
-              "bf16 下验证一次算 1 + k 行、解码一次算 1 行，舍入不同，两个几乎并列的候选可能对调，"
-              "长文本就会分岔——那是算子的数值问题，不是算法；等批次不变（batch-invariant）的算子落地后，"
-              "bf16 也能逐 token 相同。",
+        "zh": "同样几个照抄型请求，温度 0，先关投机、再开投机，各跑到底，逐 token 比较，走精确的 fp32 路径。"
+              "逐 token 相同靠的是数值计算不随批的形状变化：本引擎的 CPU 算子每一行单独、按固定顺序计算"
+              "（批次不变）。换成求和顺序随行数变化的算子（GPU 上常见），验证一次算 1 + k 行、解码一次算 1 行，"
+              "舍入不同，两个几乎并列的候选可能对调，长文本就会分岔——那是数值问题，不是算法。",
         "en": "A few grounded requests at temperature 0, run to the end with speculation off, "
-              "then on, compared token by token. In fp32: in bf16 a verification pass (1 + k "
-              "rows) rounds differently from a decode pass (1 row), so two near-tied "
-              "candidates can swap and long texts part ways. That is the kernels' numerics, "
-              "not the algorithm; with batch-invariant kernels bf16 would match too."},
+              "then on, compared token by token, on the exact fp32 path. Identical tokens rely "
+              "on arithmetic that does not change with the batch's shape: this engine's CPU "
+              "kernels compute each row alone in a fixed order (batch-invariant). With kernels "
+              "whose sums depend on the number of rows (common on GPUs), a verification pass "
+              "(1 + k rows) rounds differently from a decode (1 row), two near-tied candidates "
+              "can swap and long texts part ways: the kernels' numerics, not the algorithm."},
     "spec.sbs_run": {"zh": "运行对照（{method}，fp32，约一两分钟）",
                      "en": "Run the side-by-side ({method}, fp32, a minute or two)"},
     "spec.sbs_identical": {"zh": "逐 token 相同的请求", "en": "Requests identical token by token"},
