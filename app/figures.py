@@ -93,8 +93,8 @@ def source_text(name: str, lang: str, data: dict | None = None) -> str:
         raise ValueError(f"no source {name!r} in lessons/figures.json")
     if src["kind"] == "measured":
         machine = src["machine"]["en" if lang == "en" else "zh"]
-        return f"`{src['command']}`（{machine}）" if lang == "zh" else \
-            f"`{src['command']}` ({machine})"
+        return f"`{src['command']}`，机器：{machine}" if lang == "zh" else \
+            f"`{src['command']}` on {machine}"
     return src["cite"]
 
 

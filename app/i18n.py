@@ -655,12 +655,12 @@ STRINGS: dict[str, dict[str, str]] = {
     "home.race.differs": {
         "zh": "和本章场景的差别：这里是 CPU 上的 1.35 亿参数模型、几十个请求，一分钟左右跑完；本章说的是 GPU 上"
               "的 70 亿参数模型、成千上万的用户。少数长回答拖住整批大巴，正是这场比赛要让你看到的；请求越多、"
-              "回答越参差，倍数越大（{{source:engine-bench}} 量到 {{figure:race_ratio}}）。",
+              "回答越参差，倍数越大（实测 {{figure:race_ratio}}：{{source:engine-bench}}）。",
         "en": "What differs from the chapter: a 135M model on a CPU and a few dozen requests, "
               "about a minute in all, against a 7B model on a GPU and thousands of users. A few "
               "long answers holding the whole bus is what this race shows; more requests and "
-              "more varied answers widen the gap ({{source:engine-bench}} measured "
-              "{{figure:race_ratio}})."},
+              "more varied answers widen the gap (measured: {{figure:race_ratio}}, by "
+              "{{source:engine-bench}})."},
     "home.race.start": {"zh": "开始比赛", "en": "Start the race"},
     "home.race.running": {"zh": "比赛进行中……", "en": "Racing…"},
     "home.race.not_yet": {"zh": "还没有比过；按上面的按钮（CPU 上大约一分钟，机器忙时更久）。",
