@@ -11,6 +11,8 @@ from __future__ import annotations
 import streamlit as st
 from streamlit.errors import StreamlitDuplicateElementId, StreamlitDuplicateElementKey
 
+from app.figures import fill_figures
+
 LANGS = ("zh", "en")
 LANG_LABELS = {"zh": "中文", "en": "English"}
 KEPT_LANG = "_keep_lang"
@@ -81,6 +83,10 @@ STRINGS: dict[str, dict[str, str]] = {
     "quiz.retry": {"zh": "重答这题", "en": "Retry this question"},
     "quiz.reset_all": {"zh": "全部重来", "en": "Reset all"},
     "quiz.try_demo": {"zh": "到实时页面看一看", "en": "See it live"},
+    "quiz.open_set": {"zh": "讨论题：本章的五个问题，开放作答", "en": "For discussion: the chapter's five questions, open-ended"},
+    "quiz.open_intro": {"zh": "没有标准选项，说出理由，再到实时页面找证据。",
+                        "en": "No choices to pick from: argue your answer, then look for the "
+                              "evidence on the live pages."},
     # glossary
     "glossary.intro": {
         "zh": "本章和本应用用到的术语，中英对照。",
@@ -146,9 +152,11 @@ STRINGS: dict[str, dict[str, str]] = {
               "average (internal waste): about 4 empty slots with 8, about 8 with 16. Smaller "
               "blocks make longer block tables."},
     "side.prefix": {"zh": "共享提示词前缀", "en": "Share prompt prefixes"},
-    "side.prefix.help": {"zh": "分页布局下，内容相同的完整提示词块只存一份（前缀缓存）。",
-                         "en": "Paged layout only: identical full prompt blocks are stored once "
-                               "(prefix caching)."},
+    "side.prefix.help": {"zh": "分页布局下，从开头到某个写满的块为止提示词完全相同，这个块就只存一份"
+                               "（前缀缓存：块的键串着前一块的键）。",
+                         "en": "Paged layout only: a full prompt block is stored once for every "
+                               "request whose prompt is identical from the start up to it "
+                               "(prefix caching: a block's key chains its parent's)."},
     "side.temperature": {"zh": "温度", "en": "Temperature"},
     "side.temperature.help": {"zh": "0 = 贪心；大于 0 时按概率采样，投机解码走拒绝采样。",
                               "en": "0 = greedy; above 0 tokens are sampled and speculation "
@@ -318,13 +326,15 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "预计每秒 token 数 = B·E(k) / (T(n) + k·d)：E(k) 是每个请求一步预计产出的 token 数"
               "（来自实测的逐位置接受率），T(n) 是实测的一步 n 个 token 的耗时，d 是草稿每个位置的"
               "实测耗时。验证几乎免费时（显存带宽瓶颈）k 取满；每一行都要算力时（批很大，或 CPU）"
-              "k 降到 0，这一步就不投机。无论选哪个 k，输出都不变。",
+              "k 降到 0，这一步就不投机。无论选哪个 k：贪心时输出的 token 不变（引擎的算子对每一行的"
+              "计算与批的形状无关），采样时输出的分布不变。",
         "en": "Expected tokens/s = B·E(k) / (T(n) + k·d): E(k) is the tokens a request emits per "
               "step (from the measured acceptance at each position), T(n) the measured time of a "
               "step of n tokens, d the measured drafting time per position. When verifying is "
               "nearly free (memory-bound) k goes to the top; when every row costs compute (a "
               "big batch, or a CPU) k falls to 0 and the step does not speculate. Whatever k it "
-              "picks, the output is the same."},
+              "picks, greedy output keeps the same tokens (the engine's kernels compute each row "
+              "the same whatever the batch's shape) and sampled output the same distribution."},
     "spec.a": {"zh": "逐个接受概率 a", "en": "Per-token acceptance a"},
     "spec.a.help": {
         "zh": "前面的草稿都被接受时，下一个草稿被接受的概率：接受数 ÷ 被验证数（拒绝之后的草稿没被"
@@ -349,7 +359,7 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.mean_accepted.help": {"zh": "每次验证平均被接受的草稿 token 数。",
                                 "en": "Drafted tokens accepted per verification, on average."},
     "spec.tokens_per_pass": {"zh": "每次目标前向的 token", "en": "Tokens per target pass"},
-    "spec.tokens_per_pass.help": {"zh": "接受的草稿 + 目标自己的 1 个（纠正或奖励）。",
+    "spec.tokens_per_pass.help": {"zh": "接受的草稿 + 目标自己的 1 个（纠正或额外 token）。",
                                   "en": "Accepted drafts + the target's own one (correction "
                                         "or bonus)."},
     "spec.speedup_now": {"zh": "实测加速", "en": "Measured speedup"},
@@ -369,8 +379,8 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.verdict.rejected": {"zh": "拒绝", "en": "rejected"},
     "spec.verdict.discarded": {"zh": "拒绝之后、未经验证即丢弃", "en": "discarded after a rejection"},
     "spec.kind.correction": {"zh": "纠正", "en": "correction"},
-    "spec.kind.bonus": {"zh": "奖励", "en": "bonus"},
-    "spec.target_token": {"zh": "目标模型自己的 token（纠正/奖励）",
+    "spec.kind.bonus": {"zh": "额外", "en": "bonus"},
+    "spec.target_token": {"zh": "目标模型自己的 token（纠正/额外）",
                           "en": "the target's own token (correction / bonus)"},
     "spec.pick_token": {"zh": "选一个草稿 token 看它的接受概率",
                         "en": "Pick a drafted token to see its acceptance probability"},
@@ -392,15 +402,17 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.sbs_header": {"zh": "贪心解码：开与关投机，文字相同，目标前向更少",
                         "en": "Greedy: the same text with fewer target passes"},
     "spec.sbs_caption": {
-        "zh": "同样几个照抄型请求，温度 0，先关投机、再开投机，各跑到底，逐 token 比较。用 fp32 运行："
-              "bf16 下验证一次算 1 + k 行、解码一次算 1 行，舍入不同，两个几乎并列的候选可能对调，"
-              "长文本就会分岔——那是算子的数值问题，不是算法；等批次不变（batch-invariant）的算子落地后，"
-              "bf16 也能逐 token 相同。",
+        "zh": "同样几个照抄型请求，温度 0，先关投机、再开投机，各跑到底，逐 token 比较，走精确的 fp32 路径。"
+              "逐 token 相同靠的是数值计算不随批的形状变化：本引擎的 CPU 算子每一行单独、按固定顺序计算"
+              "（批次不变）。换成求和顺序随行数变化的算子（GPU 上常见），验证一次算 1 + k 行、解码一次算 1 行，"
+              "舍入不同，两个几乎并列的候选可能对调，长文本就会分岔——那是数值问题，不是算法。",
         "en": "A few grounded requests at temperature 0, run to the end with speculation off, "
-              "then on, compared token by token. In fp32: in bf16 a verification pass (1 + k "
-              "rows) rounds differently from a decode pass (1 row), so two near-tied "
-              "candidates can swap and long texts part ways. That is the kernels' numerics, "
-              "not the algorithm; with batch-invariant kernels bf16 would match too."},
+              "then on, compared token by token, on the exact fp32 path. Identical tokens rely "
+              "on arithmetic that does not change with the batch's shape: this engine's CPU "
+              "kernels compute each row alone in a fixed order (batch-invariant). With kernels "
+              "whose sums depend on the number of rows (common on GPUs), a verification pass "
+              "(1 + k rows) rounds differently from a decode (1 row), two near-tied candidates "
+              "can swap and long texts part ways: the kernels' numerics, not the algorithm."},
     "spec.sbs_run": {"zh": "运行对照（{method}，fp32，约一两分钟）",
                      "en": "Run the side-by-side ({method}, fp32, a minute or two)"},
     "spec.sbs_identical": {"zh": "逐 token 相同的请求", "en": "Requests identical token by token"},
@@ -408,8 +420,9 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.sbs_request": {"zh": "请求", "en": "request"},
     "spec.sbs_same": {"zh": "相同", "en": "same"},
     "spec.sbs_text": {"zh": "输出（两边相同时只列一份）", "en": "output (listed once when both agree)"},
-    "spec.fwd_header": {"zh": "验证 k 个 token ≈ 生成 1 个的代价",
-                        "en": "Verifying k tokens costs about as much as 1"},
+    "spec.fwd_header": {"zh": "验证 k 个 token 要花几个单 token 步？GPU 小批量时约等于 1 个，这台 CPU 上看柱子",
+                        "en": "What verifying k tokens costs: about one step on a GPU at small "
+                              "batch; on this CPU, read the bars"},
     "spec.fwd_caption": {"zh": "目标模型一次前向处理 n 个新 token 的实测时间；柱上数字是相对 n = 1 的倍数。",
                          "en": "Measured time of one target forward pass over n new tokens; the "
                                "number on each bar is relative to n = 1."},
@@ -520,10 +533,13 @@ STRINGS: dict[str, dict[str, str]] = {
                               "(tokens − 1), over finished requests."},
     "gauge.itl": {"zh": "ITL 中位数", "en": "ITL p50"},
     "gauge.itl.help": {"zh": "token 间延迟：同一请求相邻两次收到 token 的间隔，每次交付算一个样本。"
-                             "投机一次交付好几个 token，TPOT 会下降，ITL 仍约等于一步的时间。",
+                             "和 TPOT 不是同一个量：投机一次交付好几个 token，TPOT 把时间摊到每个 token 上而下降，"
+                             "ITL 则约等于一轮投机（起草 + 验证）的时间。",
                        "en": "Inter-token latency: the gap between two deliveries of a "
-                             "request's tokens, one sample per delivery. Speculation delivers "
-                             "several at once: TPOT falls, ITL stays about one step."},
+                             "request's tokens, one sample per delivery. Not the same as TPOT: "
+                             "speculation delivers several tokens at once, so TPOT (time spread "
+                             "over the tokens) falls, while ITL is about one speculative round "
+                             "(draft + verify)."},
     "gauge.tokens_per_pass": {"zh": "每次目标前向的 token", "en": "Tokens per target pass"},
     "gauge.tokens_per_pass.help": {"zh": "每次验证产出的 token（接受的草稿 + 目标自己的 1 个）；"
                                          "不投机时为 —。",
@@ -639,12 +655,12 @@ STRINGS: dict[str, dict[str, str]] = {
     "home.race.differs": {
         "zh": "和本章场景的差别：这里是 CPU 上的 1.35 亿参数模型、几十个请求，一分钟左右跑完；本章说的是 GPU 上"
               "的 70 亿参数模型、成千上万的用户。少数长回答拖住整批大巴，正是这场比赛要让你看到的；请求越多、"
-              "回答越参差，倍数越大（`python -m benchmarks.bench` 在 64 个请求上量到约 10 倍）。",
+              "回答越参差，倍数越大（实测 {{figure:race_ratio}}：{{source:engine-bench}}）。",
         "en": "What differs from the chapter: a 135M model on a CPU and a few dozen requests, "
               "about a minute in all, against a 7B model on a GPU and thousands of users. A few "
               "long answers holding the whole bus is what this race shows; more requests and "
-              "more varied answers widen the gap (`python -m benchmarks.bench` measures about "
-              "10x at 64 requests)."},
+              "more varied answers widen the gap (measured: {{figure:race_ratio}}, by "
+              "{{source:engine-bench}})."},
     "home.race.start": {"zh": "开始比赛", "en": "Start the race"},
     "home.race.running": {"zh": "比赛进行中……", "en": "Racing…"},
     "home.race.not_yet": {"zh": "还没有比过；按上面的按钮（CPU 上大约一分钟，机器忙时更久）。",
@@ -708,7 +724,10 @@ def t(key: str, **fmt: object) -> str:
     entry = STRINGS.get(key)
     if entry is None:
         return key
-    text = entry.get(get_lang()) or entry["zh"]
+    lang = get_lang()
+    text = entry.get(lang) or entry["zh"]
+    if "{{" in text:  # a figure from lessons/figures.json, filled before `fmt` reads braces
+        text = fill_figures(text, lang, key)
     return text.format(**fmt) if fmt else text
 
 

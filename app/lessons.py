@@ -10,6 +10,8 @@ Pure Python, no streamlit: the pages draw what this module loads and validates.
   `lesson_try_it(slug, lang)`: that block, a fenced ```try-it JSON list of demo links.
 - `load_quiz()` / `parse_quiz(data)`: `lessons/quiz.json` -> `Quiz`; `ValueError` on bad data.
 - `load_glossary()` / `search_terms(terms, query)`: `lessons/glossary.json` -> `Term`s.
+- `load_figures()` / `fill_figures(text, lang)` (from app/figures.py): `lessons/figures.json`,
+  filled into the lessons, quiz and glossary as they load.
 """
 
 from __future__ import annotations
@@ -22,6 +24,15 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from app import pagelist
+from app.figures import (  # noqa: F401  (re-exported: the lessons' one home of numbers)
+    FIGURE_REF,
+    check_figures,
+    figure_names,
+    figure_text,
+    fill_figures,
+    load_figures,
+    source_text,
+)
 from app.i18n import LANGS
 
 LESSONS_DIR = Path(__file__).resolve().parents[1] / "lessons"
@@ -126,8 +137,10 @@ def _split_try_it(text: str, where: str) -> tuple[str, list[DemoLink]]:
 
 
 def load_lesson(slug: str, lang: str) -> str:
-    """The lesson's markdown for `slug` in `lang`, without the machine-readable try-it block."""
-    return _split_try_it(_lesson_text(slug, lang), f"{lang}/{slug}.md")[0]
+    """The lesson's markdown for `slug` in `lang`, without the machine-readable try-it block,
+    its figures filled in from `lessons/figures.json`."""
+    where = f"{lang}/{slug}.md"
+    return fill_figures(_split_try_it(_lesson_text(slug, lang), where)[0], lang, where)
 
 
 def lesson_try_it(slug: str, lang: str = "en") -> list[DemoLink]:
@@ -179,6 +192,8 @@ class Question:
 @dataclass(frozen=True)
 class Quiz:
     questions: tuple[Question, ...]
+    # The chapter's five self-test questions again, as open prompts for a class discussion.
+    open_prompts: tuple[Text, ...] = ()
 
     @property
     def chapter(self) -> tuple[Question, ...]:
@@ -247,6 +262,7 @@ def parse_quiz(data: object) -> Quiz:
     """Validate quiz data (the parsed JSON) and build a `Quiz`; ValueError says what is wrong."""
     if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
         raise ValueError("quiz: must be an object with a 'questions' list")
+    data = _fill_texts(data, "quiz")
     questions = tuple(
         _parse_question(q, f"quiz.questions[{i}]") for i, q in enumerate(data["questions"])
     )
@@ -257,7 +273,11 @@ def parse_quiz(data: object) -> Quiz:
     for name in QUIZ_SETS:
         if not any(q.set == name for q in questions):
             raise ValueError(f"quiz: no question in set {name!r}")
-    return Quiz(questions)
+    prompts = data.get("open_prompts", [])
+    if not isinstance(prompts, list):
+        raise ValueError("quiz.open_prompts: must be a list of {zh, en} texts")
+    return Quiz(questions, tuple(Text.parse(p, f"quiz.open_prompts[{i}]")
+                                 for i, p in enumerate(prompts)))
 
 
 @lru_cache(maxsize=4)
@@ -278,10 +298,14 @@ class Term:
     term: Text
     definition: Text
     page: str | None = None  # the lesson page that shows it, if any
+    # Other names the same idea goes by (e.g. 推测解码 for 投机解码): found by search, and
+    # the tests hold the lessons to the term itself.
+    aliases: tuple[str, ...] = ()
 
     def matches(self, query: str) -> bool:
         q = query.strip().casefold()
-        hay = " ".join((self.term.zh, self.term.en, self.definition.zh, self.definition.en))
+        hay = " ".join((self.term.zh, self.term.en, self.definition.zh, self.definition.en,
+                        *self.aliases))
         return not q or q in hay.casefold()
 
 
@@ -289,20 +313,30 @@ def parse_glossary(data: object) -> tuple[Term, ...]:
     """Validate glossary data (a JSON list of terms); ValueError says what is wrong."""
     if not isinstance(data, list) or not data:
         raise ValueError("glossary: must be a non-empty list of terms")
+    data = _fill_texts(data, "glossary")
     terms = []
     for i, item in enumerate(data):
         where = f"glossary[{i}]"
         if not isinstance(item, dict) or not {"id", "term", "definition"} <= set(item):
             raise ValueError(f"{where}: needs id, term and definition")
+        extra = set(item) - {"id", "term", "definition", "page", "aliases"}
+        if extra:
+            raise ValueError(f"{where}: unexpected keys {sorted(extra)}")
         page = item.get("page")
         if page is not None:
             check_page(page, f"{where}.page")
+        aliases = item.get("aliases", {})
+        if not isinstance(aliases, dict) or set(aliases) - set(LANGS) or not all(
+                isinstance(a, list) and all(isinstance(x, str) and x.strip() for x in a)
+                for a in aliases.values()):
+            raise ValueError(f"{where}.aliases: must be an object of language -> list of names")
         terms.append(
             Term(
                 id=str(item["id"]),
                 term=Text.parse(item["term"], f"{where}.term"),
                 definition=Text.parse(item["definition"], f"{where}.definition"),
                 page=page,
+                aliases=tuple(x for lang in LANGS for x in aliases.get(lang, [])),
             )
         )
     ids = [t.id for t in terms]
@@ -320,3 +354,15 @@ def load_glossary() -> tuple[Term, ...]:
 def search_terms(terms: tuple[Term, ...], query: str) -> list[Term]:
     """The terms whose name or definition (either language) contains `query`, case-insensitive."""
     return [t for t in terms if t.matches(query)]
+
+
+def _fill_texts(data: object, where: str) -> object:
+    """A copy of quiz or glossary data with the figures filled in every {zh, en} text."""
+    if isinstance(data, dict):
+        if set(data) >= set(LANGS) and all(isinstance(data[k], str) for k in LANGS):
+            return {k: fill_figures(v, k, where) if k in LANGS else _fill_texts(v, where)
+                    for k, v in data.items()}
+        return {k: _fill_texts(v, where) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_fill_texts(v, where) for v in data]
+    return data

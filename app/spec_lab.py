@@ -3,7 +3,8 @@
 - `forward_cost`: how long one target forward pass takes over n new tokens (n = 1..16),
   timed through the engine's public API: a request of an n-token prompt and max_tokens=1
   is exactly one step whose forward computes n tokens. Verifying k drafted tokens is one
-  such pass over 1 + k tokens, which is why it costs about as much as one.
+  such pass over 1 + k tokens: about one step where a step is memory-bound (a GPU at small
+  batch), measurably more on a CPU, which is what the chart shows.
 - `load_bench`: the spec benchmark's JSON under assets/bench/ (a fixed server-side folder),
   `{"results": [...], "forward_cost": [{"tokens": n, "ms": ...}]}`, if one is there;
   `recorded_label` says which command recorded it and when, since its charts are not live.

@@ -164,3 +164,20 @@ def test_pre_and_post_class_attempts_are_compared():
     assert m["Before class"].value == f"0 / {total}"
     assert m["After class (vs before)"].value == f"5 / {total}"
     assert m["After class (vs before)"].delta == "5"
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_the_chapters_five_questions_are_also_open_prompts(lang):
+    """Below the scored items, the chapter's five self-test questions come back as open prompts
+    for a class discussion, in the page's language."""
+    prompts = load_quiz().open_prompts
+    assert len(prompts) == 5
+    at = run(QUIZ, lang)
+    assert at.subheader[-1].value == ("讨论题：本章的五个问题，开放作答" if lang == "zh"
+                                      else "For discussion: the chapter's five questions, "
+                                           "open-ended")
+    shown = at.markdown[-1].value
+    for n, p in enumerate(prompts, 1):
+        assert f"{n}. {p.get(lang)}" in shown
+    other = "en" if lang == "zh" else "zh"
+    assert prompts[0].get(other) not in shown

@@ -10,7 +10,8 @@ first token) / (tokens - 1), as in engine/metrics.py. ITL, the inter-token laten
 gap between two consecutive deliveries of a request's tokens, one sample per delivery, as
 streaming benchmarks measure it (vLLM's `bench serve`). Without speculation every step
 delivers one token and the two agree; speculation delivers tokens in bursts, so TPOT falls
-(more tokens over the same time) while ITL stays about one step: the user sees the text
+(more tokens over the same time) while ITL is about one speculative round (draft +
+verify): the user sees the text
 arrive in bigger jumps, not every jump sooner.
 """
 

@@ -1,4 +1,5 @@
-"""Quiz page: the chapter's five self-test questions, then our extra set (lessons/quiz.json).
+"""Quiz page: the chapter's five self-test questions, our extra set, then the chapter's five as open
+discussion prompts (lessons/quiz.json).
 
 Running scores ("N / 5" and "M / K"), one radio + submit per question, feedback with the
 explanation and a link to the live page that shows the answer, a retry per question and a
@@ -129,6 +130,10 @@ def main() -> None:
     st.subheader(t("quiz.extra_set"))
     for n, q in enumerate(extra, start=len(chapter) + 1):
         draw_question(q, n, lang)
+    if quiz.open_prompts:
+        st.subheader(t("quiz.open_set"))
+        st.caption(t("quiz.open_intro"))
+        st.markdown("\n".join(f"{n}. {p.get(lang)}" for n, p in enumerate(quiz.open_prompts, 1)))
 
 
 main()

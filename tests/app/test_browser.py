@@ -216,7 +216,7 @@ def test_screenshots_of_the_main_pages(browser, server):
         tab.page.locator(".st-key-lossless_run button").click()
         tab.page.wait_for_selector("text=Total variation distance", timeout=600_000)
         tab.settle()
-        tab.page.get_by_text("Verifying k tokens costs").first.scroll_into_view_if_needed()
+        tab.page.get_by_text("What verifying k tokens costs").first.scroll_into_view_if_needed()
         tab.page.screenshot(path=str(SHOTS / "speculation-measured.png"))
         tab.click_nav("batching")
         tab.page.locator('[data-testid="stSidebar"] label:has-text("中文")').first.click()
