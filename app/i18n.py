@@ -686,6 +686,43 @@ STRINGS: dict[str, dict[str, str]] = {
     "home.leak.speculation.gain": {"zh": "单个用户的延迟", "en": "one user's latency"},
 }
 
+# The class plan's stops (app/classplan.py, app/predict.py, app/pages/plan.py): one block, kept
+# apart so that other edits of the table above merge cleanly.
+STRINGS.update({
+    "workload.chat": {"zh": "问答：回答在 EOS 处结束", "en": "chat: answers end at EOS"},
+    "plan.expect": {"zh": "章节预期的范围：{range}。{why}", "en": "The chapter's range: {range}. {why}"},
+    "plan.in_range": {"zh": "在章节预期的范围内", "en": "inside the chapter's range"},
+    "plan.out_of_range": {"zh": "不在章节预期的范围内（{range}），值得和学生讨论为什么",
+                          "en": "outside the chapter's range ({range}): worth asking the class why"},
+    "plan.slack": {"zh": "各站合计 {m} 分钟，留 {s} 分钟机动（提问、等引擎、讨论）。",
+                   "en": "The stops take {m} minutes, leaving {s} minutes of slack (questions, "
+                         "waiting on the engine, discussion)."},
+    "predict.before_race": {"zh": "先锁定预测，再按「开始比赛」。",
+                            "en": "Lock in a prediction first, then press \"Start the race\"."},
+    "predict.waiting_race": {"zh": "已锁定。按「开始比赛」，比赛跑完后答案就会出现在这里。",
+                             "en": "Locked in. Press \"Start the race\"; when the race is over the "
+                                   "answer appears here."},
+    "paging.held_unwritten": {"zh": "占着、没写", "en": "Held, not written"},
+    "paging.held_unwritten.help": {
+        "zh": "请求占着、却没存 token 的槽位。整块预留时，这是预留浪费：为以后的 token 留的位，"
+              "回答在 EOS 处提前结束时永远不会被写；分页时只剩每个请求最后一块没写满的部分（内部碎片）。"
+              "空闲总量和最大连续空闲之差另算，是外部碎片。",
+        "en": "Slots requests hold that hold no token. Contiguous: reservation waste, room kept "
+              "for tokens to come, never written when an answer ends early at EOS. Paged: only "
+              "each request's last, partly filled block (internal fragmentation). External "
+              "fragmentation is the gap between the free total and the largest free run, shown "
+              "apart."},
+    "paging.useful_held": {"zh": "占着的里存着 token", "en": "Held slots holding tokens"},
+    "paging.useful_held.help": {
+        "zh": "存着 token 的槽位 ÷ 请求占着的槽位。PagedAttention 论文的 20.4%–38.2% 除的是整个 KV "
+              "显存，分母不同。",
+        "en": "Slots holding tokens ÷ slots requests hold. The PagedAttention paper's "
+              "20.4%–38.2% divides by all KV memory, a different denominator."},
+    "predict.gpu_note": {"zh": "这一点在 GPU 上才完整成立；下面是计算值，不是实测。",
+                         "en": "This point holds fully only on a GPU; below is a computed figure, "
+                               "not a measurement."},
+})
+
 
 def _default_lang() -> str:
     try:
