@@ -27,6 +27,8 @@ from app.lessons import Text
 from app.pagelist import page_info
 from app.state import Settings
 
+CLASS_MINUTES = 45  # one class; the stops take about 40 of it, the rest is slack
+
 # The sidebar's knobs a stop sets: every field of Settings but the model.
 KNOBS = tuple(f.name for f in fields(Settings) if f.name != "model")
 
@@ -323,7 +325,7 @@ STOPS: tuple[Stop, ...] = (
          _T("同样的 KV 预算，分页能同时装下多少倍的请求？",
             "With the same KV budget, how many times as many requests fit at once when paged?"),
          _knobs(batching="continuous", kv_layout="contiguous", workload="chat",
-                num_requests=24, seats=24, num_blocks=96, block_size=16),
+                num_requests=16, seats=16, num_blocks=64, block_size=16),
          Prediction(
              _T("同时持有 KV 的请求数：分页 ÷ 整块预留？",
                 "Requests holding KV at once: paged ÷ contiguous?"),

@@ -18,7 +18,7 @@ from app.i18n import t  # noqa: E402
 from app.lessons import DemoLink  # noqa: E402
 from app.live import get_session, measured, page_with_lesson  # noqa: E402
 from app.pagelist import LEAK_PAGES, page_info  # noqa: E402
-from app.predict import prediction_box  # noqa: E402
+from app.predict import current_stop, prediction_box  # noqa: E402
 from app.race import RACE_MAX_TOKENS, RACE_REQUESTS, race  # noqa: E402
 
 RESULT = "race_result"
@@ -68,6 +68,11 @@ def draw_map() -> None:
 
 def body() -> None:
     st.header(t("home.headline"))
+    if current_stop("home"):  # the class is at the race: its prediction and button come first
+        draw_race()
+        st.markdown(t("home.intro"))
+        draw_map()
+        return
     st.markdown(t("home.intro"))
     draw_map()
     draw_race()

@@ -38,6 +38,20 @@ def test_every_stop_names_every_knob_and_builds_its_settings(stop):
     stop.settings.engine_config(256)  # the engine accepts the values
 
 
+@pytest.mark.parametrize("stop", STOPS, ids=lambda s: s.id)
+def test_every_stop_fits_the_sidebars_controls(stop):
+    """"Set up this stop" writes the knobs into the sidebar's widgets: each must be a value
+    the widget offers (app/sidebar.py), or the page would refuse it."""
+    from app.state import MAX_REQUESTS
+    from benchmarks.workloads import WORKLOAD_NAMES
+
+    k = stop.knobs
+    assert 1 <= k["seats"] <= 16 and 1 <= k["k"] <= 8
+    assert 16 <= k["num_blocks"] <= 256 and k["num_blocks"] % 8 == 0
+    assert k["block_size"] in (8, 16, 32) and 1 <= k["num_requests"] <= MAX_REQUESTS
+    assert k["workload"] in WORKLOAD_NAMES and 0.0 <= k["temperature"] <= 1.5
+
+
 def test_a_stop_missing_a_knob_or_naming_an_unknown_page_is_refused():
     base = dict(STOPS[1].knobs)
     del base["seats"]
@@ -93,7 +107,7 @@ def test_every_prediction_states_its_chapter_range_in_both_languages():
         lo, hi = pred.expect
         assert not (lo == float("-inf") and hi == float("inf")), f"{stop.id}: no range"
         assert pred.why and pred.why.zh and pred.why.en, stop.id
-        assert pred.expect_text("en") and pred.expected((lo if lo > -1e9 else hi))
+        assert pred.expect_text("en") and pred.expected(lo if lo > -1e9 else hi)
     with pytest.raises(ValueError, match="low < high"):
         Prediction(Text("甲", "q"), (Text("一", "a"), Text("二", "b")), (1.0,),
                    lambda runs, extra: None, expect=(2.0, 1.0))

@@ -420,6 +420,28 @@ def test_a_prediction_is_locked_before_the_run_and_revealed_after_it():
     assert any("This class predicted" in c.value for c in at.caption)
 
 
+def test_the_race_stop_clears_an_earlier_race_and_names_its_button():
+    """The race's answer must not be on screen before the class predicts: setting up the stop
+    drops a race run earlier; its caption names the button the page shows."""
+    at = goto(start(), "plan")
+    at.session_state["race_result"] = {"ratio": 9.99}
+    at.button(key="plan_race").click().run()
+    assert not at.exception, at.exception[0].value
+    assert "race_result" not in at.session_state
+    assert any('then press "Start the race"' in c.value for c in at.caption)
+    assert any(b.label == "Start the race" for b in at.button)
+    assert not any("9.99" in m.value for m in at.metric)
+
+
+def test_the_plan_shows_each_stops_chapter_range_and_its_slack():
+    at = goto(start(), "plan")
+    text = " ".join(c.value for c in at.caption)
+    assert "The chapter's range: ≥ ×1.50" in text  # the hall stop: paged holds clearly more
+    assert "minutes of slack" in text
+    at = goto(start("zh"), "plan")
+    assert "章节预期的范围" in " ".join(c.value for c in at.caption)
+
+
 def test_a_class_plan_button_keeps_the_language():
     at = goto(start("zh"), "plan")
     at.button(key="plan_bus").click().run()
