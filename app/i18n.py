@@ -718,9 +718,22 @@ STRINGS.update({
               "显存，分母不同。",
         "en": "Slots holding tokens ÷ slots requests hold. The PagedAttention paper's "
               "20.4%–38.2% divides by all KV memory, a different denominator."},
-    "predict.gpu_note": {"zh": "这一点在 GPU 上才完整成立；下面是计算值，不是实测。",
-                         "en": "This point holds fully only on a GPU; below is a computed figure, "
-                               "not a measurement."},
+    "apprentice.missing": {
+        "zh": "EAGLE 学徒（在目标模型特征上训练的一层草稿头）还没训练。按下面的按钮在这台机器上训练"
+              "（2 核 CPU 约 15 分钟，只需一次），训练完它就出现在上面的开关里。",
+        "en": "The EAGLE apprentice (a one-layer draft head on the target's features) is not "
+              "trained yet. The button below trains it on this machine (about 15 minutes on 2 CPU "
+              "cores, once); when it is done, the switch above offers it."},
+    "apprentice.train": {"zh": "训练学徒草稿头", "en": "Train the apprentice"},
+    "apprentice.training": {"zh": "正在训练学徒：{pct}%（可以继续上课）",
+                            "en": "Training the apprentice: {pct}% (the class can go on)"},
+    "apprentice.failed": {"zh": "训练没有完成：{tail}", "en": "The training did not finish: {tail}"},
+    "class.status.starting": {"zh": "正在重启课堂引擎……", "en": "Restarting the class engine…"},
+    "class.status.draining": {"zh": "先让进行中的请求答完，然后重启课堂引擎……",
+                              "en": "Finishing the requests in flight, then restarting the class "
+                                    "engine…"},
+    "class.status.restarting": {"zh": "正在用新开关启动课堂引擎……",
+                                "en": "Starting the class engine with the new switches…"},
 })
 
 

@@ -467,7 +467,10 @@ def test_the_apprentice_is_offered_once_trained_and_its_command_shown_until_then
     assert not at.exception, at.exception[0].value
     (radio,) = [r for r in at.radio if r.key == "sw_spec"]
     assert "eagle" not in radio.options and "EAGLE apprentice" not in radio.options
-    assert any("python -m engine.spec.train_draft" in c.value for c in at.caption)
+    # the sidebar trains it from a button, no terminal (app/apprentice.py)
+    assert any(b.key == "apprentice_train" and b.label == "Train the apprentice"
+               for b in at.sidebar.button)
+    assert any("The button below trains it" in c.value for c in at.sidebar.caption)
     assert any("python -m engine.spec.train_draft" in i.value for i in at.info)
 
     target = LlamaModel(load_model("smollm2-135m", torch.float32), torch.device("cpu"),
@@ -481,6 +484,7 @@ def test_the_apprentice_is_offered_once_trained_and_its_command_shown_until_then
     assert any("EAGLE apprentice:" in c.value and "256-token readout" in c.value
                for c in at.caption)
     assert not any("python -m engine.spec.train_draft" in i.value for i in at.info)
+    assert not any(b.key == "apprentice_train" for b in at.sidebar.button)
     # the int4 twin's cost on a GPU is said, not hidden (issue 17: no int4 kernel on CUDA)
     assert any("On a GPU (CUDA) the int4 twin is not cheaper" in c.value for c in at.caption)
     # with the apprentice on, its confidence stop is a slider that reaches the engine's config
