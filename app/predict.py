@@ -47,19 +47,14 @@ def current_stop(slug: str) -> Stop | None:
     return stop if stop.page == slug and stop.prediction else None
 
 
-def get_session() -> Session:
-    from app.live import get_session as live_session  # app.live imports this module
-
-    return live_session()
-
-
 def _lock(stop: Stop) -> None:
     choice = st.session_state.get(f"pred_{stop.id}_choice")
     if choice is not None:
         st.session_state.setdefault(PREDICTIONS, {})[stop.id] = choice
 
 
-def prediction_box(slug: str, runs: list[Run], extra: dict | None = None) -> None:
+def prediction_box(slug: str, runs: list[Run], extra: dict | None = None,
+                   session: Session | None = None) -> None:
     """The current stop's prediction on page `slug`: choose and lock, then the reveal."""
     stop = current_stop(slug)
     if stop is None:
@@ -80,8 +75,8 @@ def prediction_box(slug: str, runs: list[Run], extra: dict | None = None) -> Non
         reveal = pred.reveal(views, extra)
         left, right = st.columns([3, 1], vertical_alignment="center")
         left.markdown(f"{t('predict.yours')}: **{pred.choices[chosen].get(lang)}**")
-        if reveal is None and slug != "home" and runs:
-            _play_button(right)
+        if reveal is None and session is not None and runs:
+            _play_button(right, session)
         if reveal is None:
             st.caption(t("predict.waiting_race" if slug == "home" else "predict.waiting"))
             return
@@ -99,11 +94,10 @@ def prediction_box(slug: str, runs: list[Run], extra: dict | None = None) -> Non
                    else t("plan.out_of_range", range=rng))
 
 
-def _play_button(where) -> None:
+def _play_button(where, session: Session) -> None:
     """Play / Pause next to the locked prediction, so the run control is on screen with the
     question (the sidebar's own Play may sit below a projector's fold). Inside the live
     view's fragment a click reruns the whole app: Play's timer is set outside the fragment."""
-    session = get_session()
     label = t("side.pause") if session.playing else t("side.play")
     if where.button(label, key="pred_play", type="primary", width="stretch"):
         session.playing = not session.playing

@@ -48,7 +48,7 @@ def result_line(stop: Stop, lang: str) -> None:
 
 
 def draw_stop(n: int, stop: Stop, lang: str) -> None:
-    with st.container(border=True):
+    with st.container(border=True, key=f"plan_stop_{stop.id}"):
         info = page_info(stop.page)
         st.markdown(f"**{t('plan.stop', n=n, minutes=stop.minutes, page=t(info.title_key))}**"
                     f" — {stop.title.get(lang)}")
