@@ -1,27 +1,33 @@
-"""The class plan: chapter 6.4 as eight stops of a 45-minute class, each with its question, the
-knobs its demo needs and a prediction the students commit to before the engine answers it.
+"""The class plan: chapter 6.4 as nine stops of a 45-minute class (about 40 minutes of stops,
+the rest slack), each with its question, the knobs its demo needs and a prediction the
+students commit to before the engine answers it.
 
 A stop names every knob of the sidebar (`KNOBS`), so its "set up this demo" button leaves
 nothing from the previous stop behind. A prediction's choices are ranges; `measure` reads
 the runs the page drew (their settings and StepReport dicts) and returns the measured value
 and the index of the range it falls in, or None while the runs are not done. So the right
-answer is whatever this machine measures, never a number written down in advance.
+answer is whatever this machine measures, never a number written down in advance; what is
+written down is the range the chapter argues for (`Prediction.expect`), which
+tests/app/test_stops.py checks by running every stop's preset headless.
 
 Pure Python, no streamlit: the class plan page, the live pages and the tests read it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from app.components.gauges import summary
+from app.components.gauges import history_frame, summary
 from app.components.kvmap import kv_stats
 from app.components.seats import seat_use
 from app.components.spec_strip import spec_summary
 from app.lessons import Text
 from app.pagelist import page_info
 from app.state import Settings
+
+CLASS_MINUTES = 45  # one class; the stops take about 40 of it, the rest is slack
 
 # The sidebar's knobs a stop sets: every field of Settings but the model.
 KNOBS = tuple(f.name for f in fields(Settings) if f.name != "model")
@@ -39,10 +45,30 @@ class Prediction:
     bounds: tuple[float, ...]  # choice i holds values below bounds[i]; the last holds the rest
     measure: Callable[[list[RunView], dict], float | None]  # the value, None until done
     value_fmt: str = "{:.2f}"
+    # The range the chapter argues the value lands in on this preset, and why (shown to the
+    # teacher; tests/app/test_stops.py runs the preset and checks the measurement is in it).
+    expect: tuple[float, float] = (-math.inf, math.inf)
+    why: Text | None = None
+    # More of the same runs, in words: (zh, en) lines built from the runs, or None
+    detail: Callable[[list[RunView], dict], Text | None] | None = None
 
     def __post_init__(self):
         if len(self.bounds) != len(self.choices) - 1 or list(self.bounds) != sorted(self.bounds):
             raise ValueError("a prediction needs one increasing bound between each two choices")
+        if not self.expect[0] < self.expect[1]:
+            raise ValueError("a prediction's expected range needs low < high")
+
+    def expected(self, value: float) -> bool:
+        return self.expect[0] <= value <= self.expect[1]
+
+    def expect_text(self, lang: str) -> str:
+        """The chapter's range in the value's own format: "≥ 1.5", "≤ 50%", "0.80 – 1.05"."""
+        lo, hi = self.expect
+        if math.isinf(hi):
+            return "≥ " + self.value_fmt.format(lo)
+        if math.isinf(lo):
+            return "≤ " + self.value_fmt.format(hi)
+        return f"{self.value_fmt.format(lo)} – {self.value_fmt.format(hi)}"
 
     def reveal(self, runs: list[RunView], extra: dict | None = None) -> tuple[float, int] | None:
         """(measured value, index of its choice), or None while there is nothing to show."""
@@ -161,7 +187,93 @@ def spec_speedup(runs: list[RunView], extra: dict) -> float | None:
     return a / b if b else None
 
 
+def paged_useful(runs: list[RunView]) -> float | None:
+    hist = _one(runs, kv_layout="paged")
+    fracs = [r["kv"]["useful_frac"] for r in hist or [] if r["kv"]["allocated_slots"]]
+    return sum(fracs) / len(fracs) if fracs else None
+
+
+def used_of_pool(runs: list[RunView], layout: str) -> float | None:
+    """Slots holding tokens ÷ every slot of the KV pool, averaged over the steps that held
+    any: the paper's ratio (token states ÷ all KV memory), where ours divides by held."""
+    hist = _one(runs, kv_layout=layout)
+    fracs = [r["kv"]["used_slots"] / r["kv"]["total_slots"] for r in hist or []
+             if r["kv"]["allocated_slots"]]
+    return sum(fracs) / len(fracs) if fracs else None
+
+
+def waste_detail(runs: list[RunView], extra: dict) -> Text | None:
+    """Stop "waste": paged next to contiguous, and the paper's ratio next to ours."""
+    if not _done(runs):
+        return None
+    cont, paged = contiguous_useful(runs, extra), paged_useful(runs)
+    pool = used_of_pool(runs, "contiguous")
+    if cont is None or paged is None or pool is None:
+        return None
+    return _T(
+        f"整块预留：占着的槽位里 {cont:.0%} 存着 token；分页：{paged:.0%}。"
+        f"按论文的算法（存着 token 的槽位 ÷ 整个 KV 池），整块预留是 {pool:.0%}。"
+        "PagedAttention 论文（Kwon 等，SOSP 2023，图 2）在它重新实现的 Orca 系统上测得只有 "
+        "20.4%–38.2% 的 KV 显存存着 token。两者不同在分母和条件：论文除以整块 KV 显存（含碎片），"
+        "在 GPU 上用真实请求轨迹和 OPT 模型，按最大长度（Max）、2 的幂（Pow2）或事先知道的真实长度"
+        "（Oracle）预留；这里除以请求占着的槽位，是 CPU 上的 135M 模型、这组问答、上限 256 个 token 的预留。",
+        f"Contiguous: {cont:.0%} of the slots held hold a token; paged: {paged:.0%}. "
+        f"Counted as the paper counts (slots holding tokens ÷ the whole KV pool), contiguous is "
+        f"{pool:.0%}. The PagedAttention paper (Kwon et al., SOSP 2023, Fig. 2) measured only "
+        "20.4%–38.2% of KV memory holding token states in its re-implementations of Orca. The "
+        "two differ in divisor and setting: the paper divides by all KV memory (fragments "
+        "included), on GPUs with real request traces and OPT models, reserving the maximum "
+        "length (Max), a power of two (Pow2) or the true length known in advance (Oracle); here "
+        "we divide by the slots requests hold, with a 135M model on a CPU, these questions and "
+        "a 256-token reservation.")
+
+
+def _latency(hist: list[dict]) -> tuple[float, float] | None:
+    """(TTFT, TPOT) medians in ms over the run's finished requests, as the dashboard shows."""
+    row = history_frame(hist).iloc[-1]
+    if row["ttft"] != row["ttft"] or row["tpot"] != row["tpot"]:
+        return None
+    return float(row["ttft"]), float(row["tpot"])
+
+
+def _on_off(runs: list[RunView]) -> tuple[list[dict], list[dict]] | None:
+    on = next((h for s, h, _ in runs if s.spec != "off"), None)
+    off = next((h for s, h, _ in runs if s.spec == "off"), None)
+    if not _done(runs) or not on or not off:
+        return None
+    return on, off
+
+
+def tpot_ratio(runs: list[RunView], extra: dict) -> float | None:
+    """Median TPOT with speculation ÷ without, same workload, stepped together."""
+    pair = _on_off(runs)
+    if pair is None:
+        return None
+    on, off = _latency(pair[0]), _latency(pair[1])
+    return None if on is None or off is None or not off[1] else on[1] / off[1]
+
+
+def latency_detail(runs: list[RunView], extra: dict) -> Text | None:
+    pair = _on_off(runs)
+    if pair is None:
+        return None
+    on, off = _latency(pair[0]), _latency(pair[1])
+    if on is None or off is None:
+        return None
+    tps = spec_speedup(runs, extra)
+    speed = "" if tps is None else f" · ×{tps:.2f}"
+    return _T(f"开投机：TTFT {on[0]:.0f} ms，TPOT {on[1]:.1f} ms；不开：TTFT {off[0]:.0f} ms，"
+              f"TPOT {off[1]:.1f} ms（中位数，引擎时钟）。吞吐之比{speed or ' —'}。",
+              f"Speculation on: TTFT {on[0]:.0f} ms, TPOT {on[1]:.1f} ms; off: TTFT "
+              f"{off[0]:.0f} ms, TPOT {off[1]:.1f} ms (medians, engine clock). Tokens/s "
+              f"ratio{speed or ' —'}.")
+
+
 # ---------------------------------------------------------------- the stops
+
+_LATENCY_CHOICES = (_T("明显更短（不到 0.9）", "Clearly shorter (under 0.9)"),
+                    _T("差不多（0.9 到 1.1）", "About the same (0.9 to 1.1)"),
+                    _T("更长（1.1 以上）", "Longer (1.1 or more)"))
 
 STOPS: tuple[Stop, ...] = (
     Stop("race", 5, "home",
@@ -174,8 +286,13 @@ STOPS: tuple[Stop, ...] = (
              (_T("差不多（不到 1.5 倍）", "About the same (under 1.5x)"),
               _T("1.5 到 3 倍", "1.5x to 3x"),
               _T("3 倍以上", "3x or more")),
-             (1.5, 3.0), race_ratio, "×{:.2f}")),
-    Stop("bus", 6, "batching",
+             (1.5, 3.0), race_ratio, "×{:.2f}", expect=(2.0, math.inf),
+             why=_T("章节：同一张卡换成真正的服务引擎，能多服务数倍的用户（它的“一个数量级”是和 GPU 上的 "
+                    "HuggingFace 式服务相比）。在这台 CPU 上，长尾负载下至少应有 2 倍。",
+                    "The chapter: the same card serves several times the users with a real serving "
+                    "engine (its \"order of magnitude\" is against HuggingFace-style serving on a GPU). "
+                    "On this CPU, on the long-tail workload, at least 2x."))),
+    Stop("bus", 5, "batching",
          _T("旅游大巴：做完的人还占着座", "Tour bus: finished riders keep their seats"),
          _T("静态批处理里，座位的时间有多少花在已经答完的请求上？",
             "In static batching, how much seat time goes to requests that are already done?"),
@@ -185,8 +302,11 @@ STOPS: tuple[Stop, ...] = (
                 "Of the static bus's seat-steps, the share held by finished riders?"),
              (_T("不到 15%", "Under 15%"), _T("15% 到 40%", "15% to 40%"),
               _T("40% 以上", "40% or more")),
-             (0.15, 0.40), static_waste, "{:.0%}")),
-    Stop("uniform", 5, "batching",
+             (0.15, 0.40), static_waste, "{:.0%}", expect=(0.25, 1.0),
+             why=_T("章节的第一处漏洞：答案长短不一时，静态批要等最长的那个，短的答完后座位空转。",
+                    "The chapter's first leak: with answers of mixed length a static batch waits "
+                    "for its longest, and the seats of the short ones idle."))),
+    Stop("uniform", 4, "batching",
          _T("回答一样长时呢？", "And when every answer is as long?"),
          _T("如果所有回答一样长，连续批处理还省步数吗？",
             "If every answer has the same length, does continuous batching still save steps?"),
@@ -196,31 +316,45 @@ STOPS: tuple[Stop, ...] = (
              (_T("明显更少（不到 0.8）", "Clearly fewer (under 0.8)"),
               _T("差不多（0.8 到 1.05）", "About the same (0.8 to 1.05)"),
               _T("更多（1.05 以上）", "More (over 1.05)")),
-             (0.8, 1.05), steps_ratio)),
-    Stop("hall", 6, "paging",
+             (0.8, 1.05), steps_ratio, expect=(0.8, 1.05),
+             why=_T("对照实验：漏洞来自长短不一；长度一样时没有空座可补，两者步数差不多。",
+                    "The control: the leak comes from mixed lengths; with equal lengths there is "
+                    "no empty seat to refill, and both take about as many steps."))),
+    Stop("hall", 5, "paging",
          _T("宴会厅：按最长可能整块预留", "Banquet hall: reserve for the longest case"),
          _T("同样的 KV 预算，分页能同时装下多少倍的请求？",
             "With the same KV budget, how many times as many requests fit at once when paged?"),
-         _knobs(batching="continuous", kv_layout="contiguous", workload="longtail",
+         _knobs(batching="continuous", kv_layout="contiguous", workload="chat",
                 num_requests=16, seats=16, num_blocks=64, block_size=16),
          Prediction(
              _T("同时持有 KV 的请求数：分页 ÷ 整块预留？",
                 "Requests holding KV at once: paged ÷ contiguous?"),
              (_T("一样（不到 1.3 倍）", "The same (under 1.3x)"), _T("1.3 到 2.5 倍", "1.3x to 2.5x"),
               _T("2.5 倍以上", "2.5x or more")),
-             (1.3, 2.5), concurrency_ratio, "×{:.2f}")),
+             (1.3, 2.5), concurrency_ratio, "×{:.2f}", expect=(1.5, math.inf),
+             why=_T("整块预留按提示词 + max_tokens 给每个请求留位；这组问答在 EOS 处早早结束，"
+                    "分页只占真正写下的块，同样的预算能同时装下多得多的请求。",
+                    "Contiguous reserves prompt + max_tokens for each request; these answers end "
+                    "early at EOS, and paged holds only the blocks written, so the same budget "
+                    "fits many more requests at once."))),
     Stop("waste", 5, "paging",
          _T("预留了，却没写进 token", "Reserved, never written"),
          _T("整块预留时，占着的显存里有多少真的存着 token？",
             "With contiguous reservations, how much of the held memory holds real tokens?"),
-         _knobs(batching="continuous", kv_layout="contiguous", workload="longtail",
+         _knobs(batching="continuous", kv_layout="contiguous", workload="chat",
                 num_requests=16, seats=8, num_blocks=128, block_size=16),
          Prediction(
              _T("整块预留的有效 KV（各步平均）？", "Useful KV of the contiguous layout (mean over steps)?"),
              (_T("不到 40%", "Under 40%"), _T("40% 到 75%", "40% to 75%"),
               _T("75% 以上", "75% or more")),
-             (0.40, 0.75), contiguous_useful, "{:.0%}")),
-    Stop("draft", 6, "speculation",
+             (0.40, 0.75), contiguous_useful, "{:.0%}", expect=(0.0, 0.5),
+             why=_T("回答在 EOS 处结束，远不到 max_tokens：预留的大半永远不会被写入（预留浪费），"
+                    "章节说的“60% 以上被浪费”。分页只剩每个请求最后一块没写满的部分（内部碎片）。",
+                    "Answers end at EOS far below max_tokens: most of each reservation is never "
+                    "written (reservation waste), the chapter's \"60%+ wasted\". Paged leaves only "
+                    "each request's last, partly filled block (internal fragmentation)."),
+             detail=waste_detail)),
+    Stop("draft", 5, "speculation",
          _T("先起草，后验证", "Draft, then verify"),
          _T("照抄型回答里，一次目标前向能产出几个 token？",
             "On answers that copy the prompt, how many tokens does one target pass yield?"),
@@ -230,19 +364,43 @@ STOPS: tuple[Stop, ...] = (
              _T("每次目标前向平均产出的 token？", "Tokens per target pass, on average?"),
              (_T("约 1 个（不到 1.3）", "About 1 (under 1.3)"), _T("1.3 到 2.5 个", "1.3 to 2.5"),
               _T("2.5 个以上", "2.5 or more")),
-             (1.3, 2.5), tokens_per_pass)),
-    Stop("load", 6, "dashboard",
-         _T("满载时还划算吗？", "Does it still pay at full load?"),
-         _T("座位坐满时，开投机还能加速吗？",
-            "With every seat taken, does speculation still speed things up?"),
-         _knobs(batching="continuous", kv_layout="paged", spec="ngram", k=4, seats=16,
-                num_blocks=128, workload="open", num_requests=32, temperature=0.0),
+             (1.3, 2.5), tokens_per_pass, expect=(1.8, math.inf),
+             why=_T("提议者猜得准时，一次验证接受好几个草稿 token，再加目标自己的一个。",
+                    "When the proposer guesses well, one verification accepts several drafted "
+                    "tokens, plus the target's own one."))),
+    Stop("quiet", 4, "dashboard",
+         _T("只有一个人在问时", "When only one person is asking"),
+         _T("机器很闲时，开投机能让每个 token 来得更快吗？",
+            "On an idle machine, does speculation make each token come sooner?"),
+         _knobs(batching="continuous", kv_layout="paged", spec="ngram", k=4, seats=8,
+                workload="grounded", num_requests=1, temperature=0.0),
          Prediction(
-             _T("开投机的吞吐 ÷ 不开的吞吐？", "Tokens/s with speculation ÷ without?"),
-             (_T("更慢（不到 0.95）", "Slower (under 0.95)"), _T("差不多（0.95 到 1.2）", "About the same (0.95 to 1.2)"),
-              _T("更快（1.2 以上）", "Faster (1.2 or more)")),
-             (0.95, 1.2), spec_speedup, "×{:.2f}")),
-    Stop("wrap", 6, "summary",
+             _T("TPOT：开投机 ÷ 不开？", "TPOT with speculation ÷ without?"),
+             _LATENCY_CHOICES, (0.9, 1.1), tpot_ratio, expect=(0.0, 0.9),
+             why=_T("章节：投机解码降的是单个请求的延迟，机器越闲越值。低负载时一步解码受内存带宽限制，"
+                    "多验证几个 token 几乎不加时间，所以 TPOT 下降；TTFT（预填充）不受影响。",
+                    "The chapter: speculation cuts one request's latency and pays most on an idle "
+                    "machine. At low load a decode step is bound by memory bandwidth, verifying a "
+                    "few more tokens adds little time, so TPOT falls; TTFT (the prefill) does not "
+                    "change."),
+             detail=latency_detail)),
+    Stop("load", 4, "dashboard",
+         _T("满载时还划算吗？", "Does it still pay at full load?"),
+         _T("同样的照抄型请求坐满座位时，开投机还能缩短 TPOT 吗？",
+            "With the same copying requests filling every seat, does speculation still cut TPOT?"),
+         _knobs(batching="continuous", kv_layout="paged", spec="ngram", k=4, seats=16,
+                num_blocks=256, workload="grounded", num_requests=16, temperature=0.0),
+         Prediction(
+             _T("TPOT：开投机 ÷ 不开？", "TPOT with speculation ÷ without?"),
+             _LATENCY_CHOICES, (0.9, 1.1), tpot_ratio, expect=(0.95, math.inf),
+             why=_T("章节：满载时一步已经算满，验证的额外 token 不再免费，投机的收益缩水甚至变负。"
+                    "在 CPU 上这一点来得更早（一次前向本来就受算力限制）；在 GPU 上要到大批量时才出现。",
+                    "The chapter: at full load a step is already compute-bound, the extra verified "
+                    "tokens are no longer free, and speculation's gain shrinks or turns negative. "
+                    "On a CPU this comes sooner (a pass is compute-bound already); on a GPU only at "
+                    "large batches."),
+             detail=latency_detail)),
+    Stop("wrap", 3, "summary",
          _T("回顾与自测", "Summary and self-test"),
          _T("三处漏洞各由哪个补丁堵上，各改善了什么？",
             "Which patch closes each leak, and what does each improve?"),
@@ -277,8 +435,45 @@ SUMMARY: tuple[tuple[Text, tuple[str, ...]], ...] = (
         "The first two fixes raise throughput and pay most on a full server; speculation "
         "cuts one request's latency and pays most on an idle one, shrinking or turning "
         "negative at full load."),
-     ("draft", "load")),
+     ("draft", "quiet", "load")),
 )
+
+
+# The runs each page draws for its settings `s`, stepped together (the pages call this, so a
+# headless measurement runs exactly what the page shows).
+def page_variants(page: str, s: Settings) -> list[Settings]:
+    if page == "batching":
+        return [s.with_(batching=m) for m in ("static", "continuous")]
+    if page == "paging":
+        return [s.with_(kv_layout=layout) for layout in ("contiguous", "paged")]
+    if page == "speculation":
+        return [s if s.spec != "off" else s.with_(spec="ngram"), s.with_(spec="off")]
+    if page == "dashboard":
+        return [s] if s.spec == "off" else [s, s.with_(spec="off")]
+    return [s]
+
+
+def measure_headless(stop: Stop, max_steps: int = 2000, race=None) -> float | None:
+    """Run `stop`'s preset as its page does, without a browser: the page's runs on one
+    session, stepped together to the end, then the stop's own measurement. The home race is
+    run by `race(settings)` (the page's race function), given by the caller."""
+    from app.state import Session
+
+    if stop.prediction is None:
+        return None
+    if stop.page == "home":
+        extra = {"race": race(stop.settings)} if race else {}
+        return stop.prediction.measure([], extra)
+    session = Session(settings=stop.settings)
+    variants = page_variants(stop.page, stop.settings)
+    runs = [session.run(v) for v in variants]
+    while not all(r.done for r in runs):
+        if session.tick >= max_steps:
+            raise RuntimeError(f"stop {stop.id}: not done after {max_steps} steps")
+        session.step()
+        runs = [session.run(v) for v in variants]
+    views = [(r.settings, r.history, r.done) for r in runs]
+    return stop.prediction.measure(views, {})
 
 
 def stop_by_id(stop_id: str) -> Stop:

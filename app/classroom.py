@@ -402,7 +402,7 @@ class ClassRoom:
         self.stream: StepStream | None = None
         self.load: LoadRun | None = None
         self.table: dict[str, dict] = {}  # configuration -> measured row
-        self.status = ""  # what a background restart is doing
+        self.status = ""  # what a background restart is doing: an app/i18n.py key
         self.error = ""
         self.on_network = False
         self.redraw_ms: deque[float] = deque(maxlen=200)
@@ -436,16 +436,16 @@ class ClassRoom:
             try:
                 old = self.server
                 if old is not None and not abort:
-                    self.status = "finishing the requests in flight, then restarting"
+                    self.status = "class.status.draining"
                     old.drain()
-                self.status = "restarting the class engine"
+                self.status = "class.status.restarting"
                 self.stop(abort=abort)
                 self.start(switches, self.on_network)
                 self.status = ""
             except Exception as exc:  # shown on the page; the teacher can start again
                 self.status, self.error = "", f"restart failed: {exc}"
 
-        self.status = "restarting"
+        self.status = "class.status.starting"
         threading.Thread(target=work, daemon=True).start()
 
     def record_load(self) -> None:

@@ -702,6 +702,56 @@ STRINGS: dict[str, dict[str, str]] = {
     "home.leak.speculation.gain": {"zh": "单个用户的延迟", "en": "one user's latency"},
 }
 
+# The class plan's stops (app/classplan.py, app/predict.py, app/pages/plan.py): one block, kept
+# apart so that other edits of the table above merge cleanly.
+STRINGS.update({
+    "workload.chat": {"zh": "问答：回答在 EOS 处结束", "en": "chat: answers end at EOS"},
+    "plan.expect": {"zh": "章节预期的范围：{range}。{why}", "en": "The chapter's range: {range}. {why}"},
+    "plan.in_range": {"zh": "在章节预期的范围内", "en": "inside the chapter's range"},
+    "plan.out_of_range": {"zh": "不在章节预期的范围内（{range}），值得和学生讨论为什么",
+                          "en": "outside the chapter's range ({range}): worth asking the class why"},
+    "plan.slack": {"zh": "各站合计 {m} 分钟，留 {s} 分钟机动（提问、等引擎、讨论）。",
+                   "en": "The stops take {m} minutes, leaving {s} minutes of slack (questions, "
+                         "waiting on the engine, discussion)."},
+    "predict.before_race": {"zh": "先锁定预测，再按「开始比赛」。",
+                            "en": "Lock in a prediction first, then press \"Start the race\"."},
+    "predict.waiting_race": {"zh": "已锁定。按「开始比赛」，比赛跑完后答案就会出现在这里。",
+                             "en": "Locked in. Press \"Start the race\"; when the race is over the "
+                                   "answer appears here."},
+    "paging.held_unwritten": {"zh": "占着、没写", "en": "Held, not written"},
+    "paging.held_unwritten.help": {
+        "zh": "请求占着、却没存 token 的槽位。整块预留时，这是预留浪费：为以后的 token 留的位，"
+              "回答在 EOS 处提前结束时永远不会被写；分页时只剩每个请求最后一块没写满的部分（内部碎片）。"
+              "空闲总量和最大连续空闲之差另算，是外部碎片。",
+        "en": "Slots requests hold that hold no token. Contiguous: reservation waste, room kept "
+              "for tokens to come, never written when an answer ends early at EOS. Paged: only "
+              "each request's last, partly filled block (internal fragmentation). External "
+              "fragmentation is the gap between the free total and the largest free run, shown "
+              "apart."},
+    "paging.useful_held": {"zh": "占着的里存着 token", "en": "Held slots holding tokens"},
+    "paging.useful_held.help": {
+        "zh": "存着 token 的槽位 ÷ 请求占着的槽位。PagedAttention 论文的 20.4%–38.2% 除的是整个 KV "
+              "显存，分母不同。",
+        "en": "Slots holding tokens ÷ slots requests hold. The PagedAttention paper's "
+              "20.4%–38.2% divides by all KV memory, a different denominator."},
+    "apprentice.missing": {
+        "zh": "EAGLE 学徒（在目标模型特征上训练的一层草稿头）还没训练。按下面的按钮在这台机器上训练"
+              "（2 核 CPU 约 15 分钟，只需一次），训练完它就出现在上面的开关里。",
+        "en": "The EAGLE apprentice (a one-layer draft head on the target's features) is not "
+              "trained yet. The button below trains it on this machine (about 15 minutes on 2 CPU "
+              "cores, once); when it is done, the switch above offers it."},
+    "apprentice.train": {"zh": "训练学徒草稿头", "en": "Train the apprentice"},
+    "apprentice.training": {"zh": "正在训练学徒：{pct}%（可以继续上课）",
+                            "en": "Training the apprentice: {pct}% (the class can go on)"},
+    "apprentice.failed": {"zh": "训练没有完成：{tail}", "en": "The training did not finish: {tail}"},
+    "class.status.starting": {"zh": "正在重启课堂引擎……", "en": "Restarting the class engine…"},
+    "class.status.draining": {"zh": "先让进行中的请求答完，然后重启课堂引擎……",
+                              "en": "Finishing the requests in flight, then restarting the class "
+                                    "engine…"},
+    "class.status.restarting": {"zh": "正在用新开关启动课堂引擎……",
+                                "en": "Starting the class engine with the new switches…"},
+})
+
 
 def _default_lang() -> str:
     try:

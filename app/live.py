@@ -95,7 +95,7 @@ def live_view(draw: Callable[[Session], list[Run]], slug: str | None = None) -> 
             return
         if slug is not None:
             with box:
-                prediction_box(slug, runs)
+                prediction_box(slug, runs, session=session)
         if session.playing and runs and all(r.done for r in runs):
             session.playing = False
             st.rerun(scope="app")

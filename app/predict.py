@@ -20,6 +20,9 @@ from app.state import Run, Session
 
 CURRENT, GOTO = "class_stop", "_class_goto"
 PREDICTIONS, REVEALS = "class_predictions", "class_reveals"
+# What a page keeps from an earlier measurement, cleared when one of its stops starts, so the
+# answer is not on screen before the students predict (the home race's result).
+PAGE_RESULTS = {"home": ("race_result",)}
 
 
 def start_stop(stop: Stop, session: Session) -> None:
@@ -31,6 +34,8 @@ def start_stop(stop: Stop, session: Session) -> None:
     st.session_state.setdefault(PREDICTIONS, {}).pop(stop.id, None)
     st.session_state.setdefault(REVEALS, {}).pop(stop.id, None)
     st.session_state.pop(f"pred_{stop.id}_choice", None)
+    for key in PAGE_RESULTS.get(stop.page, ()):
+        st.session_state.pop(key, None)
     st.session_state[GOTO] = stop.page
 
 
@@ -48,7 +53,8 @@ def _lock(stop: Stop) -> None:
         st.session_state.setdefault(PREDICTIONS, {})[stop.id] = choice
 
 
-def prediction_box(slug: str, runs: list[Run], extra: dict | None = None) -> None:
+def prediction_box(slug: str, runs: list[Run], extra: dict | None = None,
+                   session: Session | None = None) -> None:
     """The current stop's prediction on page `slug`: choose and lock, then the reveal."""
     stop = current_stop(slug)
     if stop is None:
@@ -63,13 +69,16 @@ def prediction_box(slug: str, runs: list[Run], extra: dict | None = None) -> Non
                      key=f"pred_{stop.id}_choice", horizontal=True)
             st.button(t("predict.lock"), key=f"pred_{stop.id}_lock", on_click=_lock,
                       args=(stop,), type="primary")
-            st.caption(t("predict.before"))
+            st.caption(t("predict.before_race" if slug == "home" else "predict.before"))
             return
-        st.markdown(f"{t('predict.yours')}: **{pred.choices[chosen].get(lang)}**")
         views = [(r.settings, r.history, r.done) for r in runs]
         reveal = pred.reveal(views, extra)
+        left, right = st.columns([3, 1], vertical_alignment="center")
+        left.markdown(f"{t('predict.yours')}: **{pred.choices[chosen].get(lang)}**")
+        if reveal is None and session is not None and runs:
+            _play_button(right, session)
         if reveal is None:
-            st.caption(t("predict.waiting"))
+            st.caption(t("predict.waiting_race" if slug == "home" else "predict.waiting"))
             return
         value, index = reveal
         st.session_state.setdefault(REVEALS, {})[stop.id] = (value, index)
@@ -77,3 +86,19 @@ def prediction_box(slug: str, runs: list[Run], extra: dict | None = None) -> Non
         message = t("predict.measured", value=shown, choice=pred.choices[index].get(lang))
         (st.success if index == chosen else st.warning)(
             f"{message} {t('predict.right' if index == chosen else 'predict.wrong')}")
+        detail = pred.detail(views, extra or {}) if pred.detail else None
+        if detail is not None:
+            st.caption(detail.get(lang))
+        rng = pred.expect_text(lang)
+        st.caption(t("plan.in_range") if pred.expected(value)
+                   else t("plan.out_of_range", range=rng))
+
+
+def _play_button(where, session: Session) -> None:
+    """Play / Pause next to the locked prediction, so the run control is on screen with the
+    question (the sidebar's own Play may sit below a projector's fold). Inside the live
+    view's fragment a click reruns the whole app: Play's timer is set outside the fragment."""
+    label = t("side.pause") if session.playing else t("side.play")
+    if where.button(label, key="pred_play", type="primary", width="stretch"):
+        session.playing = not session.playing
+        st.rerun(scope="app")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from app.components.gauges import METRIC_CSS
 from app.i18n import language_selector, t
 from app.live import ensure_model, get_session
 from app.sidebar import device_line, draw_sidebar
@@ -16,6 +17,7 @@ def shell() -> None:
     session = get_session()
     ensure_model(session.settings.model)
     draw_sidebar(session)
+    st.sidebar.html(METRIC_CSS)  # style only: applies to the whole page
     try:
         device_line(session.primary.engine.describe())
     except ValueError as exc:  # a KV budget too small for one request, for example

@@ -134,10 +134,11 @@ def _switches() -> None:
         st.sidebar.radio(switch_label(name), options, key=WIDGET_OF[name],
                          format_func=labels.__getitem__, horizontal=True,
                          on_change=_switch_flipped, args=(WIDGET_OF[name],))
-    if not eagle_ready:
-        from engine.spec.eagle import TRAIN_COMMAND
+    if not eagle_ready:  # a button trains it here, with a progress bar (app/apprentice.py)
+        from app import apprentice
 
-        st.sidebar.caption(t("side.eagle_missing", cmd=TRAIN_COMMAND))
+        with st.sidebar:
+            apprentice.panel(st.session_state.get("sz_model") or MODELS[0], t, eagle_ready)
     if st.session_state.sw_spec != "off":
         st.sidebar.slider(t("side.k"), 1, 8, help=t("side.k.help"),
                           **_kept("sw_k"))

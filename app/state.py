@@ -91,7 +91,10 @@ def preset_jobs(name: str, n: int = NUM_REQUESTS, cap: int = MAX_TOKENS) -> list
     """A named workload (benchmarks/workloads.py), n requests, answers capped at `cap` tokens."""
     if name not in WORKLOAD_NAMES:
         raise ValueError(f"unknown workload {name!r}; choose one of {list(WORKLOAD_NAMES)}")
-    return [Job(it.prompt, min(cap, it.max_tokens), it.name or f"{name}-{i:02d}", it.ignore_eos)
+    # An answer that ends at EOS keeps its own max_tokens: that cap is the reservation the
+    # contiguous layout makes, and the answer's own end bounds the run.
+    return [Job(it.prompt, min(cap, it.max_tokens) if it.ignore_eos else it.max_tokens,
+                it.name or f"{name}-{i:02d}", it.ignore_eos)
             for i, it in enumerate(get_workload(name, n))]
 
 

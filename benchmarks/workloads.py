@@ -12,11 +12,16 @@ matters as much as the server. Each leak shows up only under the workload that o
 - `grounded`: answers that copy from the prompt (code edits, JSON to YAML, field
   extraction), where n-gram speculation (prompt lookup) guesses well (leak three).
 - `open`: stories, poems and brainstorming, where copying from the prompt rarely helps.
+- `chat`: short questions whose answers end at EOS well before a generous `max_tokens`.
+  The only preset that stops at EOS: a contiguous layout reserves prompt + `max_tokens`
+  for each request, and most of that reservation is never written (leak two as the
+  PagedAttention paper measured it), while a paged layout holds only what was written.
 
 Prompts are plain text, tokenized as they are (no chat template is applied), so each one
 carries SmolLM2's chat markup itself and a small instruct model answers sensibly. Every
 item sets `ignore_eos=True` by default: every system then computes exactly `max_tokens`
-per request and the comparison counts identical work.
+per request and the comparison counts identical work; `chat` alone lets answers end at EOS,
+because what it shows is memory reserved for tokens that never come.
 """
 
 from __future__ import annotations
@@ -102,6 +107,13 @@ SHORT_ANSWER = [
     "Which planet is closest to the Sun?",
 ]
 
+# Questions SmolLM2-135M answers and ends at EOS well within CHAT_MAX_TOKENS under greedy
+# decoding (the Chinese and open-ended questions above ramble past any cap, so they are left
+# out: this pool's answers must end on their own).
+CHAT = [q for q in SHORT_ANSWER if q.isascii() and "length of a list" not in q
+        and "painting" not in q and "IndexError" not in q]
+CHAT_MAX_TOKENS = 256  # generous: the reservation a contiguous layout makes for each answer
+
 # Requests that invite a long answer: explanations, code, plans.
 LONG_ANSWER = [
     "Explain how a computer's memory hierarchy works, from registers to disk, and why caches "
@@ -161,14 +173,10 @@ SHARED_QUESTIONS = [
     "How do I cancel my Lumen Club membership?",
 ]
 
-# Copy-heavy tasks: most of the answer is already in the prompt.
+# Copy-heavy tasks: most of the answer is already in the prompt. The first ones are those
+# SmolLM2-135M copies most faithfully under greedy decoding, so a run of one or two requests
+# (the class's low-load case) is a copying one.
 GROUNDED = [
-    (
-        "Rename the variable `x` to `total` in this function and return the whole function:\n\n"
-        "```python\ndef add_prices(prices):\n    x = 0\n    for p in prices:\n        x = x + p\n"
-        "    if x > 100:\n        print('big order')\n    return x\n```",
-        96,
-    ),
     (
         "Convert this JSON to YAML:\n\n"
         '{"name": "Alice", "age": 30, "city": "Paris", "languages": ["French", "English"], '
@@ -180,11 +188,6 @@ GROUNDED = [
         "'field: value' lines:\n\n"
         "On 14 March 2023, Dr. Maria Gonzalez presented her research on coral reefs at the "
         "Marine Biology Conference in Lisbon, Portugal. Her talk drew more than 300 people.",
-        64,
-    ),
-    (
-        "Repeat this shopping list with each item numbered:\n\n"
-        "apples\nbread\nmilk\neggs\ncheese\ntomatoes\nrice\nolive oil\ncoffee\nbananas",
         64,
     ),
     (
@@ -233,6 +236,17 @@ GROUNDED = [
         "```python\n# 计算平均值\ndef mean(xs):\n    # 空列表返回 0\n    if not xs:\n"
         "        return 0\n    return sum(xs) / len(xs)\n```",
         96,
+    ),
+    (
+        "Rename the variable `x` to `total` in this function and return the whole function:\n\n"
+        "```python\ndef add_prices(prices):\n    x = 0\n    for p in prices:\n        x = x + p\n"
+        "    if x > 100:\n        print('big order')\n    return x\n```",
+        96,
+    ),
+    (
+        "Repeat this shopping list with each item numbered:\n\n"
+        "apples\nbread\nmilk\neggs\ncheese\ntomatoes\nrice\nolive oil\ncoffee\nbananas",
+        64,
     ),
 ]
 
@@ -294,6 +308,11 @@ def _cycle(pool: list[tuple[str, int]], prefix: str, n: int, seed: int) -> list[
                      name=f"{prefix}-{i:02d}") for i in range(n)]
 
 
+def _chat(n: int, seed: int) -> list[WorkItem]:
+    return [WorkItem(chat(CHAT[(i + seed) % len(CHAT)]), CHAT_MAX_TOKENS, ignore_eos=False,
+                     name=f"chat-{i:02d}") for i in range(n)]
+
+
 # name -> (builder(n, seed), default n, description_en, description_zh)
 PRESETS = {
     "longtail": (
@@ -320,6 +339,11 @@ PRESETS = {
         lambda n, seed: _cycle(OPEN, "open", n, seed), len(OPEN),
         "Creative tasks (stories, poems, brainstorming): little to copy from the prompt.",
         "开放式创作（故事、诗歌、头脑风暴）：回答几乎无法从提示词里照抄。",
+    ),
+    "chat": (
+        _chat, 16,
+        "Short chat questions: answers end at EOS, far below a generous 256-token cap.",
+        "简短问答：回答在 EOS 处自然结束，远不到宽裕的 256 个 token 上限。",
     ),
 }
 WORKLOAD_NAMES = tuple(PRESETS)

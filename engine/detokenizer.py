@@ -6,7 +6,8 @@ decodes only a short window: the tokens since the last complete piece of text, w
 piece before them as context (the incremental scheme of Hugging Face's text-generation-
 inference and vLLM), one decode() call per token. A byte-level tokenizer splits a Chinese character or an emoji over
 several tokens; while the window ends inside such a character its decoding ends in U+FFFD,
-and the text waits for the next token, so no half character is ever shown.
+and the text waits for the next token, so no half character is ever shown, not even when
+the output is cut (max_tokens) in the middle of one.
 
 Stop strings follow vLLM: a stop string ends the request and is not part of its text (the
 token ids keep every generated token); while the request runs, a tail of the text that could
@@ -79,10 +80,15 @@ class Detokenizer:
         return self.text[:len(self.text) - hold]
 
     def finish(self) -> None:
-        """The request ended: the text is now the whole output decoded once (an incomplete
-        character at the very end shows as U+FFFD, as decode() gives it)."""
+        """The request ended: the text is now the whole output decoded once. An output cut
+        (at max_tokens) inside a multi-byte character keeps that incomplete character back,
+        as while running: the text ends at the last complete character, never in U+FFFD."""
         if self.stop_at is None:
-            self.text = self._decode(self.token_ids)
+            text = self._decode(self.token_ids)
+            if text.endswith(REPLACEMENT) and self.read_offset < len(self.token_ids):
+                # the tokens after read_offset never made a whole character
+                text = self._decode(self.token_ids[:self.read_offset])
+            self.text = text
 
     def take(self, finished: bool) -> str:
         """The visible text not handed out before."""

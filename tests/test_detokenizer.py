@@ -58,3 +58,26 @@ def test_a_tokenizer_that_cleans_up_spaces_keeps_its_own_decode():
     assert fast_decode(CleaningTokenizer())([1]) == "cleaned"
     CleaningTokenizer.clean_up_tokenization_spaces = False
     assert fast_decode(CleaningTokenizer())([1]) == "raw"
+
+
+def test_an_output_cut_inside_a_character_ends_at_the_last_whole_one(tokenizer):
+    """max_tokens can fall between the byte tokens of one Chinese character or emoji: the
+    finished text holds every complete character and no U+FFFD."""
+    cuts = 0
+    for text in ("你好，世界", "🙂🚀", "Grüße 饕餮"):
+        ids = tokenizer.encode(text)
+        for n in range(1, len(ids) + 1):
+            d = Detokenizer(tokenizer)
+            streamed = ""
+            for t in ids[:n]:
+                d.add(t)
+                streamed += d.take(False)
+            d.finish()
+            whole = tokenizer.decode(ids[:n], skip_special_tokens=False)
+            assert "\ufffd" not in d.text, (text, n, d.text)
+            # what is held back is the unfinished character (with a space that shares its token)
+            held = whole[len(d.text):]
+            assert whole.startswith(d.text) and (not held or "\ufffd" in held), (text, n)
+            assert (streamed + d.take(True)) == d.text, "nothing streamed is taken back"
+            cuts += whole.endswith("\ufffd")
+    assert cuts > 0, "some cut fell inside a character (else this test shows nothing)"

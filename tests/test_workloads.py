@@ -17,7 +17,8 @@ from benchmarks.workloads import (
 
 
 def test_every_preset_exists_and_is_deterministic():
-    assert set(WORKLOAD_NAMES) == {"longtail", "uniform", "shared-prefix", "grounded", "open"}
+    assert set(WORKLOAD_NAMES) == {"longtail", "uniform", "shared-prefix", "grounded", "open",
+                                   "chat"}
     for name in WORKLOAD_NAMES:
         a, b = get_workload(name), get_workload(name)
         assert a == b, f"{name} is not deterministic"
@@ -25,7 +26,9 @@ def test_every_preset_exists_and_is_deterministic():
         assert len(a) >= 8
         assert len({it.name for it in a}) == len(a), f"{name}: item names repeat"
         for it in a:
-            assert isinstance(it, WorkItem) and it.ignore_eos and it.arrival_s == 0.0
+            # only chat's answers end at EOS: its point is a reservation never written
+            assert isinstance(it, WorkItem) and it.ignore_eos == (name != "chat")
+            assert it.arrival_s == 0.0
             assert it.max_tokens >= 1
             assert it.prompt.startswith("<|im_start|>") and it.prompt.endswith(
                 "<|im_start|>assistant\n"), f"{it.name}: no chat markup"

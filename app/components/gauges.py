@@ -23,6 +23,18 @@ import pandas as pd
 
 from app.i18n import t
 
+# Streamlit cuts a metric's value and label that overflow their column with an ellipsis
+# ("33.8 to…", "吞…"); on a projector the columns are narrow, so both wrap instead and the
+# value's size follows the window.
+METRIC_CSS = """<style>
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] > div,
+[data-testid="stMetricLabel"], [data-testid="stMetricLabel"] p {
+  white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
+  overflow-wrap: anywhere;}
+[data-testid="stMetricValue"] {font-size: clamp(1.2rem, 2.1vw, 2.25rem) !important;
+  line-height: 1.15;}
+</style>"""
+
 GAUGES = ("tokens_per_s", "ttft", "tpot", "itl", "seats_busy", "kv_used", "acceptance",
           "tokens_per_pass")
 

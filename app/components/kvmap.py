@@ -18,19 +18,22 @@ from app.i18n import t
 
 COLUMNS = 16  # cells per row of the map
 
+# A block's number and its share badge shrink with the cell (container query units), so in
+# a narrow map they stay inside their own cell instead of running into the next one.
 CSS = """
 <style>
 .sl-kv{display:grid;gap:4px;}
 .sl-b{height:40px;border:1px solid #777;border-radius:4px;position:relative;font-size:11px;
- box-sizing:border-box;}
-.sl-b span{position:absolute;left:3px;top:1px;color:#222;text-shadow:0 0 2px #fff;}
+ box-sizing:border-box;overflow:hidden;container-type:inline-size;}
+.sl-b span{position:absolute;left:2px;top:1px;color:#222;text-shadow:0 0 2px #fff;
+ font-size:min(11px,32cqw);white-space:nowrap;line-height:1.1;}
 .sl-b.free{background:#fff;border:1px dashed #bbb;}
 .sl-b.free span{color:#aaa;text-shadow:none;}
 .sl-b.cached{background:#fff;border:2px dotted #888;}
 .sl-b.shared{border:3px solid #000;}
 .sl-b.sel{outline:4px solid #ffd400;outline-offset:1px;z-index:1;}
-.sl-b b{position:absolute;right:3px;bottom:1px;font-size:13px;background:#000;color:#fff;
- border-radius:3px;padding:0 3px;}
+.sl-b b{position:absolute;right:1px;bottom:1px;font-size:min(13px,34cqw);background:#000;
+ color:#fff;border-radius:3px;padding:0 2px;white-space:nowrap;line-height:1.1;}
 .sl-legend{display:flex;flex-wrap:wrap;gap:14px;font-size:15px;margin-top:8px;align-items:center;}
 .sl-legend i{display:inline-block;width:22px;height:16px;border:1px solid #777;margin-right:5px;
  vertical-align:middle;border-radius:3px;}

@@ -13,6 +13,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import streamlit as st  # noqa: E402
 
+from app.classplan import page_variants  # noqa: E402
 from app.components.gauges import summary  # noqa: E402
 from app.components.seats import queue_html, seat_use, seats_html, timeline_chart  # noqa: E402
 from app.i18n import switch_label, t  # noqa: E402
@@ -43,7 +44,7 @@ def draw_run(run: Run) -> None:
 
 def draw(session: Session) -> list[Run]:
     s = session.settings
-    runs = runs_for(session, [s.with_(batching=m) for m in MODES])
+    runs = runs_for(session, page_variants("batching", s))
     step_header(runs)
     side_by_side("batching", MODES, s.batching, runs, draw_run)
     if any(r.history for r in runs):

@@ -85,8 +85,8 @@ def controls(room: ClassRoom) -> None:
     srv = room.server
     if room.error:
         st.error(room.error)
-    if room.status:
-        st.info(room.status)
+    if room.status:  # a key: the page speaks its own language, not the thread's
+        st.info(t(room.status))
         return
     if srv is None:
         st.subheader("Start the class")

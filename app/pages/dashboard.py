@@ -13,6 +13,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import streamlit as st  # noqa: E402
 
+from app.classplan import page_variants  # noqa: E402
 from app.components.charts import gauge_history_chart  # noqa: E402
 from app.components.gauges import GAUGES, gauge_values, summary  # noqa: E402
 from app.components.lesson import describe_switches  # noqa: E402
@@ -33,7 +34,7 @@ def speedup_line(run: Run, base: Run) -> None:
 
 def draw(session: Session) -> list[Run]:
     s = session.settings
-    runs = runs_for(session, [s] if s.spec == "off" else [s, s.with_(spec="off")])
+    runs = runs_for(session, page_variants("dashboard", s))
     run = runs[0]
     step_header(runs)
     st.caption(describe_switches({"batching": s.batching, "kv_layout": s.kv_layout,

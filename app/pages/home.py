@@ -18,23 +18,32 @@ from app.i18n import t  # noqa: E402
 from app.lessons import DemoLink  # noqa: E402
 from app.live import get_session, measured, page_with_lesson  # noqa: E402
 from app.pagelist import LEAK_PAGES, page_info  # noqa: E402
-from app.predict import prediction_box  # noqa: E402
+from app.predict import current_stop, prediction_box  # noqa: E402
 from app.race import RACE_MAX_TOKENS, RACE_REQUESTS, race  # noqa: E402
 
 RESULT = "race_result"
 
 
-def draw_race() -> None:
+def draw_race(first: bool = False) -> None:
+    """The race; `first` (the class is at its stop): the prediction and the button come
+    before the race's description, so both are on a projector's first screen."""
     session = get_session()
     st.subheader(t("home.race"))
-    st.caption(t("home.race.what", n=RACE_REQUESTS, cap=RACE_MAX_TOKENS,
-                 seats=session.settings.seats))
-    st.caption(t("home.race.differs"))
+
+    def describe() -> None:
+        st.caption(t("home.race.what", n=RACE_REQUESTS, cap=RACE_MAX_TOKENS,
+                     seats=session.settings.seats))
+        st.caption(t("home.race.differs"))
+
+    if not first:
+        describe()
     box = st.container()
     result = measured(RESULT, "race_start", t("home.race.start"),
                       lambda progress: race(session.settings.seats, session.settings.model,
                                             RACE_REQUESTS, RACE_MAX_TOKENS, progress=progress),
                       type="primary")
+    if first:
+        describe()
     with box:
         prediction_box("home", [], {"race": result})
     if result is None:
@@ -68,6 +77,11 @@ def draw_map() -> None:
 
 def body() -> None:
     st.header(t("home.headline"))
+    if current_stop("home"):  # the class is at the race: its prediction and button come first
+        draw_race(first=True)
+        st.markdown(t("home.intro"))
+        draw_map()
+        return
     st.markdown(t("home.intro"))
     draw_map()
     draw_race()

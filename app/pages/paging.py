@@ -13,6 +13,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import streamlit as st  # noqa: E402
 
+from app.classplan import page_variants  # noqa: E402
 from app.components.kvmap import (  # noqa: E402
     kv_grid_html,
     kv_stats,
@@ -53,8 +54,12 @@ def draw_run(run: Run, selected: str | None) -> None:
     kv = last["kv"]
     s = kv_stats(kv)
     a, b, c = st.columns(3)
-    a.metric(t("paging.useful"), f"{100 * s['useful_frac']:.0f}%", help=t("paging.useful.help"))
-    b.metric(t("paging.waste"), t("paging.slots", n=s["waste"]), help=t("paging.waste.help"))
+    # named for what they count: held slots holding tokens, and held slots holding none
+    # (reservation waste when contiguous, the last block's internal waste when paged)
+    a.metric(t("paging.useful_held"), f"{100 * s['useful_frac']:.0f}%",
+             help=t("paging.useful_held.help"))
+    b.metric(t("paging.held_unwritten"), t("paging.slots", n=s["waste"]),
+             help=t("paging.held_unwritten.help"))
     c.metric(t("paging.concurrency"), s["requests"], help=t("paging.concurrency.help"))
     d, e, f = st.columns(3)
     d.metric(t("paging.free"), t("paging.slots", n=s["free"]))
@@ -78,7 +83,7 @@ def draw_run(run: Run, selected: str | None) -> None:
 
 def draw(session: Session) -> list[Run]:
     s = session.settings
-    runs = runs_for(session, [s.with_(kv_layout=layout) for layout in LAYOUTS])
+    runs = runs_for(session, page_variants("paging", s))
     step_header(runs)
     first = runs[0].engine.config
     st.caption(t("paging.budget", blocks=s.num_blocks, bs=s.block_size,

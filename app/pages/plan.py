@@ -1,5 +1,5 @@
-"""The class plan (first in the navigation): chapter 6.4 as a 45-minute class of eight stops
-(app/classplan.py). Each stop: its time, its question, the knobs it sets, and one button that
+"""The class plan (first in the navigation): chapter 6.4 as a 45-minute class of nine stops
+with slack (app/classplan.py), listed in reading order. Each stop: its time, its question, the knobs it sets, and one button that
 sets them all, restarts the engine and opens the stop's page, where the students predict
 before the engine answers. The teacher's notes (lessons/notes/) sit underneath.
 """
@@ -11,7 +11,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import streamlit as st  # noqa: E402
 
-from app.classplan import STOPS, Stop  # noqa: E402
+from app.classplan import CLASS_MINUTES, STOPS, Stop  # noqa: E402
 from app.i18n import get_lang, switch_label, t  # noqa: E402
 from app.lessons import LESSONS_DIR  # noqa: E402
 from app.live import get_session  # noqa: E402
@@ -48,12 +48,16 @@ def result_line(stop: Stop, lang: str) -> None:
 
 
 def draw_stop(n: int, stop: Stop, lang: str) -> None:
-    with st.container(border=True):
+    with st.container(border=True, key=f"plan_stop_{stop.id}"):
         info = page_info(stop.page)
         st.markdown(f"**{t('plan.stop', n=n, minutes=stop.minutes, page=t(info.title_key))}**"
                     f" — {stop.title.get(lang)}")
         st.markdown(f"{info.icon} {stop.question.get(lang)}")
         st.caption(f"{t('plan.knobs')}: {knob_text(stop)}")
+        pred = stop.prediction
+        if pred is not None:  # for the teacher: where the chapter says the value lands
+            st.caption(t("plan.expect", range=pred.expect_text(lang),
+                         why=pred.why.get(lang) if pred.why else ""))
         st.button(t("plan.start"), key=f"plan_{stop.id}", on_click=start_stop,
                   args=(stop, get_session()), type="primary")
         result_line(stop, lang)
@@ -68,11 +72,14 @@ def main() -> None:
     st.title(t("page.plan"))
     st.caption(t("plan.scale"))
     st.markdown(t("plan.intro", n=len(STOPS)))
-    st.caption(t("plan.total", m=sum(s.minutes for s in STOPS)))
-    left, right = st.columns(2, gap="medium")
-    for n, stop in enumerate(STOPS, start=1):
-        with left if n <= (len(STOPS) + 1) // 2 else right:
-            draw_stop(n, stop, lang)
+    minutes = sum(s.minutes for s in STOPS)
+    st.caption(f"{t('plan.total', m=minutes)} {t('plan.slack', m=minutes, s=CLASS_MINUTES - minutes)}")
+    # two stops a row, so the plan reads 1, 2 / 3, 4 / ... left to right, top to bottom
+    for first in range(0, len(STOPS), 2):
+        for col, (n, stop) in zip(st.columns(2, gap="medium"),
+                                  list(enumerate(STOPS, start=1))[first:first + 2]):
+            with col:
+                draw_stop(n, stop, lang)
     with st.expander(t("plan.notes"), expanded=False):
         st.markdown((LESSONS_DIR / "notes" / f"{lang}.md").read_text(encoding="utf-8"))
 

@@ -21,6 +21,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 import pandas as pd  # noqa: E402
 import streamlit as st  # noqa: E402
 
+from app.classplan import page_variants  # noqa: E402
 from app.components.charts import (  # noqa: E402
     adaptive_k_chart,
     forward_cost_chart,
@@ -115,8 +116,8 @@ def draw_adaptive_k(run: Run) -> None:
 
 def draw(session: Session) -> list[Run]:
     s = session.settings
-    on = s if s.spec != "off" else s.with_(spec="ngram")
-    runs = runs_for(session, [on, s.with_(spec="off")])
+    runs = runs_for(session, page_variants("speculation", s))
+    on = runs[0].settings
     run, base = runs
     step_header(runs)
     if s.spec == "off":

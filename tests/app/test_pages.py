@@ -402,6 +402,28 @@ def test_a_prediction_is_locked_before_the_run_and_revealed_after_it():
     assert any("This class predicted" in c.value for c in at.caption)
 
 
+def test_the_race_stop_clears_an_earlier_race_and_names_its_button():
+    """The race's answer must not be on screen before the class predicts: setting up the stop
+    drops a race run earlier; its caption names the button the page shows."""
+    at = goto(start(), "plan")
+    at.session_state["race_result"] = {"ratio": 9.99}
+    at.button(key="plan_race").click().run()
+    assert not at.exception, at.exception[0].value
+    assert "race_result" not in at.session_state
+    assert any('then press "Start the race"' in c.value for c in at.caption)
+    assert any(b.label == "Start the race" for b in at.button)
+    assert not any("9.99" in m.value for m in at.metric)
+
+
+def test_the_plan_shows_each_stops_chapter_range_and_its_slack():
+    at = goto(start(), "plan")
+    text = " ".join(c.value for c in at.caption)
+    assert "The chapter's range: ≥ ×1.50" in text  # the hall stop: paged holds clearly more
+    assert "minutes of slack" in text
+    at = goto(start("zh"), "plan")
+    assert "章节预期的范围" in " ".join(c.value for c in at.caption)
+
+
 def test_a_class_plan_button_keeps_the_language():
     at = goto(start("zh"), "plan")
     at.button(key="plan_bus").click().run()
@@ -427,7 +449,10 @@ def test_the_apprentice_is_offered_once_trained_and_its_command_shown_until_then
     assert not at.exception, at.exception[0].value
     (radio,) = [r for r in at.radio if r.key == "sw_spec"]
     assert "eagle" not in radio.options and "EAGLE apprentice" not in radio.options
-    assert any("python -m engine.spec.train_draft" in c.value for c in at.caption)
+    # the sidebar trains it from a button, no terminal (app/apprentice.py)
+    assert any(b.key == "apprentice_train" and b.label == "Train the apprentice"
+               for b in at.sidebar.button)
+    assert any("The button below trains it" in c.value for c in at.sidebar.caption)
     assert any("python -m engine.spec.train_draft" in i.value for i in at.info)
 
     target = LlamaModel(load_model("smollm2-135m", torch.float32), torch.device("cpu"),
@@ -441,6 +466,7 @@ def test_the_apprentice_is_offered_once_trained_and_its_command_shown_until_then
     assert any("EAGLE apprentice:" in c.value and "256-token readout" in c.value
                for c in at.caption)
     assert not any("python -m engine.spec.train_draft" in i.value for i in at.info)
+    assert not any(b.key == "apprentice_train" for b in at.sidebar.button)
     # the int4 twin's cost on a GPU is said, not hidden (there is no int4 kernel on CUDA)
     assert any("On a GPU (CUDA) the int4 twin is not cheaper" in c.value for c in at.caption)
     # with the apprentice on, its confidence stop is a slider that reaches the engine's config

@@ -1,0 +1,99 @@
+"""The class plan on a projector: chromium at 1280x720, in English and in Chinese. After "Set
+up this stop", the stop's prediction and the control that runs it (Lock, then Play beside
+the prediction; "Start the race" on the home page) are inside the viewport without
+scrolling; the plan reads its stops in order, left to right, top to bottom; no metric value
+or label is cut off. Screenshots go to build/screenshots/projector-*.png (gitignored).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import test_browser  # noqa: E402  (tests/app: pytest puts it on the path)
+
+from app.classplan import STOPS  # noqa: E402
+from app.pagelist import page_info  # noqa: E402
+
+Tab = test_browser.Tab
+server, browser = test_browser.server, test_browser.browser  # its fixtures, shared
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+W, H = 1280, 720
+LOCALES = {"en": "English", "zh": "中文"}
+
+# every metric's value and label fits its box (no "33.8 to…", no "吞…")
+CUT_JS = """() => [...document.querySelectorAll(
+    '[data-testid="stMetricValue"] div, [data-testid="stMetricLabel"] p')]
+  .filter(e => e.offsetParent && e.scrollWidth > e.clientWidth + 1)
+  .map(e => e.innerText)"""
+
+
+def in_view(tab: Tab, selector: str) -> tuple[float, float]:
+    box = tab.page.locator(selector).first.bounding_box()
+    assert box is not None, f"{selector} is not drawn"
+    return box["y"], box["y"] + box["height"]
+
+
+def set_language(tab: Tab, lang: str) -> None:
+    if lang == "zh":
+        tab.page.locator('[data-testid="stSidebar"] label:has-text("中文")').first.click()
+        tab.settle()
+
+
+# Known open: on the speculation page (stop "draft") the view scrolls away from the locked
+# prediction; every other stop passes. The failure message lists each stop that misses.
+@pytest.mark.xfail(reason="stop draft: the speculation page scrolls past its prediction",
+                   strict=False)
+@pytest.mark.parametrize("lang", list(LOCALES))
+def test_each_stops_prediction_and_run_control_are_on_screen(browser, server, lang):
+    with Tab(browser, server, W, H) as tab:
+        tab.open("/plan")
+        set_language(tab, lang)
+        # the plan reads in order: each stop's button below, or right of, the one before
+        boxes = [tab.page.locator(f".st-key-plan_stop_{s.id}").first.bounding_box()
+                 for s in STOPS]
+        order = sorted(range(len(STOPS)), key=lambda i: (round(boxes[i]["y"]), boxes[i]["x"]))
+        assert order == list(range(len(STOPS))), "the plan's stops read out of order"
+        problems = []  # every stop is checked; the failure lists them all
+        for n, stop in enumerate(STOPS, start=1):
+            if stop.prediction is None:
+                continue
+            tab.click_nav("plan")
+            tab.page.locator(f".st-key-plan_{stop.id} button").click()
+            slug = page_info(stop.page).slug
+            tab.page.wait_for_url(re.compile(rf"/{slug}(\?.*)?$"))
+            tab.settle()
+            where = f"stop {n} ({stop.id}, {lang})"
+            top, bottom = in_view(tab, f".st-key-pred_{stop.id}")
+            if top < 0 or bottom > H:
+                problems.append(f"{where}: the prediction at {top:.0f}-{bottom:.0f}")
+            top, bottom = in_view(tab, f".st-key-pred_{stop.id}_lock button")
+            if bottom > H:
+                problems.append(f"{where}: the lock button at {top:.0f}-{bottom:.0f}")
+            if stop.page == "home":
+                top, bottom = in_view(tab, ".st-key-race_start button")
+                if bottom > H:
+                    problems.append(f"{where}: 'Start the race' at {top:.0f}-{bottom:.0f}")
+            else:
+                tab.page.locator(f".st-key-pred_{stop.id}_choice label").nth(1).click()
+                tab.page.locator(f".st-key-pred_{stop.id}_lock button").click()
+                tab.settle()
+                top, bottom = in_view(tab, ".st-key-pred_play button")
+                if bottom > H:
+                    problems.append(f"{where}: Play at {top:.0f}-{bottom:.0f}")
+            tab.screenshot(f"projector-{lang}-{n}-{stop.id}")
+            cut = tab.page.evaluate(CUT_JS)
+            if cut:
+                problems.append(f"{where}: cut off: {cut}")
+            if tab.exceptions():
+                problems.append(f"{where}: an exception box")
+        assert problems == [], "\n".join(problems)
+        assert tab.errors == [], tab.errors

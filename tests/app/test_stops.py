@@ -1,0 +1,66 @@
+"""Every class-plan stop shows what it teaches: its preset, run headless on this CPU through
+the code its page uses (the page's runs, stepped together, then the stop's own measurement),
+lands in the range the chapter argues for (`Prediction.expect`, shown to the teacher).
+
+Greedy decoding and the presets' fixed seeds make the work identical on every run; what
+varies is the CPU's timing, which only the latency stops read, and their ranges leave room
+for a shared machine's noise.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as app/main.py: a shared 2-core CPU
+
+from app.classplan import STOPS, measure_headless, page_variants  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+MEASURED = [s for s in STOPS if s.prediction is not None]
+
+
+def race(settings):
+    from app.race import RACE_MAX_TOKENS, RACE_REQUESTS
+    from app.race import race as run_race
+
+    return run_race(settings.seats, settings.model, RACE_REQUESTS, RACE_MAX_TOKENS)
+
+
+@pytest.mark.parametrize("stop", MEASURED, ids=lambda s: s.id)
+def test_the_stop_lands_in_its_chapter_range(stop):
+    pred = stop.prediction
+    value = measure_headless(stop, race=race)
+    assert value is not None and math.isfinite(value), f"{stop.id}: nothing measured"
+    lo, hi = pred.expect
+    assert pred.expected(value), (
+        f"stop {stop.id}: measured {pred.value_fmt.format(value)}, chapter range "
+        f"{pred.expect_text('en')} ({lo}, {hi})")
+
+
+def test_the_headless_runs_are_the_pages_runs():
+    """A stop's measurement compares exactly the variants its page draws side by side."""
+    hall = next(s for s in STOPS if s.id == "hall")
+    assert [v.kv_layout for v in page_variants("paging", hall.settings)] == ["contiguous",
+                                                                           "paged"]
+    quiet = next(s for s in STOPS if s.id == "quiet")
+    assert [v.spec for v in page_variants("dashboard", quiet.settings)] == ["ngram", "off"]
+
+
+def test_stop_4_and_5_reserve_what_is_never_written():
+    """The paging stops run a workload whose answers end at EOS below their max_tokens: the
+    contiguous reservation (prompt + max_tokens) is then mostly never written."""
+    from app.state import Session
+
+    for stop_id in ("hall", "waste"):
+        stop = next(s for s in STOPS if s.id == stop_id)
+        jobs = Session(settings=stop.settings).jobs()
+        assert jobs and not any(j.ignore_eos for j in jobs), stop_id
+        assert min(j.max_tokens for j in jobs) >= 200, stop_id
