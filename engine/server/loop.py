@@ -15,6 +15,9 @@ cores, would throw that away. So, as in vLLM's engine core, one thread owns the 
   not shared across threads), so a bad prompt comes back to its handler as an `APIError`
   before any byte of the response is sent.
 - An engine error fails the requests it concerns with a clear message; the loop goes on.
+  A failure of one request's own sampling or detokenizing (the engine's `failures`) fails
+  that request alone: its handler gets OpenAI's error body, the metric
+  `servelab:request_errors_total` counts it, the others keep stepping.
 
 The step stream (`StepHub`, served as `GET /v1/servelab/steps`): after each step, if anyone
 watches, the report becomes one JSON object: `StepReport.to_dict()` plus
@@ -316,6 +319,18 @@ class EngineLoop:
             if self.metrics is not None:
                 self.metrics.e2e.observe(now - t.arrival)
                 self.metrics.on_finish(finish_reason(req.finish_reason) or "unknown")
+        # a request that failed alone (its sampling or detokenizing raised) gets its own
+        # error; the engine already took it out of the batch, and everyone else goes on
+        failures, eng.failures = eng.failures, {}
+        for rid, what in failures.items():
+            t = self.tickets.pop(rid, None)
+            if t is None:
+                continue
+            log.error("request %s failed alone in the engine: %s", rid, what)
+            self._deliver(t, Delta(error=APIError(
+                500, f"this request failed in the engine ({what}); other requests were not "
+                     f"affected", "server_error", code="request_failed")))
+            eng.forget(rid)
         for rid in report.aborted:
             self.tickets.pop(rid, None)
             eng.forget(rid)
@@ -326,7 +341,8 @@ class EngineLoop:
             sched, alloc = eng.scheduler, eng.allocator
             self.metrics.on_step(report, sum(1 for r in sched.running if not r.idle_finished),
                                  len(sched.waiting),
-                                 1 - alloc.num_free_blocks / alloc.num_blocks)
+                                 1 - alloc.num_free_blocks / alloc.num_blocks,
+                                 num_failed=len(failures))
         self._deliver_many([(t, d) for rid, d in out.items()
                             if (t := self.tickets.get(rid) or finishing.get(rid)) is not None])
         if self.hub.watched:
