@@ -38,7 +38,7 @@ from engine.server.protocol import (
     now,
     usage,
 )
-from engine.server.state import ServerState
+from engine.server.state import STUDENT, ServerState
 
 _ids = itertools.count()  # request ids, unique in the process (tests reuse one engine)
 DISCONNECT_POLL_S = 0.5  # a non-streaming handler checks this often whether its client left
@@ -173,10 +173,15 @@ async def run(state: ServerState, shape: Shape, body, request: Request,
         # a seed of its own (the engine's default counts the requests it holds, and the
         # loop forgets finished ones: two unseeded requests could share a seed)
         params.seed = state.engine.config.seed * 100003 + n
-    user = body.user or (request.client.host if request.client else "unknown")
+    # limits count by who is asking (ServerState.client_of), never by the `user` label
+    client = state.client_of(request)
+    state.check_teacher_only(client, body.user, max_tokens, body.ignore_eos)
+    user = body.user or client.address
     ticket = Ticket(request_id=f"{shape.id_prefix}-{n}", params=params, user=user,
                     aloop=asyncio.get_running_loop(), queue=asyncio.Queue(), prompt=prompt,
-                    messages=messages, max_tokens=max_tokens)
+                    messages=messages, max_tokens=max_tokens, client=client)
+    if client.role == STUDENT:
+        ticket.default_max_tokens = state.settings.student_max_tokens
     accepted = await state.admit(ticket)
     return await respond(state, shape, ticket, request, accepted, body.stream,
                          body.include_usage, body.return_token_ids)
