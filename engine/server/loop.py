@@ -313,6 +313,7 @@ class EngineLoop:
             self.max_step_gap = max(self.max_step_gap, start - self._last_step_end)
         try:
             report = eng.step()
+            end = time.perf_counter()
         except Exception as exc:
             # a step runs everyone's tokens in one forward: fail the requests in the engine,
             # keep the loop (and the server) alive for the next ones
@@ -383,7 +384,8 @@ class EngineLoop:
                 self.owners.pop(rid, None)
         for rid in [r for r in self.owners if r not in seated and r not in self.tickets]:
             self.owners.pop(rid, None)
-        self._last_step_end = time.perf_counter()
+        # from the model's end: this thread's own hand-overs count as the pause they are
+        self._last_step_end = end
 
     def _observe_tokens(self, t: Ticket, n: int, now: float) -> None:
         m = self.metrics
