@@ -78,3 +78,16 @@ def test_a_detokenizer_failure_fails_only_its_request(eng, monkeypatch):
                                                             stop=["never-appears-xyz"]))
     assert got == want
     assert list(failures) == [bad] and "UnicodeDecodeError" in failures[bad]
+
+
+def test_tiny_temperature_and_top_p_keep_the_top_token():
+    """A temperature below the epsilon is greedy; top_p of 1e-300 keeps the top token (no NaN)."""
+    import torch
+
+    from engine.sampler import probabilities, sample
+
+    logits = torch.randn(1000, generator=torch.Generator().manual_seed(3))
+    top = int(logits.argmax())
+    assert sample(logits, SamplingParams(temperature=1e-40), torch.Generator()) == top
+    p = probabilities(logits, SamplingParams(temperature=1.0, top_p=1e-300))
+    assert not p.isnan().any() and int(p.argmax()) == top and float(p[top]) == 1.0
