@@ -263,3 +263,30 @@ def test_shutdown_with_a_step_viewer_open_ends_within_a_bound(engine):
     assert took < 2.0 + 5.0, took  # the drain bound plus the stop of the loop
     assert not engine.has_unfinished() or True
     print(f"shutdown took {took:.2f} s with a viewer and an answer open")
+
+
+def test_openai_client_at_concurrency_64_is_served_64_of_64(engine):
+    """Default settings (loopback, no key): 64 concurrent requests from the official `openai`
+    client all queue and are served; the counters equal what the client received."""
+    import openai
+
+    with running_server(engine) as (url, app):
+        async def main():
+            client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0,
+                                        timeout=300)
+            try:
+                return await asyncio.gather(*(client.completions.create(
+                    model=MODEL, prompt=f"Count to {i}:", max_tokens=4, temperature=0)
+                    for i in range(64)), return_exceptions=True)
+            finally:
+                await client.close()
+
+        got = asyncio.run(main())
+        m = httpx.get(url + "/metrics", timeout=30).text
+    ok = [r for r in got if not isinstance(r, Exception)]
+    assert len(ok) == 64, [repr(r) for r in got if isinstance(r, Exception)][:3]
+    assert metric(m, "vllm:request_success_total") == 64
+    assert metric(m, "vllm:generation_tokens_total") == sum(r.usage.completion_tokens
+                                                            for r in ok)
+    assert metric(m, "vllm:prompt_tokens_total") == sum(r.usage.prompt_tokens for r in ok)
+    assert metric(m, "servelab:requests_rejected_total") == 0
