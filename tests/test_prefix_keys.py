@@ -4,8 +4,7 @@ key) hands one request another's KV; the SHA-256 key does not use hash() at all.
 from __future__ import annotations
 
 from engine.config import SamplingParams
-from engine.kv import PagedAllocator
-from engine.kv import paged
+from engine.kv import PagedAllocator, paged
 from engine.request import Request
 
 BS = 4

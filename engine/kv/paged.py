@@ -22,7 +22,6 @@ from collections import OrderedDict, deque
 from engine.kv.allocator import BlockAllocator, largest_gap
 from engine.request import Request
 
-
 _ROOT = bytes(32)  # the parent key of a prompt's first block
 
 

@@ -16,7 +16,6 @@ requests aborted in the engine) and the stepping loop stops.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import uvicorn

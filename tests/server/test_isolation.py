@@ -206,7 +206,7 @@ def test_slow_headers_are_closed(engine):
                     if s.recv(1024) == b"":
                         closed += 1
                         break
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 except OSError:  # reset by the server: closed too
                     closed += 1
@@ -261,7 +261,6 @@ def test_shutdown_with_a_step_viewer_open_ends_within_a_bound(engine):
     assert not thread.is_alive(), "shutdown never completed"
     assert viewer_ended.wait(5)
     assert took < 2.0 + 5.0, took  # the drain bound plus the stop of the loop
-    assert not engine.has_unfinished() or True
     print(f"shutdown took {took:.2f} s with a viewer and an answer open")
 
 

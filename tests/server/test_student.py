@@ -54,7 +54,12 @@ def test_students_over_a_real_server(engine):
                                                                        timeout=120) as c:
         page = c.get("/class")
         assert page.status_code == 200 and "Join code" in page.text
-        assert "default-src 'none'" in page.headers["content-security-policy"]
+        csp = page.headers["content-security-policy"]
+        assert "default-src 'none'" in csp and "unsafe-inline" not in csp
+        assert "frame-ancestors 'none'" in csp
+        nonce = re.search(r"script-src 'nonce-([\w-]+)'", csp).group(1)
+        assert f'<script nonce="{nonce}">' in page.text  # the page's own script, this nonce
+        assert nonce not in c.get("/class").text  # a new one for each response
 
         status, body = ask(c, "ann", "hi", code="wrong")
         assert status == 401 and "join code" in body["error"]["message"]
