@@ -360,8 +360,10 @@ class LoadRun:
         if arrival != "all-at-once":
             args += ["--rate", str(rate)]
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        if server.join_code:
-            args.append(f"--api-key={server.join_code}")  # a code may start with "-"
+        # the simulated riders (`sim-*` users) are the teacher's: the admin key sends them
+        key = server.admin_key or server.join_code
+        if key:
+            args.append(f"--api-key={key}")  # a code may start with "-"
         self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, start_new_session=True)
         _LIVE.add(self.proc)

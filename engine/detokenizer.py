@@ -12,6 +12,12 @@ the output is cut (max_tokens) in the middle of one.
 Stop strings follow vLLM: a stop string ends the request and is not part of its text (the
 token ids keep every generated token); while the request runs, a tail of the text that could
 be the start of a stop string is held back, so nothing streamed is ever taken back.
+
+That tail is tracked as the text grows, one Knuth-Morris-Pratt matcher per stop string (the
+longest prefix of the stop string the text now ends with), so each token costs time in
+proportion to its own characters, whatever the stop strings' length: testing every prefix
+of every stop string against the text's end after each token would cost the square of
+their length per token, on the thread that steps everyone.
 """
 
 from __future__ import annotations
@@ -32,11 +38,40 @@ def fast_decode(tokenizer):
     return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
 
 
+def prefix_function(s: str) -> list[int]:
+    """pi[i]: the length of the longest proper prefix of s[:i + 1] that is also its suffix."""
+    pi = [0] * len(s)
+    k = 0
+    for i in range(1, len(s)):
+        while k and s[i] != s[k]:
+            k = pi[k - 1]
+        if s[i] == s[k]:
+            k += 1
+        pi[i] = k
+    return pi
+
+
+def advance(s: str, pi: list[int], q: int, text: str) -> int:
+    """The matcher of s after reading text, from q matched characters: how many characters
+    of s the text now ends with (a whole match falls back to its longest border, so the
+    result is always shorter than s)."""
+    for ch in text:
+        while q and s[q] != ch:
+            q = pi[q - 1]
+        if s[q] == ch:
+            q += 1
+            if q == len(s):
+                q = pi[q - 1]
+    return q
+
+
 class Detokenizer:
     """One request's output text. `add` each new token; `take` the text a client may see."""
 
     def __init__(self, tokenizer, stop: list[str] | None = None):
-        self.stop = list(stop or [])
+        self.stop = [x for x in (stop or []) if x]  # an empty string stops nothing
+        self._pi = [prefix_function(x) for x in self.stop]
+        self._matched = [0] * len(self.stop)  # per stop string: its prefix the text ends with
         self.token_ids: list[int] = []
         self.prefix_offset = 0  # window start: context for the tokens being decoded
         self.read_offset = 0  # tokens before this are in `text`
@@ -60,6 +95,8 @@ class Detokenizer:
         self.prefix_offset, self.read_offset = self.read_offset, len(self.token_ids)
         self.prefix_text = new_text
         if self.stop and self.stop_at is None:
+            self._matched = [advance(x, pi, q, new_text) for x, pi, q in
+                             zip(self.stop, self._pi, self._matched)]
             # only a stop string ending in the new text can be new
             start = max(0, old_len - max(len(s) for s in self.stop) + 1)
             hits = [i for s in self.stop if (i := self.text.find(s, start)) >= 0]
@@ -75,8 +112,7 @@ class Detokenizer:
             return self.text[:self.stop_at]
         if finished:
             return self.text
-        hold = max((k for s in self.stop for k in range(1, len(s))
-                    if self.text.endswith(s[:k])), default=0)
+        hold = max(self._matched, default=0)
         return self.text[:len(self.text) - hold]
 
     def finish(self) -> None:

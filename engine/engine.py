@@ -8,6 +8,7 @@ finish or roll back rejected draft slots; a StepReport describes all of it.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import itertools
 import time
@@ -125,6 +126,10 @@ class LLMEngine:
         self.feature_observer = None
         self.requests: dict[str, Request] = {}
         self._aborted: list[str] = []  # aborted since the last step, for its report
+        # requests that failed alone (their sampling or detokenizing raised): id -> what
+        # failed. They leave like aborted ones (listed under `aborted`, blocks freed); a
+        # server reads this to tell each its own error and the others go on.
+        self.failures: dict[str, str] = {}
         self.metrics = RunMetrics()
         self.step_count = 0
         self._ids = itertools.count()
@@ -250,9 +255,11 @@ class LLMEngine:
                 self.spec_decoder.observe(fwd)
             if fwd.hidden is not None and self.feature_observer is not None:
                 self.feature_observer(fwd)
-            sampled, spec_records = self._sample(fwd)
+            sampled, spec_records = self._sample_isolated(fwd)
         now = time.perf_counter()
         advanced = self.scheduler.update_from_output(sched, sampled, now)
+        self._fail_requests(self.scheduler.failed)
+        self.scheduler.failed = []
         emitted, finished = [], []
         for req, tokens in advanced:
             if req.is_finished:
@@ -304,6 +311,39 @@ class LLMEngine:
             for (req, _), tok in zip(plain, tokens):
                 sampled[req.request_id] = [tok]
         return sampled, records
+
+    def _sample_isolated(self, fwd: ForwardResult):
+        """`_sample`, with one request's failure kept to that request. The batch is sampled
+        at once; only if that raises are the requests sampled one by one (their generators
+        first set back, so each draws what it would have drawn), and those that still fail
+        leave the step (`_fail_requests`) while the others keep their tokens."""
+        gens = {rid: self.requests[rid].generator for rid in fwd.rows}
+        states = {rid: g.get_state() for rid, g in gens.items()
+                  if g is not None and not self.requests[rid].sampling.greedy}
+        try:
+            return self._sample(fwd)
+        except Exception:
+            pass
+        sampled, records, failed = {}, [], []
+        for rid, span in fwd.rows.items():
+            if rid in states:
+                gens[rid].set_state(states[rid])
+            try:
+                got, recs = self._sample(dataclasses.replace(fwd, rows={rid: span}))
+            except Exception as exc:
+                failed.append((self.requests[rid], exc))
+                continue
+            sampled.update(got)
+            records.extend(recs)
+        self._fail_requests(failed)
+        return sampled, records
+
+    def _fail_requests(self, failed: list) -> None:
+        """Each (request, exception) leaves the engine now, as an abort does (seat and blocks
+        freed, listed under the step's `aborted`), with what failed kept in `failures`."""
+        for req, exc in failed:
+            self.failures[req.request_id] = f"{type(exc).__name__}: {exc}"[:500]
+            self.abort_request(req.request_id)
 
     def kv_summary(self) -> KVSummary:
         return kv_summary(self.allocator, self.scheduler.running)

@@ -11,6 +11,14 @@ import torch
 
 from engine.config import SamplingParams
 
+# at least the most likely token keeps its probability whatever temperature and top_p say:
+# below this temperature sampling is greedy (logits / 1e-40 overflow to inf, then NaN)
+GREEDY_EPS = 1e-5
+
+
+def _greedy(params: SamplingParams) -> bool:
+    return params.greedy or params.temperature < GREEDY_EPS
+
 
 def argmax(logits: torch.Tensor) -> int:
     """Index of the largest logit (the first, on a tie). On the CPU, numpy's argmax: torch's
@@ -25,7 +33,7 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """[..., vocab] fp32 logits -> the distribution this request samples from.
 
     Greedy requests get a one-hot on the argmax (what speculative verification compares)."""
-    if params.greedy:
+    if _greedy(params):
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
     logits = logits / params.temperature
     if params.top_k and params.top_k > 0 and params.top_k < logits.shape[-1]:
@@ -36,6 +44,7 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         sorted_p, idx = probs.sort(dim=-1, descending=True)
         # drop a token when the mass before it already reaches top_p (keep at least one)
         drop = (sorted_p.cumsum(-1) - sorted_p) >= params.top_p
+        drop[..., 0] = False  # the most likely token stays, however small top_p is
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter_(-1, idx, sorted_p)
         probs = probs / probs.sum(-1, keepdim=True)
@@ -45,7 +54,7 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 def sample(logits: torch.Tensor, params: SamplingParams,
            generator: torch.Generator | None) -> int:
     """One token from one row of logits ([vocab], fp32)."""
-    if params.greedy:
+    if _greedy(params):
         return argmax(logits)
     probs = probabilities(logits, params)
     return int(torch.multinomial(probs, 1, generator=generator))

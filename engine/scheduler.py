@@ -57,6 +57,8 @@ class Scheduler:
         self.running: list[Request] = []  # in admission order; static idle riders included
         self.seats: list[Request | None] = [None] * config.max_num_seqs
         self.free_seats = list(range(config.max_num_seqs))  # a heap: the lowest seat first
+        # requests whose own tokens could not be appended this step (the engine aborts them)
+        self.failed: list[tuple[Request, Exception]] = []
 
     def add(self, req: Request) -> None:
         self.waiting.append(req)
@@ -208,7 +210,12 @@ class Scheduler:
                 req.spec_token_ids = []
                 self.allocator.truncate(req, req.num_computed_tokens)
             self.allocator.on_computed(req)
-            advanced.append((req, self._append(req, tokens, now)))
+            try:
+                kept = self._append(req, tokens, now)
+            except Exception as exc:  # its detokenizer failed: this request alone ends
+                self.failed.append((req, exc))
+                continue
+            advanced.append((req, kept))
             if req.finish_reason is not None:
                 self._finish(req, now)
         return advanced

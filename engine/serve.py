@@ -12,7 +12,11 @@ process runs one engine and one stepping loop: two engines never step at once on
 cores.
 
 Binding anything but a loopback address needs an API key (the class's join code): given
-with `--api-key`, or generated and printed at start.
+with `--api-key`, or generated and printed at start. With a join code the server is in class
+mode: limits per phone and per address, `sim-*` users and long answers for the teacher's
+admin key only (`engine/server/state.py` says who is asking and how it is counted). Slow
+clients are cut (`--header-timeout`, `--body-timeout`); Ctrl-C drains for at most
+`--shutdown-timeout` seconds (`engine/server/http.py`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ import secrets
 import sys
 
 from engine.config import WEIGHTS, EngineConfig, SpecConfig
+from engine.server.http import HEADER_TIMEOUT_S, SHUTDOWN_TIMEOUT_S
+
+CLASS_PER_CLIENT = 8  # class mode's default requests in flight per phone (or address)
+CLASS_PER_ADDRESS = 32  # and per address: phones behind one router share it
 
 
 def is_loopback(host: str) -> bool:
@@ -87,7 +95,24 @@ def build_parser() -> argparse.ArgumentParser:
     a("--device", default="auto")
     a("--seed", type=int, default=0)
     a("--max-queue", type=int, default=1024, help="requests in the server at once; then 429")
-    a("--max-requests-per-user", type=int, default=8, help="per client; then 429")
+    a("--max-requests-per-user", type=int, default=None,
+      help="per client, then 429 (default: no cap on loopback without a key, as vLLM; "
+           f"{CLASS_PER_CLIENT} per phone or address in class mode)")
+    a("--max-requests-per-address", type=int, default=None,
+      help=f"class mode: per address, all its phones together (default {CLASS_PER_ADDRESS})")
+    a("--student-max-tokens", type=int, default=256,
+      help="class mode: the largest max_tokens the join code may ask (more: the admin key)")
+    a("--forwarded-allow-ips", default=os.environ.get("FORWARDED_ALLOW_IPS", ""),
+      help="comma-separated proxies whose X-Forwarded-For is believed (default: none)")
+    a("--allowed-hosts", default="",
+      help="comma-separated host names this server answers to besides its addresses and "
+           "localhost (others get 421: DNS rebinding)")
+    a("--header-timeout", type=float, default=HEADER_TIMEOUT_S,
+      help="seconds a client has to send a request's headers; then the connection closes")
+    a("--body-timeout", type=float, default=30.0,
+      help="seconds a client has to send a request's body; then 408")
+    a("--shutdown-timeout", type=float, default=SHUTDOWN_TIMEOUT_S,
+      help="Ctrl-C: seconds answers in progress may go on before they are cut")
     a("--max-tokens-cap", type=int, default=None, help="largest max_tokens (default: model len)")
     a("--max-body-bytes", type=int, default=1 << 20, help="larger bodies get 413")
     a("--log-level", default="warning")
@@ -100,8 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     spin_briefly()  # before torch loads: this process serves one engine (engine/threads.py)
     ap = build_parser()
     args = ap.parse_args(argv)
-    for name in ("max_queue", "max_requests_per_user", "max_body_bytes"):
-        if getattr(args, name) < 1:
+    for name in ("max_queue", "max_requests_per_user", "max_requests_per_address",
+                 "max_body_bytes", "student_max_tokens"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.max_tokens_cap is not None and args.max_tokens_cap < 1:
         ap.error("--max-tokens-cap must be >= 1")
@@ -120,10 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         api_key = secrets.token_urlsafe(6)  # short enough to read off a projector
         print(f"binding {args.host}: clients need the join code (API key) {api_key}")
 
-    import uvicorn
-
     from engine.engine import LLMEngine, freeze_startup_heap
     from engine.server import ServerSettings, create_app
+    from engine.server.http import make_server
 
     try:
         engine = LLMEngine(config)
@@ -131,17 +156,31 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(exc))
     print(f"plan: {engine.plan.describe()}", flush=True)  # how every step runs (engine/plan.py)
     freeze_startup_heap()  # this process serves this one engine until it exits
+    # a join code means a class: limits per phone and per address unless given; without one
+    # (one person's own server on loopback) requests queue, as in vLLM
+    per_client, per_address = args.max_requests_per_user, args.max_requests_per_address
+    if api_key is not None:
+        per_client = per_client or CLASS_PER_CLIENT
+        per_address = per_address or CLASS_PER_ADDRESS
     settings = ServerSettings(
         model_name=args.served_model_name or args.model, api_key=api_key,
-        max_queue=args.max_queue, max_requests_per_user=args.max_requests_per_user,
+        max_queue=args.max_queue, max_requests_per_user=per_client,
+        max_requests_per_address=per_address, student_max_tokens=args.student_max_tokens,
         max_tokens_cap=args.max_tokens_cap, max_body_bytes=args.max_body_bytes,
-        admin_key=args.admin_key)
+        body_timeout_s=args.body_timeout, admin_key=args.admin_key,
+        forwarded_allow_ips=_names(args.forwarded_allow_ips),
+        allowed_hosts=_names(args.allowed_hosts), bind_host=args.host)
     app = create_app(engine, settings)
     print(f"[{engine.describe()}] {config.batching} batching, {config.kv_layout} KV, "
           f"{config.max_num_seqs} seats; serving {settings.model_name!r} on "
           f"http://{args.host}:{args.port}/v1", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    make_server(app, args.host, args.port, args.log_level, header_timeout_s=args.header_timeout,
+                shutdown_timeout_s=args.shutdown_timeout).run()
     return 0
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in (text or "").split(",") if n.strip()]
 
 
 if __name__ == "__main__":

@@ -81,3 +81,30 @@ def test_an_output_cut_inside_a_character_ends_at_the_last_whole_one(tokenizer):
             assert (streamed + d.take(True)) == d.text, "nothing streamed is taken back"
             cuts += whole.endswith("\ufffd")
     assert cuts > 0, "some cut fell inside a character (else this test shows nothing)"
+
+
+def test_hold_back_matches_every_prefix_check_and_is_linear_in_the_text():
+    """The KMP matcher's held tail equals the plain rule (the longest prefix of a stop string
+    the text ends with, shorter than the stop string), and a long stop string costs each
+    token only its own characters."""
+    import random
+    import time
+
+    from engine.detokenizer import advance, prefix_function
+
+    rng = random.Random(1)
+    for _ in range(2000):
+        s = "".join(rng.choice("ab") for _ in range(rng.randint(1, 7)))
+        pi, q, text = prefix_function(s), 0, ""
+        for _ in range(rng.randint(0, 12)):
+            ch = rng.choice("ab")
+            q, text = advance(s, pi, q, ch), text + ch
+            assert q == max((k for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+    stop = "a" * 200_000 + "b"  # every token's text could start it
+    pi = prefix_function(stop)
+    t0, q = time.perf_counter(), 0
+    for _ in range(2000):
+        q = advance(stop, pi, q, "aa")
+    assert q == 4000
+    # the quadratic rule took seconds per token here; this is microseconds per token
+    assert time.perf_counter() - t0 < 1.0

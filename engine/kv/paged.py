@@ -5,18 +5,30 @@ request never holds more than one partly-filled block. Blocks carry a reference 
 several requests can share one (prefix caching): each full block's hash chains the previous
 block's hash with this block's token ids, as in nano-vllm and vLLM. A cached block whose
 count drops to zero keeps its content and is reused least-recently-used first.
+
+The key is SHA-256 over the parent's key and the block's token ids as bytes (vLLM's default
+since it served many tenants), not Python's `hash()`: that one is predictable for integers
+and tuples, so a client could craft a prompt whose key equals another's and be handed that
+request's cached KV (on a class server: one student reading another's context). A
+collision of SHA-256 is not something a prompt can be made to have.
 """
 
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections import OrderedDict, deque
 
 from engine.kv.allocator import BlockAllocator, largest_gap
 from engine.request import Request
 
+_ROOT = bytes(32)  # the parent key of a prompt's first block
 
-def block_hash(prev: int | None, tokens: list[int]) -> int:
-    return hash((prev, tuple(tokens)))
+
+def block_hash(prev: bytes | None, tokens: list[int]) -> bytes:
+    """The content key of a full block: SHA-256(parent key, token ids as 8-byte integers).
+    The parent key has a fixed length, so no two (parent, tokens) pairs share an input."""
+    return hashlib.sha256((prev or _ROOT) + array("q", tokens).tobytes()).digest()
 
 
 class PagedAllocator(BlockAllocator):
@@ -28,8 +40,8 @@ class PagedAllocator(BlockAllocator):
         self.free_blocks: deque[int] = deque(range(num_blocks))
         self.ref_count = [0] * num_blocks
         self.held: set[int] = set()  # blocks with ref_count > 0
-        self.hash_of: dict[int, int] = {}  # block -> content hash (full, computed blocks only)
-        self.cached: dict[int, int] = {}  # content hash -> block
+        self.hash_of: dict[int, bytes] = {}  # block -> content hash (full, computed blocks only)
+        self.cached: dict[bytes, int] = {}  # content hash -> block
         self.evictable: OrderedDict[int, None] = OrderedDict()  # ref 0, cached; LRU order
         self.hashed_upto: dict[str, int] = {}  # request id -> number of its blocks hashed
         self.prefix_queries = 0  # prompt blocks looked up

@@ -11,10 +11,18 @@ cores, would throw that away. So, as in vLLM's engine core, one thread owns the 
   each request's new tokens and text to that request's asyncio queue with
   `loop.call_soon_threadsafe` (one hand-over per request per step). With no work it blocks
   on the command queue: an idle server uses no CPU.
-- Tokenizing the prompt and applying the chat template happen here too (the tokenizer is
-  not shared across threads), so a bad prompt comes back to its handler as an `APIError`
-  before any byte of the response is sent.
+- Tokenizing the prompt and applying the chat template do NOT happen here: their cost grows
+  with the prompt's size, and this thread steps everyone. The handler does them first, on a
+  worker thread with its own copy of the tokenizer (`ServerState.prompt_ids`), and the
+  ticket arrives with `prompt_ids`; an over-long prompt is refused there with its 400 before
+  this thread sees it. What is left here per request is bounded by `max_model_len`.
+- `max_step_gap`: the longest time between the end of one step and the start of the next
+  while the engine had work (commands, hand-overs, the step stream's JSON): the time this
+  thread made everyone wait for something other than the model. Tests read it.
 - An engine error fails the requests it concerns with a clear message; the loop goes on.
+  A failure of one request's own sampling or detokenizing (the engine's `failures`) fails
+  that request alone: its handler gets OpenAI's error body, the metric
+  `servelab:request_errors_total` counts it, the others keep stepping.
 
 The step stream (`StepHub`, served as `GET /v1/servelab/steps`): after each step, if anyone
 watches, the report becomes one JSON object: `StepReport.to_dict()` plus
@@ -73,6 +81,9 @@ class Ticket:
     user: str
     aloop: asyncio.AbstractEventLoop
     queue: asyncio.Queue
+    prompt_ids: list[int] | None = None  # the prompt tokenized by the handler
+    client: object = None  # state.Client: who is asking, what limits count by
+    default_max_tokens: int | None = None  # the budget when max_tokens is None (else the cap)
     prompt: str | list[int] | None = None  # completions: text or token ids
     messages: list[dict] | None = None  # chat: run through the chat template
     max_tokens: int | None = None  # None: what the model length leaves, up to the cap
@@ -94,10 +105,22 @@ class StepHub:
         self._subs: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Event]] = {}
         self._next = 0
         self.latest: tuple[int, str] | None = None  # (step, JSON)
+        self.closed = False  # the server is shutting down: every viewer's stream ends
 
     @property
     def watched(self) -> bool:
         return bool(self._subs)
+
+    def close(self) -> None:
+        """End every viewer's stream (shutdown): each is woken and sees `closed`."""
+        self.closed = True
+        with self._lock:
+            subs = list(self._subs.values())
+        for aloop, ev in subs:
+            try:
+                aloop.call_soon_threadsafe(ev.set)
+            except RuntimeError:
+                pass
 
     def subscribe(self, aloop: asyncio.AbstractEventLoop) -> tuple[int, asyncio.Event]:
         ev = asyncio.Event()
@@ -137,6 +160,8 @@ class EngineLoop:
         # "freed_step" (the step whose report lists it)}: how fast a disconnect frees blocks
         self.abort_log: deque[dict] = deque(maxlen=1024)
         self._aborting: dict[str, dict] = {}
+        self.max_step_gap = 0.0  # seconds; see the module's docstring
+        self._last_step_end: float | None = None  # None: the engine was idle since
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self._stopping = False
 
@@ -183,6 +208,8 @@ class EngineLoop:
             cmd = self.commands.get(block=not busy)
         except queue.Empty:
             cmd = None
+        if not busy:
+            self._last_step_end = None  # it waited for work: not a gap between steps
         while cmd is not None:
             self._handle(cmd)
             try:
@@ -228,6 +255,8 @@ class EngineLoop:
                 fut.set_exception(exc)
 
     def _prompt_ids(self, t: Ticket) -> list[int]:
+        if t.prompt_ids is not None:
+            return t.prompt_ids
         eng = self.engine
         if t.messages is not None:
             # as LLMEngine.chat: the model's own chat template, ending where the answer starts
@@ -257,8 +286,8 @@ class EngineLoop:
                      f"{max_len}, so a prompt may have at most {max_len - 1}",
                 param="prompt", code="context_length_exceeded")))
             return
-        max_tokens = t.max_tokens if t.max_tokens is not None else min(room,
-                                                                       self.max_tokens_cap)
+        max_tokens = t.max_tokens if t.max_tokens is not None else min(
+            room, self.max_tokens_cap, t.default_max_tokens or self.max_tokens_cap)
         if max_tokens > room:
             self._deliver(t, Delta(error=APIError(
                 400, f"max_tokens={max_tokens} plus the prompt's {len(ids)} tokens exceeds "
@@ -279,8 +308,12 @@ class EngineLoop:
 
     def _step(self) -> None:
         eng = self.engine
+        start = time.perf_counter()
+        if self._last_step_end is not None:
+            self.max_step_gap = max(self.max_step_gap, start - self._last_step_end)
         try:
             report = eng.step()
+            end = time.perf_counter()
         except Exception as exc:
             # a step runs everyone's tokens in one forward: fail the requests in the engine,
             # keep the loop (and the server) alive for the next ones
@@ -316,6 +349,18 @@ class EngineLoop:
             if self.metrics is not None:
                 self.metrics.e2e.observe(now - t.arrival)
                 self.metrics.on_finish(finish_reason(req.finish_reason) or "unknown")
+        # a request that failed alone (its sampling or detokenizing raised) gets its own
+        # error; the engine already took it out of the batch, and everyone else goes on
+        failures, eng.failures = eng.failures, {}
+        for rid, what in failures.items():
+            t = self.tickets.pop(rid, None)
+            if t is None:
+                continue
+            log.error("request %s failed alone in the engine: %s", rid, what)
+            self._deliver(t, Delta(error=APIError(
+                500, f"this request failed in the engine ({what}); other requests were not "
+                     f"affected", "server_error", code="request_failed")))
+            eng.forget(rid)
         for rid in report.aborted:
             self.tickets.pop(rid, None)
             eng.forget(rid)
@@ -326,7 +371,8 @@ class EngineLoop:
             sched, alloc = eng.scheduler, eng.allocator
             self.metrics.on_step(report, sum(1 for r in sched.running if not r.idle_finished),
                                  len(sched.waiting),
-                                 1 - alloc.num_free_blocks / alloc.num_blocks)
+                                 1 - alloc.num_free_blocks / alloc.num_blocks,
+                                 num_failed=len(failures))
         self._deliver_many([(t, d) for rid, d in out.items()
                             if (t := self.tickets.get(rid) or finishing.get(rid)) is not None])
         if self.hub.watched:
@@ -338,6 +384,8 @@ class EngineLoop:
                 self.owners.pop(rid, None)
         for rid in [r for r in self.owners if r not in seated and r not in self.tickets]:
             self.owners.pop(rid, None)
+        # from the model's end: this thread's own hand-overs count as the pause they are
+        self._last_step_end = end
 
     def _observe_tokens(self, t: Ticket, n: int, now: float) -> None:
         m = self.metrics

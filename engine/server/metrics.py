@@ -8,7 +8,8 @@ gauges `vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_
 (by `finished_reason`), `vllm:spec_decode_num_drafts_total`,
 `vllm:spec_decode_num_draft_tokens_total`, `vllm:spec_decode_num_accepted_tokens_total`;
 histograms `vllm:time_to_first_token_seconds`, `vllm:inter_token_latency_seconds`,
-`vllm:e2e_request_latency_seconds`. Ours: `servelab:requests_aborted_total` and
+`vllm:e2e_request_latency_seconds`. Ours: `servelab:requests_aborted_total`,
+`servelab:request_errors_total` (a request that failed alone in the engine) and
 `servelab:requests_rejected_total` (by HTTP status: 400, 413, 429...). The process collector
 adds `process_resident_memory_bytes`, which the load generator reads before and after a run.
 
@@ -77,19 +78,26 @@ class ServerMetrics:
                              lab, buckets=E2E_BUCKETS, registry=reg).labels(model_name)
         self.aborted = Counter("servelab:requests_aborted", "Requests aborted (client gone)",
                                lab, registry=reg).labels(model_name)
+        self.errors = Counter("servelab:request_errors",
+                              "Requests that failed alone in the engine (their own sampling or "
+                              "detokenizing raised); the others went on",
+                              lab, registry=reg).labels(model_name)
         self.rejected = Counter("servelab:requests_rejected",
                                 "Requests refused before reaching the engine, by HTTP status",
                                 ["model_name", "status"], registry=reg)
 
-    def on_step(self, report, num_running: int, num_waiting: int, kv_usage: float) -> None:
-        """Engine-wide figures of one step (the loop thread)."""
+    def on_step(self, report, num_running: int, num_waiting: int, kv_usage: float,
+                num_failed: int = 0) -> None:
+        """Engine-wide figures of one step (the loop thread). `num_failed` of the report's
+        aborted requests failed in the engine: they count as errors, not as aborts."""
         self.running.set(num_running)
         self.waiting.set(num_waiting)
         self.kv_usage.set(kv_usage)
         if report is None:
             return
         self.preemptions.inc(len(report.preempted))
-        self.aborted.inc(len(report.aborted))
+        self.aborted.inc(len(report.aborted) - num_failed)
+        self.errors.inc(num_failed)
         for rec in report.spec:
             self.num_drafts.inc()
             self.draft_tokens.inc(len(rec.drafted))

@@ -29,15 +29,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_server(engine, settings=None, start_timeout: float = 30.0):
-    import uvicorn
-
+def running_server(engine, settings=None, start_timeout: float = 30.0, **server_kw):
     from engine.server import create_app
+    from engine.server.http import make_server
 
     app = create_app(engine, settings)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
+    server = make_server(app, "127.0.0.1", port, **server_kw)  # what engine.serve runs
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + start_timeout

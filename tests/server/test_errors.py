@@ -129,36 +129,58 @@ def test_body_too_large_is_413(engine):
 
 
 @contextlib.contextmanager
-def streaming(c: httpx.Client, user: str):
+def streaming(c: httpx.Client, user: str, address: str | None = None):
     """An open streamed request holding its place in the server until the block ends."""
     body = {**OK, "max_tokens": 200, "ignore_eos": True, "stream": True, "user": user}
-    with c.stream("POST", "/v1/completions", json=body) as r:
+    headers = {"X-Forwarded-For": address} if address else {}
+    with c.stream("POST", "/v1/completions", json=body, headers=headers) as r:
         assert r.status_code == 200
         lines = r.iter_lines()
         assert next(lines).startswith("data: ")  # the request is in the engine and streaming
         yield r
 
 
-def test_queue_full_and_per_user_limit_are_429(engine):
-    settings = ServerSettings(max_queue=2, max_requests_per_user=1)
+def test_queue_full_and_per_client_limit_are_429(engine):
+    # the per-client cap counts by address (here given by a trusted proxy's X-Forwarded-For),
+    # never by the `user` name a client picks
+    settings = ServerSettings(max_queue=2, max_requests_per_user=1,
+                              forwarded_allow_ips=["127.0.0.1"])
     with running_server(engine, settings) as (url, app), httpx.Client(base_url=url,
                                                                       timeout=60) as c:
-        with streaming(c, "alice"):
-            err = assert_error(c.post("/v1/completions", json={**OK, "user": "alice"}), 429)
-            assert err["type"] == "rate_limit_error" and "alice" in err["message"]
-            with streaming(c, "bob"):
-                r = c.post("/v1/completions", json={**OK, "user": "carol"})
+        with streaming(c, "alice", "10.0.0.1"):
+            for user in ("alice", "bob"):  # another name from the same address: no new place
+                err = assert_error(c.post("/v1/completions", json={**OK, "user": user},
+                                          headers={"X-Forwarded-For": "10.0.0.1"}), 429)
+                assert err["type"] == "rate_limit_error" and "10.0.0.1" in err["message"]
+            with streaming(c, "bob", "10.0.0.2"):
+                r = c.post("/v1/completions", json={**OK, "user": "carol"},
+                           headers={"X-Forwarded-For": "10.0.0.3"})
                 err = assert_error(r, 429)
                 assert err["code"] == "queue_full" and r.headers["retry-after"] == "1"
         # both streams closed: the server notices, aborts them and frees their places
         deadline = time.monotonic() + 20
-        while (r := c.post("/v1/completions", json={**OK, "user": "alice"})).status_code == 429:
+        while (r := c.post("/v1/completions", json=OK,
+                           headers={"X-Forwarded-For": "10.0.0.1"})).status_code == 429:
             assert time.monotonic() < deadline, "the closed streams kept their places"
             time.sleep(0.1)
         assert r.status_code == 200, r.text
         free, total = in_loop(app, lambda e: (e.allocator.num_free_blocks,
                                               e.allocator.num_blocks))
         assert free == total
+
+
+def test_no_per_client_cap_by_default_and_forwarded_for_needs_trust(engine):
+    """Default settings (loopback, no key): one client's requests queue, none is refused; an
+    X-Forwarded-For from a peer not configured as a proxy is not believed."""
+    settings = ServerSettings(max_requests_per_user=1)  # no trusted proxy
+    with running_server(engine, settings) as (url, app), httpx.Client(base_url=url,
+                                                                      timeout=60) as c:
+        with streaming(c, "alice", "10.0.0.1"):
+            # the header is ignored: the peer 127.0.0.1 already has its one request
+            err = assert_error(c.post("/v1/completions", json=OK,
+                                      headers={"X-Forwarded-For": "10.0.0.9"}), 429)
+            assert "127.0.0.1" in err["message"]
+    assert ServerSettings().max_requests_per_user is None
 
 
 def test_engine_error_fails_the_request_not_the_loop(engine, monkeypatch):

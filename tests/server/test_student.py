@@ -25,10 +25,21 @@ def test_page_writes_text_only():
     assert "textContent" in PAGE
 
 
-def ask(client: httpx.Client, nickname: str, question: str, code: str = JOIN) -> tuple:
+def join(client: httpx.Client, code: str = JOIN) -> str:
+    """A phone joins: the server's token for it."""
+    r = client.post("/class/join", headers={"Authorization": f"Bearer {code}"})
+    assert r.status_code == 200, r.text
+    return r.json()["phone"]
+
+
+def ask(client: httpx.Client, nickname: str, question: str, code: str = JOIN,
+        phone: str | None = None) -> tuple:
     """POST /class/ask and read its events (bounded by the client's timeout)."""
+    headers = {"Authorization": f"Bearer {code}"}
+    if phone:
+        headers["X-ServeLab-Phone"] = phone
     with client.stream("POST", "/class/ask", json={"nickname": nickname, "question": question},
-                       headers={"Authorization": f"Bearer {code}"}) as r:
+                       headers=headers) as r:
         if r.status_code != 200:
             r.read()
             return r.status_code, r.json()
@@ -43,7 +54,12 @@ def test_students_over_a_real_server(engine):
                                                                        timeout=120) as c:
         page = c.get("/class")
         assert page.status_code == 200 and "Join code" in page.text
-        assert "default-src 'none'" in page.headers["content-security-policy"]
+        csp = page.headers["content-security-policy"]
+        assert "default-src 'none'" in csp and "unsafe-inline" not in csp
+        assert "frame-ancestors 'none'" in csp
+        nonce = re.search(r"script-src 'nonce-([\w-]+)'", csp).group(1)
+        assert f'<script nonce="{nonce}">' in page.text  # the page's own script, this nonce
+        assert nonce not in c.get("/class").text  # a new one for each response
 
         status, body = ask(c, "ann", "hi", code="wrong")
         assert status == 401 and "join code" in body["error"]["message"]
@@ -52,7 +68,7 @@ def test_students_over_a_real_server(engine):
                 ("", "hi", "nickname", "empty"),
                 ("x" * 33, "hi", "nickname", "at most 32"),
                 ("ann", "q" * 401, "question", "at most 400"),
-                ("a\x07b", "hi", "nickname", "control character"),
+                ("\u202e\u200b\x07", "hi", "nickname", "empty"),  # invisible only
                 ("sim-7", "hi", "nickname", "simulated")):
             status, body = ask(c, nick, question)
             assert status == 400, (nick, body)
@@ -63,8 +79,11 @@ def test_students_over_a_real_server(engine):
         questions = {"<script>alert(1)</script>": "What is 2+2?",
                      '<img src=x onerror="alert(2)">': "Name a colour."}
 
+        phones = {nick: join(c) for nick in questions}
+
         def one(nick, q):
-            results[nick] = ask(c, nick, q)
+            # a bidi override and a zero-width space around the name: dropped
+            results[nick] = ask(c, "\u202e" + nick + "\u200b", q, phone=phones[nick])
 
         threads = [threading.Thread(target=one, args=kv) for kv in questions.items()]
         for t in threads:
@@ -94,7 +113,7 @@ def test_students_over_a_real_server(engine):
             assert got[rids[nick]] == {"nickname": nick, "question": q}
 
         # a second question straight away is refused with a clear message
-        status, body = ask(c, "<script>alert(1)</script>", "again?")
+        status, body = ask(c, "another name", "again?", phone=phones[next(iter(questions))])
         assert status == 429 and "one question per" in body["error"]["message"]
 
         # the step stream and /metrics: the join code is not enough
@@ -109,8 +128,8 @@ def test_students_over_a_real_server(engine):
 
 @pytest.mark.slow
 def test_load_generator_reads_gauges_with_the_admin_key(engine):
-    """`engine.loadgen` against a class server: the join code serves the requests, the teacher's
-    key reads /metrics (without it the generator gets no gauges and says why)."""
+    """`engine.loadgen` against a class server: its simulated riders need the teacher's key
+    (the join code gets 403), which also reads /metrics."""
     import asyncio
 
     from benchmarks.load import run_load
@@ -118,8 +137,10 @@ def test_load_generator_reads_gauges_with_the_admin_key(engine):
 
     items = [WorkItem("Say hi.", 3, True, 0.0, "t")] * 2
     with running_server(engine, ServerSettings(api_key=JOIN, admin_key=ADMIN)) as (url, _):
-        kw = dict(api_key=JOIN, timeout_s=120, max_retries=5, progress=False)
-        without = asyncio.run(run_load(f"{url}/v1", items, **kw))
-        with_key = asyncio.run(run_load(f"{url}/v1", items, admin_key=ADMIN, **kw))
-    assert without["outcomes"] == with_key["outcomes"] == {"ok": 2}
-    assert not without.get("server_after") and "rss_bytes" in with_key["server_after"]
+        kw = dict(timeout_s=120, max_retries=5, progress=False)
+        student = asyncio.run(run_load(f"{url}/v1", items, api_key=JOIN, **kw))
+        teacher = asyncio.run(run_load(f"{url}/v1", items, api_key=ADMIN, admin_key=ADMIN,
+                                       **kw))
+    # the simulated riders (`sim-*` users) are the teacher's: the join code gets 403
+    assert student["outcomes"] == {"http 403": 2} and not student.get("server_after")
+    assert teacher["outcomes"] == {"ok": 2} and "rss_bytes" in teacher["server_after"]

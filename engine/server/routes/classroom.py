@@ -27,11 +27,20 @@ Routes (`router(state)`):
 - `GET /v1/servelab/class/questions`: recent questions by request id, for the teacher's
   "show questions on screen" (under /v1/servelab/, so the teacher's admin key guards it).
 
+- `POST /class/join` (the join code): `{"phone": <token>}`, a token the server signs for
+  this phone at this address (`ServerState.phone_token`); the page sends it back with each
+  question as `X-ServeLab-Phone`.
+
 Everything from a student is untrusted: nickname and question are length-limited with a clear
-400, control characters are refused, and the page writes every string with `textContent`
-(never innerHTML); the teacher's page escapes them with `html.escape`. Rate limits per
-student (client address + nickname): one question in flight and `min_interval_s` between
-question (counted from the end of the last answer), answered with 429 and `Retry-After`.
+400; a question's control characters are refused; a nickname loses its control, bidi-override
+(U+202A-202E, U+2066-2069) and zero-width (U+200B-200F, U+FEFF) characters, so no name can
+turn the projector's text around or hide as another's; the page writes every string with
+`textContent` (never innerHTML); the teacher's page escapes them with `html.escape`. Rate
+limits per phone (its token and address; without a token, the address): one question in
+flight and `min_interval_s` between questions (counted from the end of the last answer),
+answered with 429 and `Retry-After`. A nickname is a label: a new nickname is not a new
+student. The page's Content-Security-Policy allows only its own script and style, by a nonce
+made for each response, and no framing (`frame-ancestors 'none'`).
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import secrets
 import time
 import unicodedata
 from collections import OrderedDict
@@ -75,8 +85,23 @@ class AskBody(BaseModel):
     question: str
 
 
+# what a nickname loses: bidi embeddings and overrides, bidi isolates, zero-width characters
+# (and the BOM); control characters go too (category Cc)
+_INVISIBLE = dict.fromkeys([*range(0x202A, 0x202F), *range(0x2066, 0x206A),
+                            *range(0x200B, 0x2010), 0xFEFF, 0x2060])
+
+
+def clean_nickname(value: str) -> str:
+    """The nickname without control, bidi-control and zero-width characters."""
+    value = value.translate(_INVISIBLE)
+    return "".join(c for c in value if unicodedata.category(c) != "Cc")
+
+
 def _clean(value: str, name: str, limit: int) -> str:
-    """Strip; refuse empty, too long, or control characters (a newline in a nickname)."""
+    """Strip; refuse empty, too long, or (a question's) control characters; a nickname's
+    invisible characters are dropped first."""
+    if name == "nickname":
+        value = clean_nickname(value)
     value = value.strip()
     if not value:
         raise APIError(400, f"{name} is empty: type one", param=name)
@@ -137,12 +162,20 @@ def router(state: ServerState, limits: ClassLimits | None = None) -> APIRouter:
 
     @r.get(PAGE_PATH, response_class=HTMLResponse)
     async def page():
-        return HTMLResponse(PAGE, headers={
-            # the page runs only its own inline script and talks only to this server
-            "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; "
-                                       "style-src 'unsafe-inline'; connect-src 'self'; "
-                                       "img-src 'none'; base-uri 'none'; form-action 'none'",
+        nonce = secrets.token_urlsafe(18)  # new for each response: no other script can run
+        return HTMLResponse(PAGE.replace("{{NONCE}}", nonce), headers={
+            # the page runs only its own script and style and talks only to this server
+            "Content-Security-Policy": f"default-src 'none'; script-src 'nonce-{nonce}'; "
+                                       f"style-src 'nonce-{nonce}'; connect-src 'self'; "
+                                       "img-src 'none'; base-uri 'none'; form-action 'none'; "
+                                       "frame-ancestors 'none'",
+            "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff",
             "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"})
+
+    @r.post(PAGE_PATH + "/join")
+    async def join(request: Request):
+        """A phone joins: a token signed for it at its address (the limits' key)."""
+        return {"phone": state.phone_token(state.address_of(request))}
 
     @r.get("/v1/servelab/class/questions")
     async def questions():
@@ -155,15 +188,15 @@ def router(state: ServerState, limits: ClassLimits | None = None) -> APIRouter:
         if nickname.lower().startswith(SIMULATED_PREFIX):
             raise APIError(400, f"nicknames starting with {SIMULATED_PREFIX!r} are kept for "
                                 f"simulated users; choose another", param="nickname")
-        address = request.client.host if request.client else "unknown"
-        key = f"{address}|{nickname.casefold()}"
+        client = state.client_of(request)  # the phone's token and address, not the nickname
+        key = client.key
         students.check(key)
         max_tokens = min(limits.max_tokens, loop.max_tokens_cap)
         ticket = Ticket(request_id=f"class-{next(counter)}",
                         params=SamplingParams(max_tokens=max_tokens, temperature=0.0),
                         user=nickname, aloop=asyncio.get_running_loop(), queue=asyncio.Queue(),
                         messages=[{"role": "user", "content": question}],
-                        max_tokens=max_tokens)
+                        max_tokens=max_tokens, client=client)
         students.in_flight.add(key)
         try:
             accepted: Delta = await state.admit(ticket)
@@ -230,7 +263,7 @@ PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>ServeLab class</title>
-<style>
+<style nonce="{{NONCE}}">
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;padding:14px;
  max-width:640px;margin:auto;background:#f4f6f8;color:#222;font-size:17px}
 h1{font-size:22px;margin:4px 0 10px}
@@ -263,7 +296,7 @@ button:disabled{background:#9bb}
 <div id="answer" aria-live="polite"></div>
 <div id="stats"><div id="seat">seat: -</div><div id="ttft">first token: -</div>
 <div id="rate">tokens/s: -</div></div>
-<script>
+<script nonce="{{NONCE}}">
 "use strict";
 const $ = (id) => document.getElementById(id);
 const frag = new URLSearchParams(location.hash.slice(1));
@@ -271,6 +304,15 @@ if (frag.get("code")) { $("code").value = frag.get("code"); }
 $("nick").value = localStorage.getItem("servelab-nick") || "";
 $("q").addEventListener("input", () => { $("count").textContent = $("q").value.length + " / 400"; });
 function say(text) { $("msg").textContent = text; }
+let phone = sessionStorage.getItem("servelab-phone");
+async function joinOnce(code) {
+  // the server's token for this phone: its limits count by it, not by the nickname
+  if (phone) return;
+  try {
+    const r = await fetch("/class/join", {method: "POST", headers: {"Authorization": "Bearer " + code}});
+    if (r.ok) { phone = (await r.json()).phone; sessionStorage.setItem("servelab-phone", phone); }
+  } catch (e) {}
+}
 async function ask() {
   const code = $("code").value.trim(), nickname = $("nick").value, question = $("q").value;
   say(""); $("answer").textContent = ""; $("asked").textContent = "";
@@ -283,8 +325,11 @@ async function ask() {
   const sent = performance.now();
   let first = null, tokens = 0;
   try {
-    const r = await fetch("/class/ask", {method: "POST", headers: {"Content-Type": "application/json",
-      "Authorization": "Bearer " + code}, body: JSON.stringify({nickname, question})});
+    await joinOnce(code);
+    const headers = {"Content-Type": "application/json", "Authorization": "Bearer " + code};
+    if (phone) headers["X-ServeLab-Phone"] = phone;
+    const r = await fetch("/class/ask", {method: "POST", headers,
+      body: JSON.stringify({nickname, question})});
     if (!r.ok) {
       let m = "the server said " + r.status;
       try { m = (await r.json()).error.message; } catch (e) {}

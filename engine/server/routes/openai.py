@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -38,10 +39,10 @@ from engine.server.protocol import (
     now,
     usage,
 )
-from engine.server.state import ServerState
+from engine.server.state import STUDENT, ServerState
 
 _ids = itertools.count()  # request ids, unique in the process (tests reuse one engine)
-DISCONNECT_POLL_S = 0.5  # a non-streaming handler checks this often whether its client left
+DISCONNECT_POLL_S = 0.25  # a non-streaming handler checks this often whether its client left
 
 
 @dataclass(frozen=True)
@@ -122,13 +123,20 @@ async def respond(state: ServerState, shape: Shape, ticket: Ticket, request: Req
         return StreamingResponse(events(), media_type="text/event-stream",
                                  background=BackgroundTask(lease.close))
     text, tokens = [], []
+    # whether the client is still there is asked on a clock, not only when no token came:
+    # tokens arrive every step, and a request that always had one would never be asked
+    next_check = time.monotonic() + DISCONNECT_POLL_S
     try:
         while True:
             try:
                 d = await asyncio.wait_for(ticket.queue.get(), DISCONNECT_POLL_S)
             except asyncio.TimeoutError:
+                d = None
+            if time.monotonic() >= next_check:
+                next_check = time.monotonic() + DISCONNECT_POLL_S
                 if await request.is_disconnected():
-                    return Response(status_code=499)
+                    return Response(status_code=499)  # lease.close() aborts it
+            if d is None:
                 continue
             if d.error is not None:
                 lease.done = True
@@ -173,10 +181,15 @@ async def run(state: ServerState, shape: Shape, body, request: Request,
         # a seed of its own (the engine's default counts the requests it holds, and the
         # loop forgets finished ones: two unseeded requests could share a seed)
         params.seed = state.engine.config.seed * 100003 + n
-    user = body.user or (request.client.host if request.client else "unknown")
+    # limits count by who is asking (ServerState.client_of), never by the `user` label
+    client = state.client_of(request)
+    state.check_teacher_only(client, body.user, max_tokens, body.ignore_eos)
+    user = body.user or client.address
     ticket = Ticket(request_id=f"{shape.id_prefix}-{n}", params=params, user=user,
                     aloop=asyncio.get_running_loop(), queue=asyncio.Queue(), prompt=prompt,
-                    messages=messages, max_tokens=max_tokens)
+                    messages=messages, max_tokens=max_tokens, client=client)
+    if client.role == STUDENT:
+        ticket.default_max_tokens = state.settings.student_max_tokens
     accepted = await state.admit(ticket)
     return await respond(state, shape, ticket, request, accepted, body.stream,
                          body.include_usage, body.return_token_ids)

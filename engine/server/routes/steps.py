@@ -4,7 +4,7 @@ Routes (under `/v1/servelab/`, so the teacher's admin key guards them when one i
 - `GET /v1/servelab/steps`: the engine's StepReports as server-sent events, each with its
   `owners` map (`engine/server/loop.py` says what a viewer reads); newest first when a viewer
   falls behind, an `: idle` comment while the engine has no work. `?limit=N` closes after N
-  events.
+  events. The stream ends when the server shuts down (`StepHub.close`).
 - `GET /v1/servelab/config`: the engine's configuration (what
   `python -m engine.loadgen --compare-offline` reruns) and, under "plan", how its steps run
   (engine/plan.py; not a config field).
@@ -44,13 +44,15 @@ def router(state: ServerState) -> APIRouter:
         async def events():
             sent, last = 0, None
             try:
-                while not limit or sent < limit:
+                while (not limit or sent < limit) and not hub.closed:
                     try:
                         await asyncio.wait_for(ev.wait(), IDLE_COMMENT_S)
                     except asyncio.TimeoutError:
                         yield ": idle\n\n"
                         continue
                     ev.clear()
+                    if hub.closed:  # the server is shutting down: this stream ends
+                        break
                     latest = hub.latest
                     if latest is None or latest[0] == last:
                         continue
