@@ -181,17 +181,48 @@ class EngineConfig:
         return {"batching": self.batching, "kv_layout": self.kv_layout, "spec": spec}
 
 
+# temperatures below this sample greedily (vLLM's _SAMPLING_EPS): dividing logits by a
+# smaller number overflows fp32 to inf, and softmax of inf is NaN
+GREEDY_EPS = 1e-5
+MAX_LOGPROBS = 20  # top alternatives per token at most (OpenAI's top_logprobs cap)
+
+
+def _number(name: str, value, low: float, high: float) -> None:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)
+            or not (low <= value <= high)):
+        raise ValueError(f"{name} must be a number in [{low}, {high}], got {value!r}")
+
+
+def _optional_count(name: str, value, high: int) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                              or not (0 <= value <= high)):
+        raise ValueError(f"{name} must be None or an integer in [0, {high}], got {value!r}")
+
+
 @dataclass
 class SamplingParams:
-    """How one request samples and when it stops (vLLM's field names)."""
+    """How one request samples and when it stops (vLLM's field names).
+
+    `logprobs` / `prompt_logprobs` follow vLLM's default (`logprobs_mode="raw_logprobs"`):
+    the log-softmax of the model's own logits, before temperature, penalties, logit_bias,
+    top-k or top-p touch them; the sampled token's value is always given, plus the
+    `logprobs` most likely alternatives."""
 
     max_tokens: int = 64  # new tokens at most
-    temperature: float = 0.0  # 0 = greedy
+    temperature: float = 0.0  # 0 (or below GREEDY_EPS) = greedy
     top_p: float = 1.0  # nucleus: keep the smallest set with this much probability
     top_k: int = 0  # keep the k most likely tokens; 0 or -1 = all
     seed: int | None = None  # per-request generator seed; same seed, same tokens
     ignore_eos: bool = False  # keep going past the end-of-sequence token
     stop: list[str] | None = None  # stop when the text contains one (cut from the text, as vLLM)
+    n: int = 1  # samples of one prompt; they share the prompt's KV blocks (paged)
+    presence_penalty: float = 0.0  # minus this from every token already in the output
+    frequency_penalty: float = 0.0  # minus this times its count in the output so far
+    logit_bias: dict[int, float] | None = None  # token id -> added to its logit ([-100, 100])
+    min_tokens: int = 0  # end-of-sequence and stop_token_ids are masked until this many
+    stop_token_ids: list[int] | None = None  # finish (reason "stop") when one is sampled
+    logprobs: int | None = None  # per output token: its logprob and this many alternatives
+    prompt_logprobs: int | None = None  # the same for every prompt token but the first
 
     def __post_init__(self) -> None:
         _int_at_least("max_tokens", self.max_tokens, 1)
@@ -211,7 +242,42 @@ class SamplingParams:
                 self.stop = [self.stop]
             if not all(isinstance(s, str) and s for s in self.stop):
                 raise ValueError("stop must be a list of non-empty strings")
+        _int_at_least("n", self.n, 1)
+        _number("presence_penalty", self.presence_penalty, -2.0, 2.0)
+        _number("frequency_penalty", self.frequency_penalty, -2.0, 2.0)
+        if self.logit_bias is not None:
+            if not isinstance(self.logit_bias, dict):
+                raise ValueError("logit_bias must be a map of token id -> bias")
+            for tok, bias in self.logit_bias.items():
+                if isinstance(tok, bool) or not isinstance(tok, int) or tok < 0:
+                    raise ValueError(f"logit_bias keys must be token ids >= 0, got {tok!r}")
+                _number(f"logit_bias[{tok}]", bias, -100.0, 100.0)
+        if isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, int) or not (
+                0 <= self.min_tokens <= self.max_tokens):
+            raise ValueError(f"min_tokens must be an integer in [0, max_tokens={self.max_tokens}]"
+                             f", got {self.min_tokens!r}")
+        if self.stop_token_ids is not None:
+            if not isinstance(self.stop_token_ids, (list, tuple)) or not all(
+                    isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                    for t in self.stop_token_ids):
+                raise ValueError("stop_token_ids must be a list of token ids >= 0")
+            self.stop_token_ids = list(self.stop_token_ids)
+        _optional_count("logprobs", self.logprobs, MAX_LOGPROBS)
+        _optional_count("prompt_logprobs", self.prompt_logprobs, MAX_LOGPROBS)
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature < GREEDY_EPS
+
+    @property
+    def processes_logits(self) -> bool:
+        """Its logits change before sampling (penalties, bias, min_tokens' masks): such a row
+        is copied and changed alone, so every other row of the batch is untouched."""
+        return bool(self.presence_penalty or self.frequency_penalty or self.logit_bias
+                    or self.min_tokens)
+
+    @property
+    def speculable(self) -> bool:
+        """A draft may be verified for it: plain sampling, one sample, no logprobs (the
+        verifier reads neither processed logits nor logprobs)."""
+        return not self.processes_logits and self.logprobs is None and self.n == 1

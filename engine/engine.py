@@ -28,7 +28,7 @@ from engine.plan import ExecutionPlan, ModelFacts, plan_for
 from engine.report import Emitted, KVSummary, StepReport, build_report, kv_summary
 from engine.request import Request
 from engine.runner import ForwardResult, ModelRunner
-from engine.sampler import sample_rows
+from engine.sampler import logprobs_of, process, sample_rows
 from engine.scheduler import Scheduler
 from engine.spec.rejection import SpecDecision
 
@@ -44,6 +44,11 @@ class RequestOutput:
     tpot_s: float | None
     num_preemptions: int
     num_cached_tokens: int
+    # SamplingParams.logprobs / prompt_logprobs: per token (logprob, [(token id, logprob)])
+    logprobs: list | None = None
+    prompt_logprobs: list | None = None
+    # n > 1: every sample's output, in index order (the fields above are sample 0's)
+    samples: list[RequestOutput] | None = None
 
 
 class LLMEngine:
@@ -125,11 +130,13 @@ class LLMEngine:
         # train_draft records the target's features while it generates its training answers
         self.feature_observer = None
         self.requests: dict[str, Request] = {}
+        self.groups: dict[str, list[str]] = {}  # n > 1: the client's id -> its samples' ids
         self._aborted: list[str] = []  # aborted since the last step, for its report
         # requests that failed alone (their sampling or detokenizing raised): id -> what
         # failed. They leave like aborted ones (listed under `aborted`, blocks freed); a
         # server reads this to tell each its own error and the others go on.
         self.failures: dict[str, str] = {}
+        self._logprobs: dict[str, list] = {}  # this step's output logprobs, by request id
         self.metrics = RunMetrics()
         self.step_count = 0
         self._ids = itertools.count()
@@ -167,6 +174,11 @@ class LLMEngine:
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
                     request_id: str | None = None, arrival_time: float | None = None) -> str:
+        """Queue a prompt. With params.n > 1 the n samples are requests `<id>#<i>` (see
+        `sample_ids`); with paged KV only sample 0 computes the prompt, and the others are
+        forked from it once it has: they hold its blocks by reference (PagedAttention's
+        parallel sampling). Contiguous KV cannot share a reserved run, so there each sample
+        reserves its own and computes the prompt itself (the same tokens, more work)."""
         params = params or SamplingParams()
         if not isinstance(params, SamplingParams):
             raise ValueError("params must be a SamplingParams")
@@ -175,19 +187,63 @@ class LLMEngine:
             raise ValueError(
                 f"prompt is {len(ids)} tokens; max_model_len={self.config.max_model_len} "
                 f"leaves room for at most {self.config.max_model_len - 1}")
+        vocab = self.model_config.vocab_size
+        for name, toks in (("logit_bias", params.logit_bias or {}),
+                           ("stop_token_ids", params.stop_token_ids or [])):
+            bad = [t for t in toks if t >= vocab]
+            if bad:
+                raise ValueError(f"{name} has token ids outside the vocabulary [0, {vocab}): "
+                                 f"{bad[:5]}")
+        if params.n > self.config.max_num_seqs:
+            raise ValueError(f"n={params.n} samples need as many seats; this engine has "
+                             f"max_num_seqs={self.config.max_num_seqs}")
         rid = request_id or f"r{next(self._ids)}"
-        if rid in self.requests:
+        if rid in self.requests or rid in self.groups:
             raise ValueError(f"request_id {rid!r} is already in use")
+        if params.n == 1:
+            req = self._request(rid, ids, params, arrival_time)
+            self.scheduler.add(req)
+            return rid
+        samples = []
+        for i in range(params.n):
+            seed = params.seed + i if params.seed is not None else None
+            sp = dataclasses.replace(params, n=1, seed=seed)
+            sid = f"{rid}#{i}"
+            if sid in self.requests:
+                raise ValueError(f"request_id {sid!r} is already in use")
+            samples.append(self._request(sid, ids, sp, arrival_time, rid, i))
+        self.groups[rid] = [r.request_id for r in samples]
+        if self.config.kv_layout == "paged":
+            samples[0].fork_children = samples[1:]
+            for r in samples[1:]:
+                r.prompt_logprobs = None  # copied from sample 0 at the fork
+            self.scheduler.add(samples[0])
+        else:
+            for r in samples:
+                self.scheduler.add(r)
+        return rid
+
+    def _request(self, rid: str, ids: list[int], params: SamplingParams,
+                 arrival_time: float | None, group: str | None = None,
+                 index: int = 0) -> Request:
         seed = params.seed if params.seed is not None else self.config.seed * 100003 + len(
             self.requests)
         gen = torch.Generator().manual_seed(seed)
         req = Request(rid, ids, params, generator=gen,
-                      detokenizer=Detokenizer(self.tokenizer, params.stop))
+                      detokenizer=Detokenizer(self.tokenizer, params.stop),
+                      group_id=group, index=index)
+        if params.logprobs is not None:
+            req.output_logprobs = []
+        if params.prompt_logprobs is not None:
+            req.prompt_logprobs = [None]  # the first prompt token has no prediction
         if arrival_time is not None:
             req.arrival_time = arrival_time
         self.requests[rid] = req
-        self.scheduler.add(req)
-        return rid
+        return req
+
+    def sample_ids(self, rid: str) -> list[str]:
+        """The engine's request ids of a client's request: itself, or its n samples."""
+        return self.groups.get(rid, [rid])
 
     def chat(self, messages: list[dict], params: SamplingParams | None = None) -> RequestOutput:
         """Apply the model's chat template, then generate (as vLLM's LLM.chat)."""
@@ -201,10 +257,18 @@ class LLMEngine:
         return self.scheduler.has_unfinished()
 
     def output(self, rid: str) -> RequestOutput:
+        if rid in self.groups:
+            samples = [self.output(s) for s in self.groups[rid]]
+            return dataclasses.replace(samples[0], request_id=rid, samples=samples)
         r = self.requests[rid]
         return RequestOutput(rid, r.prompt_token_ids, list(r.output_token_ids), r.text,
                              r.finish_reason, ttft(r), tpot(r), r.num_preemptions,
-                             r.num_cached_tokens)
+                             r.num_cached_tokens,
+                             list(r.output_logprobs) if r.output_logprobs is not None else None,
+                             list(r.prompt_logprobs) if r.prompt_logprobs is not None else None)
+
+    def is_finished(self, rid: str) -> bool:
+        return all(self.requests[s].is_finished for s in self.sample_ids(rid))
 
     def generate(self, prompts, params: SamplingParams | list[SamplingParams] | None = None,
                  ) -> list[RequestOutput]:
@@ -213,31 +277,44 @@ class LLMEngine:
             prompts = [prompts]
         plist = params if isinstance(params, list) else [params] * len(prompts)
         rids = [self.add_request(p, sp) for p, sp in zip(prompts, plist)]
-        while any(not self.requests[r].is_finished for r in rids):
+        while not all(self.is_finished(r) for r in rids):
             self.step()
         return [self.output(r) for r in rids]
 
     def abort_request(self, rid: str) -> None:
         """Stop a request now (vLLM's name): a client that went away. Its seat and blocks are
-        free for the next step, and that step's report lists it under `aborted`."""
+        free for the next step, and that step's report lists it under `aborted`. A request
+        with n samples: all of them."""
+        if rid in self.groups:
+            for sid in self.groups[rid]:
+                self.abort_request(sid)
+            return
         req = self.requests.get(rid)
         if req is None:
             raise ValueError(f"no request {rid!r}")
         if req.is_finished:
             return
+        pending, req.fork_children = req.fork_children, []
         self.scheduler.abort(req)
         req.finish_time = time.perf_counter()
         self._aborted.append(rid)
         if self.spec_decoder is not None:
             self.spec_decoder.release(req)
+        for child in pending:  # samples never forked: they end with it
+            self.scheduler.abort(child)
+            child.finish_time = req.finish_time
+            self._aborted.append(child.request_id)
 
     def forget(self, rid: str) -> None:
         """Drop a finished (or aborted) request's record; a server calls this once the client
         has its answer, so memory stays flat however many requests it serves."""
-        req = self.requests.get(rid)
-        if req is not None and not req.is_finished:
-            raise ValueError(f"request {rid!r} is still running; abort it first")
-        self.requests.pop(rid, None)
+        for sid in self.sample_ids(rid):
+            req = self.requests.get(sid)
+            if req is not None and not req.is_finished:
+                raise ValueError(f"request {sid!r} is still running; abort it first")
+        for sid in self.sample_ids(rid):
+            self.requests.pop(sid, None)
+        self.groups.pop(rid, None)
 
     # --- one step ---------------------------------------------------------------------------
     def step(self) -> StepReport:
@@ -261,14 +338,22 @@ class LLMEngine:
         self._fail_requests(self.scheduler.failed)
         self.scheduler.failed = []
         emitted, finished = [], []
+        logprobs, self._logprobs = self._logprobs, {}
         for req, tokens in advanced:
+            lps = prompt_lps = None
+            if req.output_logprobs is not None:
+                lps = logprobs.get(req.request_id, [])[:len(tokens)]
+                req.output_logprobs.extend(lps)
+            if req.prompt_logprobs is not None and req.num_output_tokens == len(tokens):
+                prompt_lps = list(req.prompt_logprobs)  # with its first tokens: prefill done
             if req.is_finished:
                 req.detokenizer.finish()
                 finished.append(req.request_id)
                 self.metrics.on_finish(req)
                 if self.spec_decoder is not None:
                     self.spec_decoder.release(req)  # preempted ones: at the next propose
-            emitted.append(Emitted(req.request_id, tokens, req.detokenizer.take(req.is_finished)))
+            emitted.append(Emitted(req.request_id, tokens, req.detokenizer.take(req.is_finished),
+                                   lps, prompt_lps))
             req.text = req.detokenizer.visible(req.is_finished)
         t1 = time.perf_counter()
         self.step_count += 1
@@ -289,7 +374,14 @@ class LLMEngine:
         return report
 
     def _sample(self, fwd: ForwardResult) -> tuple[dict[str, list[int]], list[SpecDecision]]:
-        """Logits -> each request's new tokens: one sample, or a verified draft."""
+        """Logits -> each request's new tokens: one sample, or a verified draft. Also reads
+        the log-probabilities asked for (prompt ones into the request now, output ones for
+        `step` to keep with the tokens update_from_output keeps)."""
+        for rid, (first, pos, count) in fwd.prompt_rows.items():
+            req = self.requests[rid]
+            toks = req.prompt_token_ids[pos + 1:pos + 1 + count]
+            req.prompt_logprobs.extend(logprobs_of(fwd.logits[first:first + count], toks,
+                                                   req.sampling.prompt_logprobs))
         sampled, records, plain = {}, [], []
         for rid, (first, n) in fwd.rows.items():
             req = self.requests[rid]
@@ -301,15 +393,36 @@ class LLMEngine:
                 records.append(record)
             else:
                 plain.append((req, first + n - 1))  # sampled from its last row
+                # samples to fork from it sample their first token from the same row
+                plain.extend((child, first + n - 1) for child in req.fork_children)
         if plain:
             index = [row for _, row in plain]
             # [len(plain), vocab]; no copy when they are the first rows in order (no drafts)
             rows = (fwd.logits[:len(index)] if index == list(range(len(index)))
                     else fwd.logits[index])
+            raw = rows
+            changed = [i for i, (r, _) in enumerate(plain) if r.sampling.processes_logits]
+            if changed:  # only these rows change; the others are sampled from the same values
+                rows = rows.clone()
+                for i in changed:
+                    req = plain[i][0]
+                    sp = req.sampling
+                    masked = []
+                    if req.num_output_tokens < sp.min_tokens:
+                        masked = [*(() if sp.ignore_eos else self.eos_ids),
+                                  *(sp.stop_token_ids or ())]
+                    rows[i] = process(raw[i], sp, req.output_token_ids, masked)
             tokens = sample_rows(rows, [r.sampling for r, _ in plain],
                                  [r.generator for r, _ in plain])
             for (req, _), tok in zip(plain, tokens):
                 sampled[req.request_id] = [tok]
+            want = [i for i, (r, _) in enumerate(plain) if r.sampling.logprobs is not None]
+            if want:
+                top = max(plain[i][0].sampling.logprobs for i in want)
+                lps = logprobs_of(raw[want], [tokens[i] for i in want], top)
+                for i, (own, alts) in zip(want, lps):
+                    req = plain[i][0]
+                    self._logprobs[req.request_id] = [(own, alts[:req.sampling.logprobs])]
         return sampled, records
 
     def _sample_isolated(self, fwd: ForwardResult):
@@ -320,16 +433,25 @@ class LLMEngine:
         gens = {rid: self.requests[rid].generator for rid in fwd.rows}
         states = {rid: g.get_state() for rid, g in gens.items()
                   if g is not None and not self.requests[rid].sampling.greedy}
+        # prompt log-probabilities are appended as the batch is read: a retry starts from these
+        kept_lps = {rid: len(self.requests[rid].prompt_logprobs or ()) for rid in fwd.prompt_rows}
         try:
             return self._sample(fwd)
         except Exception:
             pass
+        self._logprobs.clear()
         sampled, records, failed = {}, [], []
-        for rid, span in fwd.rows.items():
+        for rid in kept_lps:
+            if self.requests[rid].prompt_logprobs is not None:
+                del self.requests[rid].prompt_logprobs[kept_lps[rid]:]
+        alone = {rid: None for rid in [*fwd.rows, *fwd.prompt_rows]}  # in order, once each
+        for rid in alone:
             if rid in states:
                 gens[rid].set_state(states[rid])
+            rows = {rid: fwd.rows[rid]} if rid in fwd.rows else {}
+            own = {rid: fwd.prompt_rows[rid]} if rid in fwd.prompt_rows else {}
             try:
-                got, recs = self._sample(dataclasses.replace(fwd, rows={rid: span}))
+                got, recs = self._sample(dataclasses.replace(fwd, rows=rows, prompt_rows=own))
             except Exception as exc:
                 failed.append((self.requests[rid], exc))
                 continue

@@ -27,6 +27,10 @@ class Emitted:
     request_id: str
     token_ids: list[int]
     text: str  # the new text (may be empty while a multi-byte character is incomplete)
+    # SamplingParams.logprobs: per token (its raw logprob, [[alternative id, logprob], ...])
+    logprobs: list | None = None
+    # SamplingParams.prompt_logprobs: the whole prompt's, once, with the first tokens
+    prompt_logprobs: list | None = None
 
 
 @dataclass

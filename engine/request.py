@@ -46,6 +46,16 @@ class Request:
     detokenizer: Detokenizer | None = field(default=None, repr=False)
     seat: int | None = None
     generator: torch.Generator | None = field(default=None, repr=False)
+    # sampling.logprobs set: per output token (its logprob, [(alternative, logprob), ...])
+    output_logprobs: list | None = field(default=None, repr=False)
+    # sampling.prompt_logprobs set: the same per prompt token; None for the first (nothing
+    # predicts it)
+    prompt_logprobs: list | None = field(default=None, repr=False)
+    # parallel sampling (n > 1): the other samples, waiting to be forked from this one when
+    # its prompt is computed; they then share its blocks (engine/kv/paged.py `fork`)
+    fork_children: list[Request] = field(default_factory=list, repr=False)
+    group_id: str | None = None  # n > 1: the id the client knows; index: which sample
+    index: int = 0
 
     @property
     def all_token_ids(self) -> list[int]:

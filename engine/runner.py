@@ -21,7 +21,7 @@ replays a captured graph instead of launching the forward's kernels one by one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -34,6 +34,9 @@ from engine.scheduler import ScheduledRequest
 class ForwardResult:
     logits: torch.Tensor  # [num_logit_rows, vocab] fp32, on the model's device
     rows: dict[str, tuple[int, int]]  # request id -> (first logit row, number of rows)
+    # requests that want prompt log-probabilities, in prefill: request id -> (first logit
+    # row, first position, number of rows); row j's logits predict prompt token pos + j + 1
+    prompt_rows: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     # keep_hidden only: [num_tokens, hidden] final hidden states of every computed token, and
     # per request (request, first position, first row in hidden, number of tokens)
     hidden: torch.Tensor | None = None
@@ -64,8 +67,12 @@ class ModelRunner:
 
     def run(self, batch: list[ScheduledRequest]) -> ForwardResult:
         """The scheduler's batch: each request's next num_tokens tokens (drafts included)."""
+        copies = self.allocator.take_copies()
+        if copies:  # copy-on-write of shared blocks this step writes into, before it does
+            self.pool.copy_blocks(copies)
         chunks: list[Chunk] = []
         rows: dict[str, tuple[int, int]] = {}
+        prompt_rows: dict[str, tuple[int, int, int]] = {}
         spans: list[tuple[object, int, int, int]] = []
         num_rows = num_tokens = 0
         for s in batch:
@@ -79,16 +86,25 @@ class ModelRunner:
             start, end = req.num_computed_tokens, req.num_computed_tokens + s.num_tokens
             # caught up: logits for the last real token and each drafted one
             n_rows = end - (req.num_tokens - 1) if end >= req.num_tokens else 0
+            p_rows = 0
+            if req.prompt_logprobs is not None:
+                # the prompt positions whose logits are still unread (not again after a
+                # preemption): they run up to the sampling row, so all are the chunk's last
+                lo = max(start, len(req.prompt_logprobs) - 1)
+                p_rows = max(0, min(end, req.num_prompt_tokens - 1) - lo)
+                if p_rows:
+                    prompt_rows[req.request_id] = (num_rows, lo, p_rows)
+                    num_rows += p_rows
             if n_rows:
                 rows[req.request_id] = (num_rows, n_rows)
                 num_rows += n_rows
-            chunks.append(Chunk(req, start, req.token_ids_between(start, end), n_rows))
+            chunks.append(Chunk(req, start, req.token_ids_between(start, end), p_rows + n_rows))
             spans.append((req, start, num_tokens, end - start))
             num_tokens += end - start
         logits = self.forward(chunks)
         if self.keep_hidden:
-            return ForwardResult(logits, rows, self.hidden, spans)
-        return ForwardResult(logits, rows)
+            return ForwardResult(logits, rows, prompt_rows, self.hidden, spans)
+        return ForwardResult(logits, rows, prompt_rows)
 
     def forward(self, chunks: list[Chunk]) -> torch.Tensor:
         """One forward over the chunks -> fp32 logits [sum of num_logits, vocab] on the model's

@@ -1,5 +1,17 @@
 """Turning logits into tokens: greedy, temperature, top-k, top-p; one seeded generator each.
 
+Before sampling, a request that asks for them gets its own row changed (a copy; the batch's
+other rows are untouched, so greedy requests that ask for nothing keep their tokens whatever
+shares the step): presence and frequency penalties over its output so far (OpenAI's and
+vLLM's definition), `logit_bias`, and `min_tokens`' mask of the end-of-sequence and stop
+token ids. Log-probabilities are read from the raw logits, before any of that (vLLM's
+default, `raw_logprobs`).
+
+Whatever `temperature`, `top_k` and `top_p` say, at least the most likely token keeps its
+probability: a temperature below `GREEDY_EPS` is greedy, and top-p always keeps the first
+token of the sorted distribution (a `top_p` of 1e-300 rounds to 0 in fp32, which would drop
+them all and divide by zero).
+
 Every request owns a `torch.Generator` seeded from its `seed` (or the engine's seed and
 its index), and only its own draws use it, so the same seed gives the same tokens whatever
 else shares the batch.
@@ -35,7 +47,7 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     Greedy requests get a one-hot on the argmax (what speculative verification compares)."""
     if _greedy(params):
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-    logits = logits / params.temperature
+    logits = logits.float() / params.temperature
     if params.top_k and params.top_k > 0 and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -82,3 +94,44 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams],
         for row, i in enumerate(others):
             tokens[i] = sample(host[row], params[i], generators[i])
     return tokens
+
+
+def process(logits: torch.Tensor, params: SamplingParams, output_ids: list[int],
+            masked_ids: list[int]) -> torch.Tensor:
+    """A copy of one row [vocab] with the request's penalties, bias and masks applied.
+
+    presence/frequency (OpenAI): logit -= frequency * count + presence * (count > 0), the
+    counts over the tokens this request generated so far. `masked_ids`: the ids min_tokens
+    forbids for now (end-of-sequence and stop_token_ids), set to -inf."""
+    row = logits.float().clone()
+    vocab = row.shape[-1]
+    if (params.presence_penalty or params.frequency_penalty) and output_ids:
+        counts = torch.bincount(torch.tensor(output_ids, device=row.device), minlength=vocab)
+        counts = counts[:vocab].to(row.dtype)
+        row -= params.frequency_penalty * counts + params.presence_penalty * (counts > 0)
+    if params.logit_bias:
+        ids = torch.tensor(list(params.logit_bias.keys()), device=row.device)
+        row.index_add_(0, ids, torch.tensor(list(params.logit_bias.values()),
+                                            dtype=row.dtype, device=row.device))
+    if masked_ids:
+        row[torch.tensor(masked_ids, device=row.device)] = float("-inf")
+    return row
+
+
+# one generated (or prompt) token's log-probabilities: its own, and the most likely
+# alternatives as (token id, logprob), most likely first
+TokenLogprobs = tuple[float, list[tuple[int, float]]]
+
+
+def logprobs_of(rows: torch.Tensor, tokens: list[int], top: int) -> list[TokenLogprobs]:
+    """Raw log-probabilities ([rows, vocab] logits, one token per row): each token's own and
+    the `top` most likely of its row. fp32 log-softmax, on the rows' device; one copy back."""
+    lp = torch.log_softmax(rows.float(), dim=-1)
+    idx = torch.tensor(tokens, device=lp.device).unsqueeze(1)
+    own = lp.gather(1, idx).squeeze(1).tolist()
+    if top > 0:
+        vals, ids = lp.topk(top, dim=-1)
+        vals, ids = vals.tolist(), ids.tolist()
+    else:
+        vals = ids = [[] for _ in tokens]
+    return [(o, list(zip(i, v))) for o, i, v in zip(own, ids, vals)]

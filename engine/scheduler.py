@@ -13,6 +13,10 @@ of it when it exceeds the budget, one decode token, or 1 + k to verify a draft. 
 pool runs out of blocks, the most recently admitted request is preempted by recompute: its
 blocks are freed and it goes back to the front of the queue, keeping its output so far.
 
+Parallel sampling (n > 1, paged KV): sample 0 boards with seats reserved for the others;
+when its prompt is computed, the others sample their first token from the same logits and
+are forked from it (seated, holding its blocks by reference: `allocator.fork`).
+
 A step has two calls here: `schedule()` before the forward decides who computes what, and
 `update_from_output()` after it is the one place a request advances: its computed tokens,
 its new tokens up to the first stop, its KV kept or rolled back, its finish.
@@ -69,7 +73,8 @@ class Scheduler:
         if req.is_finished:
             return
         if req.status == RequestStatus.WAITING:
-            self.waiting.remove(req)
+            if req in self.waiting:  # (a sample not forked yet is in no queue)
+                self.waiting.remove(req)
         elif req in self.running:
             self.running.remove(req)
             self._stand(req)
@@ -157,9 +162,14 @@ class Scheduler:
         # the tour bus fills every seat at once; prompts beyond this step's budget are
         # prefilled in the next steps
         bus_boarding = cfg.batching == "static" and may_board
+        # seats kept for samples still to be forked from a running request
+        reserved = sum(len(r.fork_children) for r in self.running)
         while (self.waiting and may_board and len(self.running) < cfg.max_num_seqs
                and (budget > 0 or bus_boarding)):
             req = self.waiting[0]
+            if len(self.running) + reserved + 1 + len(req.fork_children) > cfg.max_num_seqs:
+                out.blocked_reason = "all seats taken"
+                break
             if not self.allocator.admit(req):
                 out.blocked_reason = getattr(self.allocator, "last_refusal", None)
                 break
@@ -174,6 +184,7 @@ class Scheduler:
             req.status = RequestStatus.RUNNING
             self.running.append(req)
             self._sit(req)
+            reserved += len(req.fork_children)
             out.admitted.append(req.request_id)
             if n > 0:
                 out.scheduled.append(ScheduledRequest(req, n))
@@ -210,15 +221,38 @@ class Scheduler:
                 req.spec_token_ids = []
                 self.allocator.truncate(req, req.num_computed_tokens)
             self.allocator.on_computed(req)
+            children, req.fork_children = req.fork_children, []
+            for child in children:  # before req's own token: they share its prompt only
+                self._fork(req, child)
             try:
                 kept = self._append(req, tokens, now)
             except Exception as exc:  # its detokenizer failed: this request alone ends
                 self.failed.append((req, exc))
                 continue
             advanced.append((req, kept))
+            for child in children:
+                try:
+                    kept = self._append(child, sampled[child.request_id], now)
+                except Exception as exc:
+                    self.failed.append((child, exc))
+                    continue
+                advanced.append((child, kept))
+                if child.finish_reason is not None:
+                    self._finish(child, now)
             if req.finish_reason is not None:
                 self._finish(req, now)
         return advanced
+
+    def _fork(self, parent: Request, child: Request) -> None:
+        """A sample of parent's prompt takes its reserved seat, holding parent's blocks."""
+        child.num_computed_tokens = parent.num_computed_tokens
+        child.num_cached_tokens = parent.num_cached_tokens
+        if parent.prompt_logprobs is not None:
+            child.prompt_logprobs = list(parent.prompt_logprobs)
+        self.allocator.fork(parent, child)
+        child.status = RequestStatus.RUNNING
+        self.running.append(child)
+        self._sit(child)
 
     def _append(self, req: Request, tokens: list[int], now: float) -> list[int]:
         """Append tokens one at a time, stopping at the first stop condition."""
@@ -233,6 +267,8 @@ class Scheduler:
             stop_string = req.detokenizer.add(tok) if req.detokenizer else False
             if tok in self.eos_ids and not sp.ignore_eos:
                 req.finish_reason = "eos"
+            elif sp.stop_token_ids and tok in sp.stop_token_ids:
+                req.finish_reason = "stop_token"  # OpenAI's "stop"; its text is not shown
             elif req.num_output_tokens >= sp.max_tokens:
                 req.finish_reason = "length"
             elif req.num_tokens >= self.config.max_model_len:

@@ -47,6 +47,15 @@ class BlockAllocator:
     def on_computed(self, req: Request) -> None:
         """req.num_computed_tokens advanced (the prefix cache registers full blocks)."""
 
+    def fork(self, parent: Request, child: Request) -> None:
+        """Parallel sampling: child holds parent's blocks too (paged: by reference)."""
+        raise NotImplementedError(f"{self.layout} KV cannot share blocks between requests")
+
+    def take_copies(self) -> list[tuple[int, int]]:
+        """(source, destination) blocks whose KV must be copied before the next forward
+        (paged copy-on-write); each call hands them over once."""
+        return []
+
     # --- views ------------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:

@@ -2,7 +2,10 @@
 
 Blocks of `block_size` slots are handed out one at a time as a request's tokens arrive, so a
 request never holds more than one partly-filled block. Blocks carry a reference count so
-several requests can share one (prefix caching): each full block's hash chains the previous
+several requests can share one: the n samples of one prompt (parallel sampling: the samples
+hold the prompt's blocks by reference, and a sample about to write into a block it shares
+first gets its own copy of it: copy-on-write, so only the last, partial prompt block is ever
+copied), and prefix caching: each full block's hash chains the previous
 block's hash with this block's token ids, as in nano-vllm and vLLM. A cached block whose
 count drops to zero keeps its content and is reused least-recently-used first.
 
@@ -46,6 +49,7 @@ class PagedAllocator(BlockAllocator):
         self.hashed_upto: dict[str, int] = {}  # request id -> number of its blocks hashed
         self.prefix_queries = 0  # prompt blocks looked up
         self.prefix_hits = 0  # of which found in the cache
+        self.copies: list[tuple[int, int]] = []  # copy-on-write: (source, destination) blocks
 
     @property
     def num_free_blocks(self) -> int:
@@ -76,6 +80,8 @@ class PagedAllocator(BlockAllocator):
         self.ref_count[b] -= 1
         if self.ref_count[b] == 0:
             self.held.discard(b)
+            if self.copies:  # a copy into a block given back is moot
+                self.copies = [c for c in self.copies if c[1] != b]
             if b in self.hash_of:
                 self.evictable[b] = None  # keep the content; most recently used last
             else:
@@ -83,7 +89,9 @@ class PagedAllocator(BlockAllocator):
 
     def admit(self, req: Request) -> bool:
         assert not req.block_table, f"{req.request_id} admitted twice"
-        if self.prefix_caching and req.num_computed_tokens == 0:
+        # prompt log-probabilities need every prompt position computed: no cache hits
+        if (self.prefix_caching and req.num_computed_tokens == 0
+                and req.sampling.prompt_logprobs is None):
             self._match_prefix(req)
         self.hashed_upto[req.request_id] = len(req.block_table)
         return True
@@ -112,13 +120,34 @@ class PagedAllocator(BlockAllocator):
         req.num_cached_tokens = req.num_computed_tokens
 
     def ensure_slots(self, req: Request, num_tokens: int) -> bool:
-        need = -(-num_tokens // self.block_size) - len(req.block_table)
-        if need <= 0:
+        bs, table = self.block_size, req.block_table
+        need = max(0, -(-num_tokens // bs) - len(table))
+        # blocks this step writes into that another request also holds: copy-on-write
+        shared = [i for i in range(req.num_computed_tokens // bs, min(len(table),
+                                                                      -(-num_tokens // bs)))
+                  if self.ref_count[table[i]] > 1]
+        if need + len(shared) == 0:
             return True
-        if need > self.num_free_blocks:
+        if need + len(shared) > self.num_free_blocks:
             return False
-        req.block_table.extend(self._take() for _ in range(need))
+        for i in shared:
+            old, new = table[i], self._take()
+            self.copies.append((old, new))
+            self._release(old)
+            table[i] = new
+        table.extend(self._take() for _ in range(need))
         return True
+
+    def fork(self, parent: Request, child: Request) -> None:
+        assert not child.block_table, f"{child.request_id} already holds blocks"
+        child.block_table = list(parent.block_table)
+        for b in child.block_table:
+            self.ref_count[b] += 1
+        self.hashed_upto[child.request_id] = self.hashed_upto.get(parent.request_id, 0)
+
+    def take_copies(self) -> list[tuple[int, int]]:
+        copies, self.copies = self.copies, []
+        return copies
 
     def free(self, req: Request) -> None:
         # release in reverse so a request's later (less shared) blocks are evicted first

@@ -31,3 +31,9 @@ class KVPool:
     def bytes_per_block(num_layers: int, block_size: int, num_kv_heads: int, head_dim: int,
                         dtype: torch.dtype) -> int:
         return 2 * num_layers * block_size * num_kv_heads * head_dim * dtype.itemsize
+
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy every layer's K and V of block src into block dst, for each (src, dst)."""
+        src = torch.tensor([a for a, _ in pairs], device=self.data.device)
+        dst = torch.tensor([b for _, b in pairs], device=self.data.device)
+        self.data[:, :, dst] = self.data[:, :, src]

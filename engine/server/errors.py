@@ -39,6 +39,9 @@ def add_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
         msg = first.get("msg", "invalid request")
         if first.get("type") == "json_invalid":
             msg, param = "the request body is not valid JSON", None
+        elif first.get("type") == "extra_forbidden":
+            msg = (f"{param}: not a field this server knows (its fields: docs/serving.md, "
+                   f"\"Supported and refused fields\")")
         elif param:
             msg = f"{param}: {msg}"
         metrics.on_reject(400)

@@ -70,6 +70,12 @@ class Delta:
     accepted: bool = False  # the first delta: the request is in the engine
     prompt_token_ids: list[int] | None = None  # with `accepted`
     max_tokens: int | None = None  # with `accepted`: the resolved budget
+    prompt_text: str | None = None  # with `accepted`, for echo of a prompt of token ids
+    index: int = 0  # n > 1: which sample (OpenAI's choice index)
+    # SamplingParams.logprobs: per new token a TokenInfo (below); prompt_logprobs: the whole
+    # prompt's, once (the first prompt token's logprob is None)
+    logprobs: list[dict] | None = None
+    prompt_logprobs: list[dict] | None = None
 
 
 @dataclass
@@ -91,10 +97,53 @@ class Ticket:
     first_token_time: float | None = None
     last_token_time: float | None = None
     num_output_tokens: int = 0
+    open_samples: int = 1  # samples (n) not finished yet
+    echo: bool = False  # the answer starts with the prompt's text
 
     @property
     def kind(self) -> str:
         return user_kind(self.user)
+
+
+class TokenText:
+    """Token id -> its text and its UTF-8 bytes, for logprobs (OpenAI's `token`, `bytes`).
+
+    A byte-level BPE token may hold part of a character: its bytes are the token's own (from
+    the tokenizer's byte alphabet), its text those bytes decoded with replacement. Memoized
+    per id (bounded by the vocabulary); called on the loop thread, which owns the tokenizer."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.cache: dict[int, tuple[str, list[int]]] = {}
+        try:
+            from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
+
+            self.byte_of = {c: b for b, c in bytes_to_unicode().items()}
+        except ImportError:
+            self.byte_of = {}
+
+    def __call__(self, tok: int) -> tuple[str, list[int]]:
+        hit = self.cache.get(tok)
+        if hit is None:
+            piece = self.tokenizer.convert_ids_to_tokens(tok)
+            if isinstance(piece, str) and piece and all(c in self.byte_of for c in piece):
+                raw = bytes(self.byte_of[c] for c in piece)
+            else:
+                raw = self.tokenizer.decode([tok]).encode()
+            hit = self.cache[tok] = (raw.decode("utf-8", errors="replace"), list(raw))
+        return hit
+
+    def info(self, tok: int, entry) -> dict:
+        """One token's logprobs as plain data: {"id", "token", "bytes", "logprob", "top":
+        [{"id", "token", "bytes", "logprob"}]}; entry None (a prompt's first token): no
+        logprob, no alternatives."""
+        text, raw = self(tok)
+        if entry is None:
+            return {"id": tok, "token": text, "bytes": raw, "logprob": None, "top": None}
+        own, alts = entry
+        return {"id": tok, "token": text, "bytes": raw, "logprob": own,
+                "top": [{"id": t, "token": self(t)[0], "bytes": self(t)[1], "logprob": lp}
+                        for t, lp in alts]}
 
 
 class StepHub:
@@ -162,6 +211,7 @@ class EngineLoop:
         self._aborting: dict[str, dict] = {}
         self.max_step_gap = 0.0  # seconds; see the module's docstring
         self._last_step_end: float | None = None  # None: the engine was idle since
+        self.token_text = TokenText(engine.tokenizer)
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self._stopping = False
 
@@ -229,7 +279,9 @@ class EngineLoop:
             except Exception:  # the engine's state is suspect; the request is dropped
                 log.error("abort of %s failed:\n%s", rid, traceback.format_exc())
             self.tickets.pop(rid)
-            eng.requests.pop(rid, None)  # dropped even if its abort failed
+            for sid in eng.sample_ids(rid):  # dropped even if its abort failed
+                eng.requests.pop(sid, None)
+            eng.groups.pop(rid, None)
         self._aborting.clear()
 
     def _handle(self, cmd: tuple) -> None:
@@ -240,8 +292,8 @@ class EngineLoop:
             self._add(cmd[1])
         elif kind == "abort":
             rid = cmd[1]
-            req = self.engine.requests.get(rid)
-            if rid in self.tickets and req is not None and not req.is_finished:
+            known = rid in self.engine.requests or rid in self.engine.groups
+            if rid in self.tickets and known and not self.engine.is_finished(rid):
                 self.engine.abort_request(rid)  # seat and blocks are free from now on
                 entry = {"request_id": rid, "received_step": self.engine.step_count,
                          "freed_step": None}
@@ -301,10 +353,14 @@ class EngineLoop:
             self._deliver(t, Delta(error=APIError(400, str(exc), param="prompt")))
             return
         self.tickets[t.request_id] = t
-        self.owners[t.request_id] = {"user": t.user, "kind": t.kind}
+        t.open_samples = t.params.n
+        for sid in eng.sample_ids(t.request_id):
+            self.owners[sid] = {"user": t.user, "kind": t.kind}
         if self.metrics is not None:
             self.metrics.prompt_tokens.inc(len(ids))
-        self._deliver(t, Delta(accepted=True, prompt_token_ids=ids, max_tokens=max_tokens))
+        text = eng.tokenizer.decode(ids) if t.echo and not isinstance(t.prompt, str) else None
+        self._deliver(t, Delta(accepted=True, prompt_token_ids=ids, max_tokens=max_tokens,
+                               prompt_text=text))
 
     def _step(self) -> None:
         eng = self.engine
@@ -322,37 +378,52 @@ class EngineLoop:
                                          f"{exc}", "server_error"))
             return
         now = time.perf_counter()
-        out: dict[str, Delta] = {}
+        out: dict[tuple[str, int], Delta] = {}
+        info = self.token_text.info
         for e in report.emitted:
-            t = self.tickets.get(e.request_id)
+            rid, idx = self._owner(e.request_id)
+            t = self.tickets.get(rid)
             if t is None:
                 continue
-            d = out.setdefault(e.request_id, Delta())
+            d = out.setdefault((rid, idx), Delta(index=idx))
             d.token_ids.extend(e.token_ids)
             d.text += e.text
+            if e.logprobs is not None:
+                d.logprobs = (d.logprobs or []) + [info(tok, lp) for tok, lp in
+                                                   zip(e.token_ids, e.logprobs)]
+            if e.prompt_logprobs is not None:
+                req = eng.requests[e.request_id]
+                d.prompt_logprobs = [info(tok, lp) for tok, lp in
+                                     zip(req.prompt_token_ids, e.prompt_logprobs)]
             if e.token_ids:
                 self._observe_tokens(t, len(e.token_ids), now)
         finishing: dict[str, Ticket] = {}
-        for rid in report.finished:
-            t = self.tickets.pop(rid, None)
-            req = eng.requests.get(rid)
+        for sid in report.finished:
+            rid, idx = self._owner(sid)
+            t = self.tickets.get(rid)
+            req = eng.requests.get(sid)
             if t is None or req is None:
                 continue
+            d = out.setdefault((rid, idx), Delta(index=idx))
+            d.finish_reason = req.finish_reason
+            if req.finish_reason in ("eos", "stop_token") and d.token_ids:
+                # the end-of-sequence (or stop) token ends the answer; its text is not part
+                # of it (its id stays in token_ids and in usage, as in vLLM)
+                d.text = d.text.removesuffix(eng.tokenizer.decode(d.token_ids[-1:]))
+            t.open_samples -= 1
+            if t.open_samples > 0:
+                continue
+            self.tickets.pop(rid)
             eng.forget(rid)  # keep the server's memory flat
             finishing[rid] = t
-            d = out.setdefault(rid, Delta())
-            d.finish_reason = req.finish_reason
-            if req.finish_reason == "eos" and d.token_ids:
-                # the end-of-sequence token ends the answer; its text is not part of it
-                # (its id stays in token_ids and in usage, as in vLLM)
-                d.text = d.text.removesuffix(eng.tokenizer.decode(d.token_ids[-1:]))
             if self.metrics is not None:
                 self.metrics.e2e.observe(now - t.arrival)
                 self.metrics.on_finish(finish_reason(req.finish_reason) or "unknown")
         # a request that failed alone (its sampling or detokenizing raised) gets its own
         # error; the engine already took it out of the batch, and everyone else goes on
         failures, eng.failures = eng.failures, {}
-        for rid, what in failures.items():
+        for sid, what in failures.items():
+            rid, _ = self._owner(sid)
             t = self.tickets.pop(rid, None)
             if t is None:
                 continue
@@ -361,9 +432,10 @@ class EngineLoop:
                 500, f"this request failed in the engine ({what}); other requests were not "
                      f"affected", "server_error", code="request_failed")))
             eng.forget(rid)
-        for rid in report.aborted:
+        for sid in report.aborted:
+            rid, _ = self._owner(sid)
             self.tickets.pop(rid, None)
-            eng.forget(rid)
+            eng.forget(rid)  # every sample of it was aborted together
             if (entry := self._aborting.pop(rid, None)) is not None:
                 entry["freed_step"] = report.step
         # the gauges first: a client that has its answer reads /metrics of this step
@@ -373,7 +445,7 @@ class EngineLoop:
                                  len(sched.waiting),
                                  1 - alloc.num_free_blocks / alloc.num_blocks,
                                  num_failed=len(failures))
-        self._deliver_many([(t, d) for rid, d in out.items()
+        self._deliver_many([(t, d) for (rid, _), d in out.items()
                             if (t := self.tickets.get(rid) or finishing.get(rid)) is not None])
         if self.hub.watched:
             self.hub.publish(report.step, self._step_json(report))
@@ -382,10 +454,19 @@ class EngineLoop:
         for rid in [*report.finished, *report.aborted]:
             if rid not in seated:
                 self.owners.pop(rid, None)
-        for rid in [r for r in self.owners if r not in seated and r not in self.tickets]:
+        for rid in [r for r in self.owners
+                    if r not in seated and self._owner(r)[0] not in self.tickets]:
             self.owners.pop(rid, None)
         # from the model's end: this thread's own hand-overs count as the pause they are
         self._last_step_end = end
+
+    def _owner(self, sid: str) -> tuple[str, int]:
+        """An engine request id -> (the ticket's request id, the sample's index)."""
+        req = self.engine.requests.get(sid)
+        if req is not None:
+            return req.group_id or sid, req.index
+        base, sep, i = sid.rpartition("#")
+        return (base, int(i)) if sep and i.isdigit() else (sid, 0)
 
     def _observe_tokens(self, t: Ticket, n: int, now: float) -> None:
         m = self.metrics

@@ -96,8 +96,10 @@ class SpecDecoder:
 
     @staticmethod
     def is_decoding(req: Request) -> bool:
+        # logprobs, penalties, bias, min_tokens and n > 1 step one token at a time: the
+        # verifier reads neither processed logits nor logprobs
         return (not req.in_prefill and not req.idle_finished and not req.is_finished
-                and req.num_computed_tokens == req.num_tokens - 1)
+                and req.num_computed_tokens == req.num_tokens - 1 and req.sampling.speculable)
 
     # --- before the step --------------------------------------------------------------------
     def propose(self, running: list[Request]) -> None:

@@ -47,7 +47,20 @@ def http(server):
     ({"temperature": "hot"}, "temperature"),
     ({"max_tokens": 0}, "max_tokens"),
     ({"top_p": 0}, "top_p"),
-    ({"n": 3}, "n"),
+    ({"n": 9}, "n"),  # more samples than the server's seats
+    ({"max_tokens": "8"}, "max_tokens"),  # no lax coercion of strings or booleans
+    ({"temperature": True}, "temperature"),
+    ({"stream": "yes"}, "stream"),
+    ({"echo": 1}, "echo"),
+    ({"logprobs": 21}, "logprobs"),
+    ({"logit_bias": {"abc": 1}}, "logit_bias"),
+    ({"logit_bias": {"5": 101}}, "logit_bias"),
+    ({"logit_bias": {"99999999": 1}}, "logit_bias"),
+    ({"presence_penalty": 3}, "presence_penalty"),
+    ({"best_of": 2}, "best_of"),
+    ({"suffix": "x"}, "suffix"),
+    ({"stream_options": {"include_usage": True}}, "stream_options"),
+    ({"no_such_field": 1}, "no_such_field"),
     ({"prompt": ""}, "prompt"),
     ({"prompt": [10**9]}, "prompt"),
     ({"prompt": None}, "prompt"),
@@ -65,8 +78,8 @@ def test_missing_field_and_bad_json(http):
                            headers={"content-type": "application/json"}), 400)
 
 
-def test_unknown_model_is_400(http):
-    err = assert_error(http.post("/v1/completions", json={**OK, "model": "gpt-9"}), 400, "model")
+def test_unknown_model_is_404(http):
+    err = assert_error(http.post("/v1/completions", json={**OK, "model": "gpt-9"}), 404, "model")
     assert err["code"] == "model_not_found" and "gpt-9" in err["message"]
 
 
