@@ -82,7 +82,7 @@ def class_gains(pre: dict[str, dict[int, bool]], post: dict[str, dict[int, bool]
                         per_mis.setdefault(m, {"pre": 0, "post": 0, "items": set()})
                         per_mis[m][ph] += 1
                         per_mis[m]["items"].add(i)
-        for m, v in per_mis.items():
+        for v in per_mis.values():
             n = len(matched) * len(v["items"])
             v["pre"], v["post"] = 100.0 * v["pre"] / n, 100.0 * v["post"] / n
             v["items"] = sorted(v["items"])
