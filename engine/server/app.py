@@ -343,6 +343,13 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
 
     app.include_router(student_router(loop, admit, release))
 
+    # the class's votes and pre/post test (engine/server/votes_router.py)
+    from engine.server.votes_router import votes_router
+
+    votes = votes_router()
+    app.state.votes = votes.classroom
+    app.include_router(votes)
+
     # --- routes -----------------------------------------------------------------------------
     @app.get("/health")
     async def health():
