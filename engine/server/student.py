@@ -46,6 +46,7 @@ from starlette.background import BackgroundTask
 from engine.config import SamplingParams
 from engine.server.loop import SIMULATED_PREFIX, Delta, Ticket
 from engine.server.protocol import APIError
+from engine.server.vote_panel import VOTE_PANEL
 
 PAGE_PATH = "/class"  # served without a key (it holds no data); see engine/server/app.py
 
@@ -130,7 +131,7 @@ def student_router(loop, admit, release, limits: ClassLimits | None = None) -> A
 
     @router.get(PAGE_PATH, response_class=HTMLResponse)
     async def page():
-        return HTMLResponse(PAGE, headers={
+        return HTMLResponse(PAGE.replace("</body>", VOTE_PANEL + "</body>"), headers={
             # the page runs only its own inline script and talks only to this server
             "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; "
                                        "style-src 'unsafe-inline'; connect-src 'self'; "
