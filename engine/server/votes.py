@@ -39,7 +39,7 @@ LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
 # thumb): too few right to discuss usefully, enough to learn from each other, or most know it.
 EXPLAIN_BELOW, REVEAL_ABOVE = 0.35, 0.70
 MAX_ROUND_S = 3600.0
-FLOOD_VOTES, FLOOD_WINDOW_S = 12, 10.0  # ballots one phone may send in a window; then refused
+FLOOD_VOTES, FLOOD_WINDOW_S = 20, 10.0  # ballots one phone may send in a window; then refused
 MAX_NICK, MAX_WORDS = 32, 200
 
 SUGGESTIONS = {
