@@ -6,7 +6,7 @@ VPY     := $(VENV)/bin/python
 PIP     := $(VPY) -m pip
 STAMP   := $(VENV)/.servelab-installed
 
-.PHONY: app test setup bench lint clean-cache serve screenshots lock
+.PHONY: app test test-fast setup bench lint clean-cache serve screenshots lock
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,11 @@ serve: $(STAMP)
 
 test: $(STAMP)
 	$(VPY) -m pytest -q
+
+# the inner loop: no browser, no real server, no compile/interpreter/qemu child processes
+# (markers slow, browser, heavy; pyproject says what each means); make test runs everything
+test-fast: $(STAMP)
+	$(VPY) -m pytest -q -m "not slow and not browser and not heavy"
 
 bench: $(STAMP)
 	$(VPY) -m benchmarks.bench

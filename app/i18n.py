@@ -475,9 +475,9 @@ STRINGS: dict[str, dict[str, str]] = {
               "(1 + a + … + a^k) ÷ (T(k+1)/T(1) + k·c)."},
     "spec.bound_needed": {
         "zh": "同样的代价下，c = {c:.2f} 的草稿要达到 {g1:g} 倍需要 a ≥ {a1}，达到 {g2:g} 倍需要 "
-              "a ≥ {a2}（议题 19 的目标：开放式提示 {g1:g} 倍，照抄式提示 {g2:g} 倍）。",
+              "a ≥ {a2}（目标：开放式提示 {g1:g} 倍，照抄式提示 {g2:g} 倍）。",
         "en": "On the same costs, a draft with c = {c:.2f} needs a ≥ {a1} for {g1:g}x and "
-              "a ≥ {a2} for {g2:g}x (issue 19's goals: {g1:g}x on open prompts, {g2:g}x on "
+              "a ≥ {a2} for {g2:g}x (the goals: {g1:g}x on open prompts, {g2:g}x on "
               "grounded ones)."},
     "spec.bound_none": {"zh": "（任何 a 都不够）", "en": "(no a is enough)"},
     "spec.concurrency": {"zh": "并发请求数", "en": "concurrent requests"},

@@ -11,10 +11,10 @@ import os
 import pathlib
 import sys
 
-# Idle OpenMP threads sleep instead of spinning. Measured with app/bench_step.py on the 2-core
-# dev machine while other processes were busy: a Step took 1.7 s with torch's default (spinning
-# threads fight the others for the cores) and 0.1 s with PASSIVE. Must be set before torch
-# loads; a value in the environment wins.
+# Idle OpenMP threads sleep instead of spinning: the app shares its cores with the web server
+# and the browser, and spinning threads fight them for the cores (app/bench_step.py shows a
+# Step many times slower with torch's default on a busy 2-core machine; docs/performance.md).
+# Must be set before torch loads; a value in the environment wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))

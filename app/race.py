@@ -20,9 +20,9 @@ from engine import EngineConfig, LLMEngine, SamplingParams
 Progress = Callable[[float, str], None]
 # Sized to show what the engine gains here within about a minute: the long-tail workload with
 # its answers uncapped (1 in 8 runs 128-200 tokens, the rest 8-32), so a static batch holds
-# its seats for its longest answer. 16 requests capped at 64 tokens showed about 2x; this
-# showed 4.5x on the shared 2-core dev machine (24 requests, 8 seats: naive 13.4 vs engine
-# 60.0 tok/s, 99 s in all while other jobs ran); 48 requests gave 7.8x in 217 s.
+# its seats for its longest answer. Fewer, capped answers hide most of the gain; more requests
+# show more of it but take minutes (docs/performance.md, "Why the kernels are built as they
+# are", has the sizes tried).
 RACE_REQUESTS = 24
 RACE_MAX_TOKENS = 200
 

@@ -46,8 +46,7 @@ def spin_openmp_threads(module: str) -> None:
     SPINCOUNT rounds, then sleep, so a bench's idle threads do not take a core from the
     servers it measures); the app shares two cores with its web server and keeps PASSIVE
     (app/main.py). The policy is read once, when torch loads OpenMP, hence the re-exec of
-    `python -m module`. README's performance section gives `python -m benchmarks.bench` under
-    both policies."""
+    `python -m module`. docs/performance.md says which policy each figure ran under."""
     if "OMP_WAIT_POLICY" in os.environ:
         return
     from engine import SPINCOUNT
@@ -222,9 +221,9 @@ def floor_share(engine, pairs: int = 5, steps: int = 16) -> dict:
     """Batch-1 decode as a share of the memory floor, measured in pairs: the read-bandwidth
     probe, then a window of `steps` decode steps, `pairs` times in turn, a share per pair.
 
-    This shared machine's read bandwidth drifts (31-37 GB/s on most runs of one Zen 4 VM, now
-    and then 54-63) and the decode rate with it; a floor measured once, minutes from the
-    decode it divides, can put the same engine at 27% or 80%. Each pair's two figures come
+    A shared VM's read bandwidth drifts from minute to minute, and the decode rate with it;
+    a floor measured once, minutes from the decode it divides, can put the same engine at a
+    third or at four fifths of it (docs/history/performance.md). Each pair's two figures come
     from the same few hundred milliseconds, each the best of two tries. Returns the median
     share, with the rate and bandwidth of that pair, and every pair's (rate tok/s, GB/s,
     share)."""

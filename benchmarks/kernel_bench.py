@@ -33,7 +33,7 @@ for one step's worth and GFLOP/s, where from a few rows on the kernel is bound b
 multiply-adds and the dequantizing, not by memory.
 
 Each figure is the best of several rounds, and the rounds of the two sides alternate, so a
-slow moment of this shared machine hits both. README's Performance section quotes a run.
+slow moment of this shared machine hits both. docs/performance.md quotes a run.
 """
 
 from __future__ import annotations

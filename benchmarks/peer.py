@@ -23,7 +23,7 @@ the same file, the same prompts and the same token counts:
    same configuration): what the HTTP layer costs.
 
 Without a `llama-server` on PATH (or `--peer-binary PATH`) it prints one line and exits 0: the
-peer is optional and CI never builds it. README (Performance) says how to install or build it.
+peer is optional and CI never builds it. docs/performance.md says how to install or build it.
 The engine's configuration passes through (`--dtype`, `--weights`, `--engine-option KEY=VALUE`
 for any `EngineConfig` field), so a new engine path can be compared with the same command.
 """
@@ -54,7 +54,7 @@ PEER_EXTRA_BODY = {"llama-server": {"cache_prompt": False}}
 
 def skip_message(peer: str) -> str:
     return (f"{peer} not found on PATH: skipping the peer comparison (install or build "
-            f"llama.cpp's server, README: Performance, or pass --peer-binary PATH)")
+            f"llama.cpp's server, docs/performance.md, or pass --peer-binary PATH)")
 
 
 def find_peer_binary(peer: str, explicit: str | None = None) -> str | None:
@@ -458,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = llama_server_command(binary, str(gguf), port, args.seats, args.max_model_len,
                                threads, args.peer_arg)
     # llama.cpp's threads (OpenMP too) under the bench's policy without the engine's spin
-    # count: ACTIVE alone measured 103-107 tok/s at batch 1 on a Zen 4, with it 83-107
+    # count: ACTIVE alone was at least as fast for it at batch 1 (docs/performance.md)
     peer_env = {k: v for k, v in env.items() if k != "GOMP_SPINCOUNT"}
     peer_server = ServerProcess(args.peer, cmd, port, log_dir / f"{args.peer}.log", peer_env,
                                 args.startup_timeout)

@@ -58,7 +58,7 @@ METHODS = ("off", "ngram", "draft", "eagle")
 ADAPTIVE = "+adaptive"  # "eagle+adaptive": the method with adaptive k (engine/spec/adaptive.py)
 LOOKUP = "+lookup"  # "eagle+lookup": prompt lookup first, the model where it finds no match
 CONFIDENCE = "@"  # "eagle@0.5": the head stops drafting below probability 0.5 (min_confidence)
-# issue 19's speedup goals at batch 1: 1.5x on open prompts, 2x on grounded ones
+# the speedup goals speculation is held to at batch 1: 1.5x on open prompts, 2x on grounded ones
 GOALS = (1.5, 2.0)
 
 
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, b in bounds.items():
         print(f"batch-1 speedup bound, every draft accepted, {name}: {b['speedup']:.2f}x at "
               f"k = {b['k']}")
-        # and the a this draft would need for each of issue 19's goals
+        # and the a this draft would need for each goal
         b["needed_a"] = {str(g): needed_acceptance(cost, b["draft_ratio"], g) for g in GOALS}
         print(f"  {name}: needs a >= " + ", ".join(
             f"{a:.2f} for {g}x" if a is not None else f"(none) for {g}x"

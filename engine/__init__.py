@@ -31,11 +31,10 @@ import os
 # OpenMP's idle worker threads (torch's libgomp) spin SPINCOUNT rounds, tens of microseconds,
 # then sleep: long enough to stay awake between the ops of one step, short enough to give the
 # core back between steps, when a server's HTTP thread has tokens to send. libgomp's default
-# spins 100x longer, and OMP_WAIT_POLICY=ACTIVE alone never stops (a benchmark's choice): with
-# that, an engine.serve on 2 cores decoded 37 tok/s at batch 1, against 90-112 with this
-# (README, Performance). ACTIVE keeps the count whole where libgomp manages more threads than
-# there are cores (a server may: two of its threads run torch ops); without it libgomp cuts the
-# count to 1,000, and the server decoded 54 tok/s. Read once, when torch loads; an explicit OMP_WAIT_POLICY or
+# spins far longer, and OMP_WAIT_POLICY=ACTIVE alone never stops (a benchmark's choice): on a
+# small machine a server decodes much slower with either (docs/performance.md). ACTIVE keeps
+# the count whole where libgomp manages more threads than there are cores (a server may: two
+# of its threads run torch ops); without it libgomp cuts the count short. Read once, when torch loads; an explicit OMP_WAIT_POLICY or
 # GOMP_SPINCOUNT wins. Set for this process only, and taken out again once torch has loaded,
 # so a child process (a benchmark's re-exec, a server) makes its own choice.
 SPINCOUNT = "3000"

@@ -1,4 +1,4 @@
-"""`python -m engine.bench`: the command README has always given; the benchmarks themselves
+"""`python -m engine.bench`: a thin entry point; the benchmarks themselves
 live in the `benchmarks` package (`python -m benchmarks.bench` is the same command)."""
 
 from benchmarks.bench import main

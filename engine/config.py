@@ -43,7 +43,7 @@ class SpecConfig:
     draft_model: str | None = None
     # "eagle", greedy requests: draft only tokens the head gives at least this probability,
     # stopping before the first it doubts (dynamic k, as EAGLE-2 prunes by confidence);
-    # 0 = always draft k. 0.5 measured best at batch 1 (README, "The confidence stop")
+    # 0 = always draft k. 0.5 measured best at batch 1 (docs/history/apprentice.md)
     min_confidence: float = 0.5
     # choose k every step, 0..num_speculative_tokens, for the most tokens per second from the
     # measured step times and acceptance (engine/spec/adaptive.py, after SmartSpec)
@@ -51,7 +51,7 @@ class SpecConfig:
     # "draft" / "eagle": try prompt lookup first; the model drafts only for requests whose text
     # has no n-gram match this step (a match copies the context, which lookup gets right often)
     prompt_lookup_first: bool = False
-    # n-gram: shortest suffix to match; 1 drafts often and wrongly, 3 rarely (README, Performance)
+    # n-gram: shortest suffix to match; 1 drafts often and wrongly, 3 rarely (docs/performance.md)
     prompt_lookup_min: int = 2
     prompt_lookup_max: int = 4  # n-gram: longest suffix to match (tried first)
 
@@ -102,16 +102,16 @@ class EngineConfig:
     #            for AMX, our AVX-512/AVX2 matmul or oneDNN (pack_weights)
     #   "gguf":  the bundled model's linear layers and lm_head kept in the GGUF file's own Q4_1 /
     #            Q8_0 blocks, dequantized in registers by the C++ matmul (a CPU, cpu_kernels;
-    #            dtype float32 or bfloat16 activations): 3.5x fewer bytes a step than bf16, and
+    #            dtype float32 or bfloat16 activations): about a third of bf16's bytes a step, and
     #            the shipped values themselves. A local Hugging Face folder has no GGUF file.
     #   "gguf-q8": the same blocks multiplied as llama.cpp multiplies them: each activation
     #            row rounded to int8 per block of 32, integer dot products (VNNI where the
-    #            CPU has it), fp32 scales. Faster (README, Performance), batch-invariant, but
+    #            CPU has it), fp32 scales. Faster (docs/performance.md), batch-invariant, but
     #            no longer the file's fp32 model: its tokens can differ from "gguf"'s
     #   "gguf-q16": the same blocks with each activation row rounded to int16 per block of 32
     #            (2^-16 of the block's largest value at most: ~100x closer to "gguf"'s fp32
     #            than gguf-q8), integer dot products (vpdpwssd / vpmaddwd), fp32 scales.
-    #            Batch-invariant; its matmuls 1.3-1.7x "gguf"'s on a Zen 4 (README, Performance)
+    #            Batch-invariant; faster than "gguf" (docs/performance.md)
     #   "auto":  on a CPU whose bf16 weights would not run on AMX (AVX2, AVX-512 without AMX)
     #            the GGUF blocks: "gguf-q16" with dtype "auto", "gguf" with a dtype asked for
     #            (float32: the file's fp32 model exactly); else "dense"

@@ -7,8 +7,9 @@
 Flags carry vLLM's names where vLLM has one (`--max-num-seqs`, `--block-size`,
 `--max-model-len`, `--enable-prefix-caching`, `--speculative-config` as JSON, `--host`,
 `--port`, `--api-key`), plus ServeLab's switches (`--batching`, `--kv-layout`,
-`--num-kv-blocks`) and the limits of `engine/server/app.py`. One process runs one engine
-and one stepping loop: two engines never step at once on the same cores.
+`--num-kv-blocks`) and the server's limits (`ServerSettings`, `engine/server/state.py`). One
+process runs one engine and one stepping loop: two engines never step at once on the same
+cores.
 
 Binding anything but a loopback address needs an API key (the class's join code): given
 with `--api-key`, or generated and printed at start.

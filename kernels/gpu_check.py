@@ -1,4 +1,4 @@
-"""One decisive GPU run: `python -m kernels.gpu_check --out DIR` (issue 17, item 6).
+"""One decisive GPU run: `python -m kernels.gpu_check --out DIR`.
 
 GPU time comes rarely and in short loans, so everything the GPU has to show is one script that
 fits 7 minutes on one GPU, setup included, and writes DIR/gpu_check.json after EVERY section:

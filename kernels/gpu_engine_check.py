@@ -344,7 +344,7 @@ def engine_vs_naive(c) -> dict:
 
 # ---- 9: CUDA graphs ------------------------------------------------------------------------
 def graph_flag() -> str | None:
-    """The engine's CUDA-graph switch, if this EngineConfig has one (issue 17, item 3)."""
+    """The engine's CUDA-graph switch, if this EngineConfig has one."""
     names = {f.name for f in dataclasses.fields(EngineConfig)}
     return next((n for n in ("cuda_graphs", "enforce_eager") if n in names), None)
 
@@ -407,7 +407,7 @@ def cuda_graphs(c) -> dict:
     res: dict = {"ok": all("graph_error" not in r for r in rows), "forward": rows,
                  "engine_flag": flag}
     if flag is None:
-        res["engine"] = "EngineConfig has no CUDA-graph switch yet (issue 17, item 3)"
+        res["engine"] = "EngineConfig has no CUDA-graph switch"
     else:
         from benchmarks.bench import decode_rate
 

@@ -21,7 +21,7 @@ Then whole engines, over the matrix of switches, against each request decoded al
 MATMUL_LAYOUTS lists the weight layouts run through the engine matrix: "amx" (the AMX kernel,
 linear.cpp; skipped on CPUs without AMX), "bf16" (the weight-streaming matmul, matmul_isa.cpp,
 the layout on CPUs without AMX) and "gguf" (the same matmul on the GGUF file's own blocks,
-weights="gguf"), in bf16, the issue's dtype; "gguf-fp32" is the engine's default on CPUs
+weights="gguf"), in bf16; "gguf-fp32" is the engine's default on CPUs
 without AMX (dtype="auto" -> float32 on GGUF weights); "gguf-q8" and "gguf-q16" are the same
 blocks with int8 (llama.cpp's arithmetic) and int16 activations, in float32. oneDNN's bf16 linear ("onednn") adds
 in an order that depends on the number of rows; run the matrix on it with

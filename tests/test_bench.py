@@ -116,7 +116,7 @@ def test_quick_bench_writes_valid_json(tmp_path):
 
 @pytest.mark.slow
 def test_engine_bench_is_the_same_command():
-    """`python -m engine.bench`, the name README has always given, still runs the bench."""
+    """`python -m engine.bench`, the command README gives, still runs the bench."""
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}  # no re-exec needed to read --help
     proc = subprocess.run([sys.executable, "-m", "engine.bench", "--help"], capture_output=True,
                           text=True, timeout=300, env=env, cwd=ROOT)
@@ -136,6 +136,7 @@ def test_spec_flags_reach_the_spec_bench(monkeypatch):
     assert seen and seen[0][:4] == ["--k", "2", "--min-confidence", "0.5"]
 
 
+@pytest.mark.heavy  # a child process per memory measurement
 def test_bench_memory_runs(capsys):
     from benchmarks import bench_memory
 
@@ -216,7 +217,7 @@ def test_draft_study_target_agrees_with_itself(capsys):
     target, int4 = rows
     assert target["agree_grounded"] == target["agree_open"] == 1.0
     assert target["cost_vs_target"] == 1.0 and int4["decode_ms"] > 0
-    assert 0.5 < int4["agree_grounded"] <= 1.0, int4  # the recipe README calls 0.98
+    assert 0.5 < int4["agree_grounded"] <= 1.0, int4  # the recipe docs/history/apprentice.md calls 0.98
 
 
 @pytest.mark.slow

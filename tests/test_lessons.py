@@ -138,7 +138,7 @@ def test_chinese_text_does_not_copy_the_chapter():
     ("en", "greedy", "typical acceptance", "approximation"),
     ("zh", "贪心", "典型接受", "近似")])
 def test_speculation_lesson_words_losslessness_as_it_holds(lang, greedy, typical, approx):
-    """Issue 18, claim 5: "nothing the target would not pick gets through" holds for greedy
+    """The lesson's claim: "nothing the target would not pick gets through" holds for greedy
     decoding only, and Medusa's typical acceptance is named as an approximation."""
     text = (LESSONS_DIR / lang / "speculation.md").read_text(encoding="utf-8")
     paragraphs = [p for p in text.split("\n\n") if typical in p]
@@ -212,7 +212,7 @@ def _right_is_longest(quiz, lang: str) -> list[str]:
 
 
 def test_every_wrong_choice_explains_its_misconception():
-    """Issue 18, the class 5: every wrong choice of every question says, in both languages,
+    """Every wrong choice of every question says, in both languages,
     why it is wrong; the right answer needs none (the explanation covers it)."""
     quiz = load_quiz()
     assert not _choices_without_why(quiz)

@@ -28,6 +28,8 @@ import pytest
 
 from tests.conftest import q4_1_edge_blocks
 
+pytestmark = pytest.mark.heavy  # cross-compiled and run under qemu
+
 ROOT = Path(__file__).resolve().parents[1]
 CXX, QEMU = "aarch64-linux-gnu-g++", "qemu-aarch64"
 FORMATS = {"bf16": 0, "q8_0": 1, "q4_1": 2}

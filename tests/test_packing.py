@@ -3,7 +3,7 @@
 `LlamaModel(layout=...)` (engine/model/cpu/packing.py) reorders the linear weights once so the
 matmul kernels read them directly: for our AMX matmul where the CPU has AMX and the C++
 kernels load (then the C++ layer loop runs decode steps too), else into oneDNN's blocked
-layout (measured gain in README). The matmuls then accumulate in a different order, so the
+layout (measured gain in docs/performance.md). The matmuls then accumulate in a different order, so the
 bf16 logits may differ in the last bits, never in substance: the next-token choice agrees,
 the logits agree to bf16 precision, and the built-in draft, which quantizes the plain
 weights, is the same whether the target is packed or not.

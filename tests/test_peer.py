@@ -26,6 +26,8 @@ from benchmarks.load import UserResult, summarize
 from benchmarks.serve_config import config_from_json
 from benchmarks.workloads import get_workload
 
+pytestmark = pytest.mark.heavy  # starts peer servers as child processes
+
 ROOT = Path(__file__).resolve().parents[1]
 
 FAKE_LLAMA_SERVER = r'''
@@ -255,13 +257,13 @@ def test_comparison_table_ratios():
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("llama-server") is None,
-                    reason="no llama-server on PATH (README, Performance: how to build it)")
+                    reason="no llama-server on PATH (docs/performance.md: how to build it)")
 def test_real_llama_server_on_the_bundled_model(tmp_path):
     from engine.model.loader import _bundled_gguf
 
     port = peer.free_port()
     # -nr (no weight repacking): llama.cpp b11434's AMX matmul stopped with SIGILL on the
-    # development machine (README, Performance); this test checks the protocol, not speed
+    # development machine (docs/performance.md); this test checks the protocol, not speed
     cmd = peer.llama_server_command(shutil.which("llama-server"),
                                     str(_bundled_gguf("smollm2-135m")), port, seats=4,
                                     max_model_len=256, threads=peer.cpu_count(), extra=["-nr"])

@@ -45,7 +45,7 @@ def simulate(length: SpecLength, batch: int, accept: list[float], step_s, draft_
 
 
 def cpu_step(n: float) -> float:
-    """The no-AMX CPU's measured target forward (README, spec bench): 9.4 ms at 1 token,
+    """The no-AMX CPU's measured target forward (docs/performance.md, spec bench): 9.4 ms at 1 token,
     11.0 at 2, 14.4 at 4, 24.8 at 8, 46.5 at 16, then linear."""
     pts = [(1, 9.4), (2, 11.0), (4, 14.4), (8, 24.8), (16, 46.5)]
     for (n0, t0), (n1, t1) in zip(pts, pts[1:]):

@@ -594,7 +594,7 @@ def test_spec_bench_writes_the_main_bench_json_shape(tmp_path):
     bounds = data["speedup_bound"]  # every draft accepted, at each draft's measured cost
     assert set(bounds) == {"free (prompt lookup)", "draft"}
     assert bounds["free (prompt lookup)"]["speedup"] >= bounds["draft"]["speedup"] >= 1.0
-    for b in bounds.values():  # the a each goal of issue 19 needs (None: none reaches it)
+    for b in bounds.values():  # the a each speedup goal needs (None: none reaches it)
         assert set(b["needed_a"]) == {"1.5", "2.0"}
         assert all(a is None or 0 <= a <= 1 for a in b["needed_a"].values())
     assert all(r["a"] is None for r in data["results"] if r["spec"] is None)

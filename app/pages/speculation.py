@@ -212,7 +212,7 @@ def draw_bound(rows: list[dict], bench: dict | None) -> None:
     best, perfect = speedup_bound(rows, c, a=a), speedup_bound(rows, c)
     st.caption(t("spec.bound", a=a, c=c, k=best["k"], s=best["speedup"], k1=perfect["k"],
                  s1=perfect["speedup"], n=max(r["tokens"] for r in rows)))
-    # the a each of issue 19's goals would need on these costs
+    # the a each speedup goal (GOALS) would need on these costs
     need = [needed_acceptance(rows, c, goal) for goal in GOALS]
     a1, a2 = (f"{x:.2f}" if x is not None else t("spec.bound_none") for x in need)
     st.caption(t("spec.bound_needed", c=c, a1=a1, a2=a2, g1=GOALS[0], g2=GOALS[1]))

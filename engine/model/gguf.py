@@ -5,8 +5,8 @@ Q4_1 blocks (32 weights in 20 bytes: an fp16 scale d and minimum m, 4-bit q; w =
 and the embedding, which is also the lm_head, in Q8_0 (32 int8 and an fp16 scale; w = d * q).
 The loader dequantizes them once into an fp32 folder for the dense path; the "gguf" path keeps
 the blocks and multiplies them with the C++ kernels (engine/model/cpu/matmul.cpp), which
-dequantize each block in registers: 3.5x fewer bytes to stream than bf16, and the model's
-own values rather than bf16 roundings of them.
+dequantize each block in registers: about a third of bf16's bytes to stream (20 bytes per 32
+weights against 64), and the model's own values rather than bf16 roundings of them.
 
 Each weight here is the file's raw rows as a uint8 tensor [out, row bytes], q/k/v and
 gate/up fused by stacking rows (rows are independent), and attn_q / attn_k rows put back in

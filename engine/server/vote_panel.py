@@ -1,6 +1,6 @@
 """The vote panel of the students' page: one self-contained HTML/CSS/JS block.
 
-`engine/server/student.py` appends it to its page, so the panel and the answer panel stay
+`engine/server/routes/classroom.py` appends it to its page, so the panel and the answer panel stay
 separate. The panel joins the class once (`POST /class/join`; the phone id it gets is kept in
 localStorage, so a reload keeps it), polls `GET /class/vote` and shows the open round's
 question and choices in the phone's language (Accept-Language, or the panel's own toggle),

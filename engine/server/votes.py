@@ -1,6 +1,6 @@
 """The class's votes: rounds of vote, discuss and revote, and the pre/post test. Pure Python.
 
-No HTTP here: `engine/server/votes_router.py` puts these objects behind the class server's
+No HTTP here: `engine/server/routes/votes.py` puts these objects behind the class server's
 routes, the tests drive them directly, and the teacher's app computes gains from what they
 export (`engine/server/gains.py`).
 

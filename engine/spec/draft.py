@@ -25,8 +25,8 @@ How it runs inside one engine step (before the scheduler, over every request tha
 
 The built-in draft for the bundled SmolLM2-135M (`BUILTIN_RECIPE`) is the target's own
 layers in int4, group 32, with an int8 lm_head, chosen by measurement over int8 and
-truncated-layer candidates (`python -m benchmarks.draft_study`; the table is in README, under
-Performance).
+truncated-layer candidates (`python -m benchmarks.draft_study`; the table is in
+docs/history/apprentice.md).
 
 The bundled model ships as a Q4_1 GGUF (every linear layer stored as 4-bit codes with one
 scale and one minimum per group of 32 inputs; the embedding as Q8_0), so the target's fp32
@@ -155,7 +155,7 @@ class DraftRecipe:
         return f"int{self.bits} layers, int{self.lm_head_bits} lm_head{layers}"
 
 
-# the measured winner for the bundled model (README, Performance)
+# the measured winner for the bundled model (docs/performance.md)
 BUILTIN_RECIPE = DraftRecipe(bits=4, lm_head_bits=8)
 
 

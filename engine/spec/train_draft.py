@@ -95,7 +95,7 @@ def generate(engine, items: list[dict], progress, temperature: float = 0.0, seed
 
     The answer's last token is dropped: the engine samples it but never feeds it back, so it
     has no feature. Recording while decoding saves a second forward over every sequence
-    (`features`), about 40% of the data's cost; the kernels are batch-invariant (#20), so a
+    (`features`), about 40% of the data's cost; the kernels are batch-invariant, so a
     feature recorded in a decode step equals the one a whole-sequence forward gives."""
     from engine.config import SamplingParams
 

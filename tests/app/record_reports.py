@@ -35,7 +35,7 @@ def main() -> None:
     runs = {
         "static_contiguous": record(
             EngineConfig(batching="static", kv_layout="contiguous", max_num_seqs=4,
-                         num_kv_blocks=40, max_model_len=128, block_size=16), "longtail", 6, 12),
+                         num_kv_blocks=40, max_model_len=128, block_size=16), "longtail", 6, 40),
         "continuous_paged_prefix": record(
             EngineConfig(batching="continuous", kv_layout="paged", max_num_seqs=3,
                          num_kv_blocks=72, max_model_len=384, block_size=16,

@@ -9,7 +9,7 @@ students each ask two questions through `POST /class/ask`, the route the student
 streams from. All are served, no block is leaked (the server's own gauges, read with the
 admin key), and the teacher's page keeps redrawing: its "redrawn in N ms · K steps received"
 line moves on through the run. The measured redraw times and the students' first-token times
-are written to build/classroom-load.json (README quotes them).
+are written to build/classroom-load.json (docs/performance.md quotes them).
 """
 
 from __future__ import annotations

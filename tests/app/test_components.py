@@ -322,21 +322,37 @@ def test_summary_counts_every_emitted_token():
     assert s["tokens_per_s"] > 0 and s["steps"] == len(history)
 
 
+def _marks(spec: dict) -> int:
+    """How many marks a Vega-Lite spec draws (layers counted), so an empty chart fails."""
+    layers = spec.get("layer") or [spec]
+    return sum(1 for layer in layers if layer.get("mark"))
+
+
+def _rows(spec: dict) -> int:
+    return sum(len(v) for v in spec.get("datasets", {}).values())
+
+
 def test_every_chart_builds():
     history = run("spec_ngram")
     for key in gauges.GAUGES:
-        charts.gauge_history_chart(history, key).to_dict()
-    charts.compare_chart({"a": history, "b": run("spec_draft")}, "tokens_per_s").to_dict()
-    charts.compare_chart({}, "seats_busy").to_dict()
-    charts.forward_cost_chart([{"tokens": n, "ms": 10 + n} for n in (1, 2, 4)]).to_dict()
-    charts.speedup_chart([{"concurrency": c, "speedup": 2 / c, "method": "ngram"}
-                          for c in (1, 2, 4)]).to_dict()
-    charts.race_chart([{"system": "naive", "tokens_per_s": 10.0},
-                       {"system": "engine", "tokens_per_s": 25.0}]).to_dict()
+        spec = charts.gauge_history_chart(history, key).to_dict()
+        assert _marks(spec) >= 1 and _rows(spec) >= 1, key
+    spec = charts.compare_chart({"a": history, "b": run("spec_draft")}, "tokens_per_s").to_dict()
+    assert _rows(spec) >= 2
+    assert _marks(charts.compare_chart({}, "seats_busy").to_dict()) >= 1
+    spec = charts.forward_cost_chart([{"tokens": n, "ms": 10 + n} for n in (1, 2, 4)]).to_dict()
+    assert _rows(spec) == 3
+    spec = charts.speedup_chart([{"concurrency": c, "speedup": 2 / c, "method": "ngram"}
+                                 for c in (1, 2, 4)]).to_dict()
+    assert _rows(spec) >= 3
+    spec = charts.race_chart([{"system": "naive", "tokens_per_s": 10.0},
+                              {"system": "engine", "tokens_per_s": 25.0}]).to_dict()
+    assert _rows(spec) >= 2
     import pandas as pd
 
-    charts.lossless_chart(pd.DataFrame([{"token": ".", "series": s, "value": 0.4}
-                                        for s in ("a", "b", "c")])).to_dict()
+    spec = charts.lossless_chart(pd.DataFrame([{"token": ".", "series": s, "value": 0.4}
+                                               for s in ("a", "b", "c")])).to_dict()
+    assert _rows(spec) == 3
 
 
 # ---------------------------------------------------------------- state and bench files
@@ -418,3 +434,38 @@ def test_bench_files_are_read_from_the_fixed_folder(tmp_path):
                                                "method": "ngram · grounded"}]
     assert speedup_rows([{"concurrency": 4, "speedup": 0.9, "method": "draft"}])[0][
         "method"] == "draft"
+
+
+# ---------------------------------------------------------------- the fixture's schema
+
+
+def _field_names(cls) -> set[str]:
+    import dataclasses
+
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def test_the_recorded_reports_have_the_step_reports_current_schema():
+    """The component tests draw from recorded reports; when StepReport changes, this fails until
+    tests/app/record_reports.py is run again, so no view is tested against a stale shape."""
+    from engine.report import Emitted, KVSummary, Seat, StepReport
+    from engine.spec.rejection import DraftToken, SpecDecision
+
+    seen = {"report": False, "seat": False, "emitted": False, "spec": False}
+    for name, history in REPORTS.items():
+        for rep in history:
+            assert set(rep) == _field_names(StepReport), (name, set(rep) ^ _field_names(StepReport))
+            assert set(rep["kv"]) == _field_names(KVSummary), name
+            for seat in rep["seats"]:
+                assert set(seat) == _field_names(Seat), name
+                seen["seat"] = True
+            for em in rep["emitted"]:
+                assert set(em) == _field_names(Emitted), name
+                seen["emitted"] = True
+            for dec in rep["spec"]:
+                assert set(dec) == _field_names(SpecDecision), name
+                for d in dec["drafted"]:
+                    assert set(d) == _field_names(DraftToken), name
+                seen["spec"] = True
+            seen["report"] = True
+    assert all(seen.values()), seen

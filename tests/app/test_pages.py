@@ -62,14 +62,6 @@ def session(at: AppTest):
     return at.session_state[SESSION_KEY]
 
 
-def spec_available() -> bool:
-    try:
-        import engine.spec.decoder  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def app() -> AppTest:
     return start()
@@ -97,8 +89,6 @@ COMBOS = list(itertools.product(("static", "continuous"), ("contiguous", "paged"
 
 @pytest.mark.parametrize("batching,kv_layout,spec", COMBOS)
 def test_dashboard_steps_ten_times_under_every_combination(batching, kv_layout, spec):
-    if spec != "off" and not spec_available():
-        pytest.skip("speculative decoding (engine/spec/decoder.py) has not landed yet")
     at = goto(start(), "dashboard")
     at = switches(at, batching, kv_layout, spec)
     assert not at.exception, at.exception[0].value
@@ -160,8 +150,6 @@ def test_paging_page_shows_both_maps_and_a_page_table():
 
 
 def test_speculation_page_shows_strips_and_the_acceptance_math():
-    if not spec_available():
-        pytest.skip("speculative decoding (engine/spec/decoder.py) has not landed yet")
     at = start()
     at.slider(key="sz_temperature").set_value(1.0).run()
     at = goto(at, "speculation")
@@ -302,8 +290,6 @@ def test_prompt_lookup_first_says_who_drafted():
 
 
 def test_speculation_measurements_run_from_their_buttons():
-    if not spec_available():
-        pytest.skip("speculative decoding (engine/spec/decoder.py) has not landed yet")
     at = goto(start(), "speculation")
     at.button(key="fwd_measure").click().run()
     assert not at.exception, at.exception[0].value
@@ -342,8 +328,6 @@ def test_dashboard_shows_itl_tokens_per_pass_and_the_speedup_with_speculation():
 
 
 def test_speculation_page_names_both_acceptance_numbers_and_the_formula():
-    if not spec_available():
-        pytest.skip("speculative decoding (engine/spec/decoder.py) has not landed yet")
     at = goto(start(), "speculation")
     step(at, 10)
     m = metrics(at)
@@ -355,8 +339,6 @@ def test_speculation_page_names_both_acceptance_numbers_and_the_formula():
 
 
 def test_greedy_side_by_side_gives_the_same_text_in_fewer_passes(monkeypatch):
-    if not spec_available():
-        pytest.skip("speculative decoding (engine/spec/decoder.py) has not landed yet")
     monkeypatch.setattr("app.spec_lab.SIDE_BY_SIDE_REQUESTS", 2)
     monkeypatch.setattr("app.spec_lab.SIDE_BY_SIDE_TOKENS", 12)
     at = goto(start(), "speculation")
@@ -459,7 +441,7 @@ def test_the_apprentice_is_offered_once_trained_and_its_command_shown_until_then
     assert any("EAGLE apprentice:" in c.value and "256-token readout" in c.value
                for c in at.caption)
     assert not any("python -m engine.spec.train_draft" in i.value for i in at.info)
-    # the int4 twin's cost on a GPU is said, not hidden (issue 17: no int4 kernel on CUDA)
+    # the int4 twin's cost on a GPU is said, not hidden (there is no int4 kernel on CUDA)
     assert any("On a GPU (CUDA) the int4 twin is not cheaper" in c.value for c in at.caption)
     # with the apprentice on, its confidence stop is a slider that reaches the engine's config
     assert not any(sl.key == "sw_confidence" for sl in at.sidebar.slider)

@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT))
 
 from app import votes_panel  # noqa: E402
 from app.components.votes import STRINGS, count_html, gains_html, reveal_html  # noqa: E402
+from engine.server.routes.votes import gains_report, votes_router  # noqa: E402
 from engine.server.votes import Classroom, Question, load_test_forms  # noqa: E402
-from engine.server.votes_router import gains_report, votes_router  # noqa: E402
 from tests.server.conftest import free_port  # noqa: E402
 
 ADMIN = "teacher-key"
@@ -87,14 +87,15 @@ def router_server():
     import uvicorn
     from fastapi import FastAPI
 
-    from engine.server.app import ServerSettings, _Limits
+    from engine.server.limits import Limits
     from engine.server.metrics import ServerMetrics
+    from engine.server.state import ServerSettings
 
     app = FastAPI()
     router = votes_router()
     app.include_router(router)
     # the class server's own key check: teacher routes need the admin key
-    app.add_middleware(_Limits, settings=ServerSettings(api_key="join", admin_key=ADMIN),
+    app.add_middleware(Limits, settings=ServerSettings(api_key="join", admin_key=ADMIN),
                        metrics=ServerMetrics("m"))
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))

@@ -47,7 +47,9 @@ class InterpretedModule(pytest.File):
     """A test module run whole in a child pytest under TRITON_INTERPRET=1."""
 
     def collect(self):
-        yield InterpretedRun.from_parent(self, name="under_TRITON_INTERPRET")
+        item = InterpretedRun.from_parent(self, name="under_TRITON_INTERPRET")
+        item.add_marker(pytest.mark.heavy)
+        yield item
 
 
 class InterpretedRun(pytest.Item):

@@ -15,6 +15,8 @@ import torch
 
 from kernels.gpu_check import SECTIONS, Check, Sizes
 
+pytestmark = pytest.mark.heavy  # runs the GPU check script in a child process
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

@@ -85,7 +85,7 @@ def test_a_class_of_forty_votes_and_gains(engine):
     settings = ServerSettings(api_key=JOIN, admin_key=ADMIN)
     with running_server(engine, settings) as (url, app), sync_playwright() as pw, \
             httpx.Client(base_url=url, timeout=20.0) as http:
-        room = app.state.votes
+        room = app.state.server.votes
         teacher = {"Authorization": f"Bearer {ADMIN}"}
 
         def teach(op, **body):

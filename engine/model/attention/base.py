@@ -136,8 +136,7 @@ def build_step(
     device the first part is viewed as int64 again. The buffer's bytes come from Python's
     `array` (C loops over the lists the runner made), not from a dozen NumPy calls: on a CPU
     those ran right after the step's weights had streamed through the caches, and cost a
-    batch-1 decode step 325 instead of 139 us (a one-off timing on a Zen 4; the step 1.024x as
-    fast)."""
+    batch-1 decode step more than twice as long (docs/performance.md)."""
     n = len(query_lens)
     assert n == len(seq_lens) == len(block_tables)
     slots = _int_list(slot_mapping)

@@ -10,12 +10,15 @@ computes each query row on its own, in a fixed order (ops.cpp, paged_attention),
 attention output has the same bits whether it is decoded alone, batched with others, verified
 as part of a draft, or recomputed in a long prefill. SDPA's blocked arithmetic depends on the
 query count (and rounds the probabilities to bf16), so routing long segments to it made a
-request's tokens depend on how the scheduler cut its prompt. The kernel is also faster than
-gather + SDPA at every prompt length measured (`python -m benchmarks.kernel_bench`).
+request's tokens depend on how the scheduler cut its prompt. Decodes run faster on it than
+on gather + SDPA; a long prompt's attention alone runs slower than SDPA's blocked matmuls,
+and over whole workloads the difference is small (`python -m benchmarks.kernel_bench`;
+docs/performance.md).
 
 Since the kernel takes every request of a step (`takes_whole_step`), one kernel call serves
-the whole step's attention per layer, and a model with AMX weights runs its whole layer loop
-in C++ (`LlamaModel.forward` decides, in one place).
+the whole step's attention per layer, and a model whose weights one of the C++ matmuls reads
+(packing.CPP_LOOP_LAYOUTS) runs its whole layer loop in C++ (`LlamaModel.runs_cpp_layer_loop`
+decides, in one place).
 """
 
 from __future__ import annotations

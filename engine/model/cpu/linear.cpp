@@ -4,7 +4,7 @@
 // reading the weights once from memory. AMX (Sapphire Rapids and later) multiplies a 16-row
 // tile of x by a 16-column tile of W^T in one instruction, fast enough that the loop below
 // only has to stream each weight matrix once, front to back, and keep the arithmetic out of
-// the way (README, Performance, compares it with oneDNN's general matmul at these sizes).
+// the way (docs/performance.md compares it with oneDNN's general matmul at these sizes).
 //
 // Weight layout ("VNNI pairs", made once by engine/model/cpu/packing.py `vnni_pack`):
 //   W [N, K] -> [N/16][K/2][16][2]: for each block of 16 output columns, row p holds

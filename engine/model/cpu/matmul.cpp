@@ -64,12 +64,9 @@ struct Isa {
 const Isa kIsas[] = {
 #if defined(__x86_64__) || defined(_M_X64)
     {"avx512", isa_avx512::matmul_columns, isa_avx512::dequantize_rows,
-     // VNNI's vpdpbusd from 3 rows on. At first it ran a step's matmuls 0.8x as fast as
-     // vpmaddubsw + vpmaddwd at 1-8 rows on a Zen 4 (kernel_bench --rows,
-     // assets/bench/gguf-q8-rows-zen4.json), so it started at 9; since it sums a Q4_1
-     // block's high nibbles unshifted (matmul_isa.cpp) it does 1.16-1.19x the plain kernel's
-     // arithmetic at 4-32 rows, 1.00x at 2 and 0.93x at 1 (kernel_bench --rows --hot,
-     // assets/bench/gguf-q8-rows-hot-zen4.json)
+     // VNNI's vpdpbusd from 3 rows on: with a Q4_1 block's high nibbles unshifted
+     // (matmul_isa.cpp) it beats vpmaddubsw + vpmaddwd from 3 rows and not below
+     // (kernel_bench --rows --hot; docs/performance.md)
      isa_avx512::matmul_q8_columns, isa_avx512vnni::matmul_q8_columns, "vnni", 3,
      isa_avx512::matmul_q16_columns, isa_avx512vnni::matmul_q16_columns},
     {"avx2", isa_avx2::matmul_columns, isa_avx2::dequantize_rows, isa_avx2::matmul_q8_columns,

@@ -178,8 +178,8 @@ using Vec = __m512;
 constexpr int kLanes = 16, kRowTile = 4, kColTile = 4, kDecodeColTile = 4;
 // up to 8 rows (a verification pass of k + 1 <= 8 tokens, a small batch) still dequantize each
 // block in registers, 2 columns a pass: 8 x 2 accumulators + 2 x 2 weights + x fit the 32
-// registers. The model's 8-token forward went from 3.73x to 2.62x a one-token forward on the
-// panel path's replacement (python -m engine.bench --spec, an Intel CPU without AMX)
+// registers. A verification pass then costs far less than the panel path would (python -m
+// engine.bench --spec measures the forward's cost by token count)
 constexpr int kDecodeRows = 8, kWideColTile = 2;
 inline Vec vzero() { return _mm512_setzero_ps(); }
 inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
@@ -224,8 +224,8 @@ inline void load_block(const uint8_t* blk, const float* dm, Vec* w) {
 #elif SERVELAB_ISA == 1
 // ---- AVX2 + FMA + F16C: a block is four vectors of 8 (weights 0-7, 8-15, 16-23, 24-31)
 using Vec = __m256;
-// a decode step (one row) takes 4 columns per x load, as AVX-512 does (0.93-0.97x the time of a
-// step's matmuls on one thread); more rows keep 2, or their 4 x 4 accumulators would spill
+// a decode step (one row) takes 4 columns per x load, as AVX-512 does (it measured faster than
+// 2); more rows keep 2, or their 4 x 4 accumulators would spill
 constexpr int kLanes = 8, kRowTile = 4, kColTile = 2, kDecodeColTile = 4;
 constexpr int kDecodeRows = kRowTile, kWideColTile = kColTile;  // 16 registers: no more rows
 inline Vec vzero() { return _mm256_setzero_ps(); }
@@ -463,7 +463,7 @@ void decode_group(const MatmulJob& job, int64_t n0) {
   // while this group's CR rows stream in, ask for the rows kAheadRows further on, a block
   // step's CR * BB bytes at a time (at most two 64-byte lines for these formats): 16 rows
   // (6-15 KB for this model's weights) stay ahead of the memory's latency, where the next
-  // group's rows alone (1-4 KB) did not: 0.82x the time of a step's matmuls on one thread
+  // group's rows alone (1-4 KB) did not
   const char* ahead = reinterpret_cast<const char*>(rows.w0 + kAheadRows * row_bytes);
   const char* ahead_end = reinterpret_cast<const char*>(job.w + job.N * row_bytes);
   auto direct = [&](int c, int64_t b, Vec* w) {
@@ -492,8 +492,7 @@ inline void keep_in_register(Vec& v) {
 
 // The next panel's GGUF rows (one contiguous run of bytes), asked for into L2 two cache lines
 // per step of panel_tile while this panel computes: dequantizing a panel otherwise waits on
-// memory with nothing to overlap it. A whole model's matmuls at 16 rows, Q4_1, two Zen 4
-// threads: 23.6 -> 22.4 ms (9 rows 17.4 -> 16.3, 32 rows 41.2 -> 39.8).
+// memory with nothing to overlap it (python -m benchmarks.kernel_bench --rows measures it).
 struct Ahead {
   const char* p;
   const char* end;
@@ -545,8 +544,7 @@ void panel_rows(const MatmulJob& job, int64_t m, int64_t n, int64_t pc, const fl
 // More rows (prefill chunks, batched decodes): a panel of kPanelCols columns is dequantized
 // once into a buffer (16 x K floats: up to 96 KB here, in L2), then every tile of kRowTile rows
 // runs over the whole panel while its rows of x stay in L1. Two columns a pass read all of x
-// once per two columns from L3 at prefill sizes (45 GFLOP/s at 256 rows on one Zen 3 core);
-// a panel reads it once per 16 columns.
+// once per two columns from L3 at prefill sizes; a panel reads it once per 16 columns.
 constexpr int64_t kPanelCols = 16;
 
 template <int FMT>
@@ -616,10 +614,9 @@ void columns(const MatmulJob& job, int64_t n0, int64_t n1) {
 // arithmetic shift right by 4 per block gives it back exactly, negative sums included. That is
 // 4 shifts a block fewer, and the four low and four high products chain through two
 // accumulators each instead of adding eight separate ones: 20 integer operations a block
-// instead of 29, the same integer sums (the same bits as the plain kernel). On a Zen 4,
-// `kernel_bench --rows --hot` (one gate_up in cache, one thread): VNNI 1.16-1.19x the plain
-// kernel's speed at 4-32 rows (before this: 0.97-1.08x in a one-off script), 1.00x at 2 rows
-// and 0.93x at 1, so matmul.cpp takes it from 3 rows on.
+// instead of 29, the same integer sums (the same bits as the plain kernel). It beats the plain
+// kernel from 3 rows on, where matmul.cpp takes it (`kernel_bench --rows --hot`;
+// docs/performance.md).
 constexpr int64_t kQ8Cols = 16;  // columns per packed group
 constexpr int64_t q8_group_block_bytes(int fmt) { return fmt == kFormatQ8_0 ? 544 : 320; }
 // offset of the q bytes and the number of 64-byte chunks in a group's block
@@ -705,8 +702,7 @@ inline IVec q8_dot(const Q8Weights& wt, const int8_t* xb, int32_t xsum) {
     IVec xv = _mm512_set1_epi32(x4);
 #if SERVELAB_VNNI
     // each vpdpbusd from zero, then an add: chaining them through one accumulator waits on
-    // its latency (Zen 4: a step's matmuls 5.25 ms at batch 1 chained, against 4.08 without
-    // VNNI at all)
+    // its latency (chained, the VNNI kernel ran slower than no VNNI at all)
     s[h & 1] = _mm512_add_epi32(s[h & 1],
                                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), wt.w[h], xv));
 #else
@@ -1103,9 +1099,8 @@ inline void with_rows(int64_t rows, F& f) {
 // The groups of 16 columns in [n0, n1) over M rows, for the int8 and int16 kernels: each group
 // in tiles of up to TILE rows, a half a pass (AVX2: a vector holds 8 of the 16 columns):
 // tile(m0, Rows<rows>, g, half); a lone last row on AVX2 (a batch-1 decode: the only row) takes
-// both halves in one pass instead: lone(m0, g). Measured on a Zen 4 (one-off, old and new loop
-// taking turns in one process): AVX2 batch-1 decode 1.25x for int8 (median of 10 pairs); for
-// int16, `python -m engine.bench` 62% -> 74% of the floor.
+// both halves in one pass instead: lone(m0, g), one pass over the group's weights instead of
+// two (the gain is in docs/performance.md).
 template <int TILE, class Tile, class Lone>
 inline void grouped_columns(int64_t M, int64_t n0, int64_t n1, Tile tile, Lone lone) {
   const int64_t tail = M % TILE, whole = M - tail;  // tail: rows after the last whole tile

@@ -8,10 +8,11 @@
 //
 // Built on first use by engine/model/cpu/library.py (g++, torch's headers) and registered as
 // torch.ops.servelab.*; single-threaded (the tensors are tiny) except paged_attention,
-// which splits its (request, query block, KV head) tasks over the cores. decode_layers, at
-// the end, runs a whole step's layer loop from C++ (with linear.cpp's AMX matmul). Every
+// which splits its (request, query block, KV head, part of the context) tasks over the cores.
+// decode_layers, at the end, runs a whole step's layer loop from C++, with linear.cpp's AMX
+// matmul or matmul.cpp's weight-streaming one (dense bf16 and the GGUF layouts). Every
 // kernel here computes a row (a token) on its own, so a token's bits never depend on what
-// else shares the step (batch invariance; README, Performance). The vector loops
+// else shares the step (batch invariance; tests/test_batch_invariance.py). The vector loops
 // use ATen's own `Vectorized` types, built for the instruction set torch itself dispatches
 // to (CPU_CAPABILITY), so a vector product or exp rounds exactly as ATen's kernels do.
 
@@ -273,8 +274,8 @@ void silu_mul_row(const T* g, const T* u, T* o, int64_t I) {
 template <typename scalar_t>
 void silu_mul_into(const scalar_t* g, int64_t n, int64_t I, scalar_t* o) {
   // a prefill: ATen's kernels (same arithmetic) use every core. Below AVX-512 always ATen's:
-  // its AVX2 silu does not round as Vectorized<float>'s exp does here (measured on a Zen 3,
-  // tests/test_cpu_ops.py), and the two loops must give the same bits
+  // its AVX2 silu does not round as Vectorized<float>'s exp does here (tests/test_cpu_ops.py
+  // fails on an AVX2 CPU otherwise), and the two loops must give the same bits
 #if defined(CPU_CAPABILITY_AVX512)
   if (n * I >= 32768) {
 #else
@@ -545,10 +546,8 @@ void combine_chunks(const float* parts, int64_t stride, int64_t chunks, int64_t 
 // split, with the same bits. The split depends only on the query's own context, never on
 // the batch, so it stays batch-invariant. It spreads one long request over the cores, which
 // one task per (sequence, KV head) did not: a decode of this model is 3 tasks, on 2 threads
-// 2 + 1. A Zen 4, 2 threads, one decode, fp32, K/V from memory: 1.15-1.19x at 300 positions,
-// 1.17-1.31x at 512, 1.19-1.26x at 1024; 4 decodes, already 12 tasks, 0.94-0.98x at 300-1024
-// against 0.92-1.11x at 128-256 where both run the same code (`python -m
-// benchmarks.kernel_bench --attention`, two runs, assets/bench/attention-long-zen4-*.json).
+// 2 + 1. `python -m benchmarks.kernel_bench --attention` measures split against unsplit
+// (docs/performance.md).
 // The step's sequences, as the kernel reads them (int32, contiguous), checked against `rows`
 // query rows and caches of `bs`-position blocks: once a call, or once a step (decode_layers).
 struct AttentionMeta {
@@ -648,7 +647,7 @@ void attention_rows(const scalar_t* qp, int64_t qs0, int64_t qs1, int64_t Hq, in
   std::vector<float> parts(num_parts * Hq * stride);
   // per split row and KV head, the parts done so far: the task that finishes the last one
   // joins them (in part order, whichever task that is), so no second pass over the rows
-  // (a second parallel region for it cost ~5% at 4 decodes of 300-1000 positions)
+  // (a second parallel region for the joins cost more than it saved)
   std::unique_ptr<std::atomic<int32_t>[]> done(new std::atomic<int32_t>[num_parts * Hkv]());
   const int64_t num_tasks = static_cast<int64_t>(tasks.size());
   at::parallel_for(0, num_tasks * Hkv, 1, [&](int64_t begin, int64_t end) {
@@ -665,12 +664,10 @@ void attention_rows(const scalar_t* qp, int64_t qs0, int64_t qs1, int64_t Hq, in
       // asks for head g's K and V rows of the next one into L2: the hardware prefetchers stop
       // where a block ends, since the next block is anywhere in the pool. Only for the
       // task's first query: the others read the rows it brought (a prompt's 16 queries a
-      // task), where the requests measured 10-20% slower. 1.15-1.45x the kernel's speed
-      // with the K/V in memory and the table shuffled (kernel_bench --attention, 1 and 4
-      // decodes at 256 and 512 positions, one-off builds in alternating processes, a Zen 4;
-      // end to end on the long tail, whose blocks come in order, noise). Fragile: the same
-      // requests issued from a helper lambda measured no faster than none (two builds), and
-      // so did rows 32 positions or 2 blocks ahead into L1.
+      // task), where asking from every query was slower. It pays with the K/V in memory and
+      // the table shuffled, as a pool that has served a class for a while is (the gain is in
+      // docs/performance.md). Keep the requests inline here: issued from a helper lambda, or
+      // into L1 instead of L2, they did not pay.
       bool first_query = true;
       auto kv_rows = [&](int64_t from, int64_t n, auto&& fn) {
         const int64_t to = from + n, last_blk = (to - 1) / bs;
@@ -756,8 +753,7 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
 // rows, so the same bits (tests/test_cpu_ops.py: test_cpp_layer_loop_is_the_python_loop),
 // without Python and the dispatcher between the ~300 calls. The kernels run here on raw
 // pointers into one buffer made once a step: a tensor, a view or a dispatcher call costs
-// about half a microsecond, and the loop used to make ~25 a layer (a 1-token step on a Zen 4:
-// rope 3.2 -> 0.3 us a layer, an add + RMSNorm 4.8 -> 2.6 us, of which ATen's sum is ~2). The
+// more than the small ops themselves at decode sizes (docs/performance.md). The
 // matmul's instruction set is chosen once a step too (matmul.cpp, choose_matmul).
 // layers: 6 tensors per layer (in_norm, qkv, o, post_norm, gate_up, down); the linear weights
 // vnni_pack()ed for AMX (3-D), or 2-D for matmul.cpp (bf16 [out, in], or GGUF Q4_1 / Q8_0

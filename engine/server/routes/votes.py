@@ -1,6 +1,8 @@
 """The class's votes over HTTP: phones join and vote, the teacher runs rounds and tests.
 
-The state lives in one `Classroom` (engine/server/votes.py) per server, driven only from the
+Included by the class router (`routes/classroom.py`), which keeps the `Classroom` on the
+server's state as `state.votes`. The state lives in one `Classroom` (engine/server/votes.py)
+per server, driven only from the
 event loop (handlers do a few dict operations; the stepping thread never sees a vote).
 
 Phone routes (the join code, like `/class/ask`; the phone's id in the `X-Phone` header,

@@ -8,9 +8,15 @@ and where the request sat ("seat 5, 3 blocks").
 Why a page the server serves and not a Streamlit page: a Streamlit session is a Python
 object graph and a websocket per phone inside the teacher's app process, rerunning a script
 for every widget event; this page is one static HTML file (a few KB, no framework) and one
-HTTP request per question. README ("Teaching with a class") has the measured costs.
+HTTP request per question. docs/performance.md ("The class server") has the measured costs.
 
-Routes (an APIRouter that `engine/server/app.py` mounts):
+Why it is a router of its own, in the server's package: it is the class's concern, not
+OpenAI's, so it is mounted by one line of `create_app` and reaches the server only through
+`ServerState` (`admit`, `lease`: the server's queue and per-user limits apply to students
+too, and a student who leaves frees the seat like any client); it stays under `engine/server/`
+because `python -m engine.serve` is the class server and the engine never imports `app/`.
+
+Routes (`router(state)`):
 - `GET /class`: the page. It holds no data, so it needs no key; the join code comes from the
   QR code's URL fragment (`#code=...`, never sent to the server in a URL) or is typed in.
 - `POST /class/ask` (JSON `{"nickname", "question"}`, `Authorization: Bearer <join code>`,
@@ -46,9 +52,11 @@ from starlette.background import BackgroundTask
 from engine.config import SamplingParams
 from engine.server.loop import SIMULATED_PREFIX, Delta, Ticket
 from engine.server.protocol import APIError
+from engine.server.routes.votes import votes_router
+from engine.server.state import ServerState
 from engine.server.vote_panel import VOTE_PANEL
 
-PAGE_PATH = "/class"  # served without a key (it holds no data); see engine/server/app.py
+PAGE_PATH = "/class"  # served without a key (it holds no data): engine/server/limits.py
 
 
 @dataclass
@@ -121,15 +129,19 @@ def _event(obj: dict) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-def student_router(loop, admit, release, limits: ClassLimits | None = None) -> APIRouter:
-    """The router over the app's stepping `loop`; `admit`/`release` are the app's own (its
-    queue and per-user limits apply to students too)."""
+def router(state: ServerState, limits: ClassLimits | None = None) -> APIRouter:
+    """The students' routes over the server's state (its loop, its admission)."""
     limits = limits or ClassLimits()
+    loop = state.loop
     students = _Students(limits)
-    router = APIRouter()
+    r = APIRouter()
     counter = itertools.count()
+    # the class's votes and pre/post test (routes/votes.py) ride on the same class server
+    votes = votes_router()
+    state.votes = votes.classroom
+    r.include_router(votes)
 
-    @router.get(PAGE_PATH, response_class=HTMLResponse)
+    @r.get(PAGE_PATH, response_class=HTMLResponse)
     async def page():
         return HTMLResponse(PAGE.replace("</body>", VOTE_PANEL + "</body>"), headers={
             # the page runs only its own inline script and talks only to this server
@@ -138,11 +150,11 @@ def student_router(loop, admit, release, limits: ClassLimits | None = None) -> A
                                        "img-src 'none'; base-uri 'none'; form-action 'none'",
             "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"})
 
-    @router.get("/v1/servelab/class/questions")
+    @r.get("/v1/servelab/class/questions")
     async def questions():
         return {"questions": students.questions, "limits": limits.__dict__}
 
-    @router.post(PAGE_PATH + "/ask")
+    @r.post(PAGE_PATH + "/ask")
     async def ask(body: AskBody, request: Request):
         nickname = _clean(body.nickname, "nickname", limits.max_nickname_chars)
         question = _clean(body.question, "question", limits.max_question_chars)
@@ -160,23 +172,18 @@ def student_router(loop, admit, release, limits: ClassLimits | None = None) -> A
                         max_tokens=max_tokens)
         students.in_flight.add(key)
         try:
-            accepted: Delta = await admit(ticket)
+            accepted: Delta = await state.admit(ticket)
         except BaseException:
             students.in_flight.discard(key)
             raise
         students.remember(ticket.request_id, nickname, question)
         rid = ticket.request_id
-        state = {"done": False, "released": False}
 
-        def cleanup():
-            if not state["done"]:
-                loop.abort(rid)  # the student left: the seat and blocks go back now
-                state["done"] = True
-            if not state["released"]:
-                state["released"] = True
-                release(ticket)
-                students.in_flight.discard(key)
-                students.last_ask[key] = time.monotonic()
+        def student_done():  # the student may ask again after `min_interval_s`
+            students.in_flight.discard(key)
+            students.last_ask[key] = time.monotonic()
+
+        lease = state.lease(ticket, on_release=student_done)
 
         async def where() -> dict | None:
             try:
@@ -193,7 +200,7 @@ def student_router(loop, admit, release, limits: ClassLimits | None = None) -> A
                 while True:
                     d: Delta = await ticket.queue.get()
                     if d.error is not None:
-                        state["done"] = True
+                        lease.done = True
                         yield _event({"type": "error", "message": d.error.message})
                         break
                     if d.token_ids and (n_out == 0 or (n_out // 16) != (n_out + len(
@@ -207,20 +214,20 @@ def student_router(loop, admit, release, limits: ClassLimits | None = None) -> A
                     if d.text:
                         yield _event({"type": "delta", "text": d.text})
                     if d.finish_reason is not None:
-                        state["done"] = True
+                        lease.done = True
                         ttft = (ticket.first_token_time - ticket.arrival
                                 if ticket.first_token_time else None)
                         yield _event({"type": "done", "tokens": n_out,
                                       "finish_reason": d.finish_reason, "server_ttft_s": ttft})
                         break
             finally:
-                cleanup()
+                lease.close()
 
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store"},
-                                 background=BackgroundTask(cleanup))
+                                 background=BackgroundTask(lease.close))
 
-    return router
+    return r
 
 
 # The page: one file, no framework, no external resource (a classroom may be offline). Every

@@ -1,0 +1,65 @@
+"""The teacher's views of the engine: its step stream and its configuration.
+
+Routes (under `/v1/servelab/`, so the teacher's admin key guards them when one is set):
+- `GET /v1/servelab/steps`: the engine's StepReports as server-sent events, each with its
+  `owners` map (`engine/server/loop.py` says what a viewer reads); newest first when a viewer
+  falls behind, an `: idle` comment while the engine has no work. `?limit=N` closes after N
+  events.
+- `GET /v1/servelab/config`: the engine's configuration (what
+  `python -m engine.load --compare-offline` reruns).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+from starlette.background import BackgroundTask
+
+from engine.server.protocol import APIError
+from engine.server.state import ServerState
+
+IDLE_COMMENT_S = 15.0  # a keep-alive comment this often while no step happens
+
+
+def router(state: ServerState) -> APIRouter:
+    r = APIRouter()
+    hub = state.loop.hub
+
+    @r.get("/v1/servelab/config")
+    async def engine_config():
+        return dataclasses.asdict(state.engine.config)
+
+    @r.get("/v1/servelab/steps")
+    async def steps(request: Request, limit: int = 0):
+        """Server-sent events: one JSON object per engine step (newest first if behind)."""
+        if limit < 0:
+            raise APIError(400, "limit must be >= 0 (0: no limit)", param="limit")
+        # subscribe now, so a viewer that has its headers sees every step from here on
+        key, ev = hub.subscribe(asyncio.get_running_loop())
+
+        async def events():
+            sent, last = 0, None
+            try:
+                while not limit or sent < limit:
+                    try:
+                        await asyncio.wait_for(ev.wait(), IDLE_COMMENT_S)
+                    except asyncio.TimeoutError:
+                        yield ": idle\n\n"
+                        continue
+                    ev.clear()
+                    latest = hub.latest
+                    if latest is None or latest[0] == last:
+                        continue
+                    last = latest[0]
+                    yield f"data: {latest[1]}\n\n"
+                    sent += 1
+            finally:
+                hub.unsubscribe(key)
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 background=BackgroundTask(hub.unsubscribe, key))
+
+    return r

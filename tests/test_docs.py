@@ -1,0 +1,172 @@
+"""The docs describe the project as it is, and everything they point at exists.
+
+- no issue numbers outside docs/history/ (README, docs, app strings, lessons, code comments);
+- no dated measurement rounds in README or docs outside docs/history/;
+- every relative link in README.md and docs/*.md resolves (the file, and a heading for an
+  anchor into a markdown file);
+- every `python -m X` README gives answers `--help`, and every `make X` it names is a target;
+- README stays one page.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+HISTORY = DOCS / "history"
+
+# where the project describes itself; docs/history/ keeps the record and is exempt
+PROSE_ROOTS = ("app", "engine", "lessons", "benchmarks", "kernels")
+PROSE_SUFFIXES = {".py", ".md", ".cpp", ".h", ".json", ".txt", ".html", ".js", ".css", ".toml"}
+
+# "issue 19", "Issue #43", "issues 17-18", "PR #12", "议题 19", and a bare "#43" in prose. A bare
+# number needs exactly two digits, so CSS colours (#fff, #1f77b4, #333333) never match, nor do
+# anchors (#the-class-server) or C's #define
+ISSUE_PATTERNS = (
+    re.compile(r"\b(?:issues?|pr|pull request)\s*#?\s*\d+", re.IGNORECASE),
+    re.compile(r"议题\s*#?\s*\d+"),
+    re.compile(r"(?<![\w#&/])#\d{2}(?![\w-])"),
+)
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+
+
+def _prose_files() -> list[Path]:
+    files = [README, *sorted(p for p in DOCS.rglob("*") if p.is_file()
+                             and HISTORY not in p.parents)]
+    for root in PROSE_ROOTS:
+        files += sorted(p for p in (ROOT / root).rglob("*")
+                        if p.is_file() and p.suffix in PROSE_SUFFIXES
+                        and "__pycache__" not in p.parts)
+    return files
+
+
+def _issue_references(text: str) -> list[tuple[int, str]]:
+    hits = []
+    for n, line in enumerate(text.splitlines(), 1):
+        spans = sorted((m.start(), m.end(), m.group(0))
+                       for pattern in ISSUE_PATTERNS for m in pattern.finditer(line))
+        end = -1
+        for s, e, match in spans:  # one reference once ("issue #43" is not also "#43")
+            if s >= end:
+                hits.append((n, match))
+                end = e
+    return hits
+
+
+@pytest.mark.parametrize("text, found", [
+    ("the speedups of issue 19 are blocked", ["issue 19"]),
+    ("see Issue #43 and issues 17", ["Issue #43", "issues 17"]),
+    ("（议题 19 的目标）", ["议题 19"]),
+    ("the kernels are batch-invariant (#20), so", ["#20"]),
+    ("color: #1f77b4; background: #fff; border: #333333", []),
+    ("[link](performance.md#the-class-server) #define N 16 ## Heading", []),
+    ("the issue's goals hold in 12 runs", []),
+])
+def test_the_issue_pattern_finds_references_and_spares_colours(text, found):
+    assert [m for _, m in _issue_references(text)] == found
+
+
+def test_no_issue_numbers_outside_the_history():
+    hits = []
+    for path in _prose_files():
+        for n, match in _issue_references(path.read_text(encoding="utf-8", errors="replace")):
+            hits.append(f"{path.relative_to(ROOT)}:{n}: {match!r}")
+    assert not hits, ("issue numbers belong in docs/history/ only; say what is true instead:\n"
+                      + "\n".join(hits))
+
+
+def test_readme_and_docs_have_no_dated_rounds():
+    hits = []
+    for path in [README, *sorted(DOCS.glob("*.md"))]:
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            hits += [f"{path.relative_to(ROOT)}:{n}: {m.group(0)}" for m in DATE.finditer(line)]
+    assert not hits, "dated measurements belong in docs/history/:\n" + "\n".join(hits)
+
+
+# [text](target) and ![alt](target); a target ends at whitespace or the closing parenthesis
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+CODE_SPAN = re.compile(r"```.*?```|`[^`\n]*`", re.DOTALL)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    text = CODE_SPAN.sub("", path.read_text(encoding="utf-8"))
+    return {_slug(m.group(1)) for m in re.finditer(r"^#{1,6}\s+(.+?)\s*#*$", text, re.M)}
+
+
+def _relative_links(path: Path) -> list[str]:
+    text = CODE_SPAN.sub("", path.read_text(encoding="utf-8"))
+    return [t for t in LINK.findall(text) if not re.match(r"^[a-z][a-z0-9+.-]*:", t)]
+
+
+@pytest.mark.parametrize("doc", [README, *sorted(DOCS.glob("*.md"))],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_resolves(doc):
+    broken = []
+    links = _relative_links(doc)
+    for target in links:
+        file_part, _, anchor = target.partition("#")
+        dest = (doc.parent / file_part).resolve() if file_part else doc
+        if not dest.exists():
+            broken.append(f"{target}: no {dest.relative_to(ROOT) if ROOT in dest.parents else dest}")
+        elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+            broken.append(f"{target}: {dest.name} has no heading #{anchor}")
+    assert not broken, f"{doc.name}: broken links:\n" + "\n".join(broken)
+
+
+def test_the_link_check_sees_links():
+    links = _relative_links(README)
+    assert "docs/performance.md" in links and "assets/screenshots/plan.png" in links, links
+
+
+def test_readme_is_one_page():
+    n = len(README.read_text(encoding="utf-8").splitlines())
+    assert n <= 200, f"README.md has {n} lines; keep it to 200 and move the rest to docs/"
+
+
+def test_readme_gives_the_two_commands_first():
+    first_screen = "\n".join(README.read_text(encoding="utf-8").splitlines()[:30])
+    assert "make app" in first_screen and "make test" in first_screen
+
+
+def _readme_modules() -> list[str]:
+    return sorted(set(re.findall(r"python -m ([A-Za-z_][\w.]*)", README.read_text("utf-8"))))
+
+
+def _readme_make_targets() -> list[str]:
+    return sorted(set(re.findall(r"\bmake ([a-z][\w-]*)", README.read_text("utf-8"))))
+
+
+def test_readme_names_commands():
+    assert {"engine.serve", "engine.bench", "engine.load"} <= set(_readme_modules())
+    assert {"app", "test"} <= set(_readme_make_targets())
+
+
+@pytest.mark.parametrize("module", _readme_modules())
+def test_every_python_command_in_readme_answers_help(module):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, f"python -m {module} --help: {proc.returncode}\n{proc.stderr[-2000:]}"
+    assert "usage" in proc.stdout.lower(), proc.stdout[-1000:]
+
+
+@pytest.mark.parametrize("target", _readme_make_targets())
+def test_every_make_target_in_readme_exists(target):
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    defined = set(re.findall(r"^([A-Za-z][\w-]*)\s*:(?!=)", makefile, re.M))
+    assert target in defined, f"README names `make {target}`; the Makefile has {sorted(defined)}"
