@@ -69,6 +69,8 @@ _ERRORS = {
               "Too many votes too fast: wait a few seconds before changing it."),
     "no_test": (409, "现在没有进行中的测验。", "No test is open right now."),
     "unknown_item": (400, "测验里没有这道题。", "This test has no such item."),
+    "bad_counts": (400, "手动计数要为每个选项填一个 0 到 10000 的整数。",
+                   "Hand counts need one whole number from 0 to 10000 for each choice."),
     "bad_nickname": (400, "昵称太长或含有控制字符。",
                      "The nickname is too long or holds control characters."),
 }
@@ -413,7 +415,7 @@ class Classroom:
         if (not isinstance(counts, list) or len(counts) != len(r.question.choices)
                 or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 10000
                            for c in counts)):
-            raise ValueError(f"counts: {len(r.question.choices)} whole numbers from 0 to 10000")
+            raise VoteError("bad_counts")
         r.hand = list(counts)
         if r.state == "open":
             r.state = "locked"

@@ -122,8 +122,9 @@ def test_hand_counts_drive_suggestion_and_reveal():
     v = c.projector("en")["round"]
     assert v["previous_counts"] == [2, 3, 10, 1] and v["suggestion"] == "reveal"
     assert v["shift"] is None  # no matching from a show of hands
-    with pytest.raises(ValueError):
+    with pytest.raises(VoteError) as e:
         c.hand_count([1, 2])
+    assert e.value.code == "bad_counts" and "0 到 10000" in e.value.message("zh")
 
 
 def test_prediction_reveal_sets_measured_range():

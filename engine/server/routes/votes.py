@@ -188,11 +188,12 @@ def votes_router(classroom: Classroom | None = None) -> APIRouter:
 
     def teacher_op(fn):
         async def handler(request: Request):
-            body = await _body(request)
+            lang = _lang(request)
+            body = await _body(request, lang)
             try:
                 fn(body)
             except VoteError as e:
-                raise _refuse(e, "en") from None
+                raise _refuse(e, lang) from None
             except (ValueError, TypeError, KeyError) as e:
                 raise _teacher_error(ValueError(str(e))) from None
             return state(_lang(request))
