@@ -123,6 +123,7 @@ def test_quiz_page_opens_a_phone_round(router_server):
     assert room.current.question.correct == 2 and room.current.question.why[0]
 
 
+@pytest.mark.slow  # through app/main.py: the shell sets up the engine's session
 def test_plan_page_opens_a_prediction_round(router_server):
     from app.classplan import STOPS
 
