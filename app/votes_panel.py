@@ -124,7 +124,8 @@ def _open(payload: dict, seconds: int) -> None:
 
 def projector(measured: dict | None = None) -> None:
     """The panel on the Classroom page: the open round, its controls, the tests, the gains.
-    `measured` maps a prediction's id to the index of the range the engine landed in."""
+    `measured` is the class plan's reveals: a stop's id -> (measured value, index of the
+    range it fell in)."""
     if not attached():
         return
     lang = get_lang()
@@ -149,9 +150,8 @@ def projector(measured: dict | None = None) -> None:
                 if r["number"] == 1:
                     a.button(tr("revote"), key="vote_revote", on_click=call,
                              args=("POST", "revote"), kwargs={"seconds": 90})
-                correct = (measured or {}).get(r["qid"]) if r["kind"] == "prediction" else None
                 b.button(tr("reveal"), key="vote_reveal", on_click=call, args=("POST", "reveal"),
-                         kwargs={"correct": correct} if correct is not None else {})
+                         kwargs=_measured(r, measured))
             c.button(tr("show_q" if r.get("hidden") else "hide_q"), key="vote_hide_q",
                      on_click=call, args=("POST", "hide"), kwargs={"hidden": not r.get("hidden")})
         names = state.get("nicknames") or []
@@ -192,6 +192,16 @@ def projector(measured: dict | None = None) -> None:
         st.text_area(tr("words"), "\n".join((words or {}).get("words", [])), key="vote_words")
         st.button(tr("words_save"), key="vote_words_save", on_click=_words)
     gains_section()
+
+
+def _measured(r: dict, measured: dict | None) -> dict:
+    """A prediction's reveal: the range the engine landed in and its value, once measured."""
+    if r["kind"] != "prediction" or r["qid"] not in (measured or {}):
+        return {}
+    from app.classplan import stop_by_id
+
+    value, index = measured[r["qid"]]
+    return {"correct": index, "measured": stop_by_id(r["qid"]).prediction.value_fmt.format(value)}
 
 
 def _hand() -> None:

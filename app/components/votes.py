@@ -27,6 +27,7 @@ STRINGS = {
               "en": "Of the {m} who voted twice: wrong→right {w2r}, right→wrong {r2w}, "
                     "stayed right {sr}, stayed wrong {sw}."},
     "why": {"zh": "每个选项为什么", "en": "Why each choice"},
+    "measured": {"zh": "引擎测得：{v}", "en": "The engine measured: {v}"},
     "pre": {"zh": "前测", "en": "Pre-test"},
     "post": {"zh": "后测", "en": "Post-test"},
     "g": {"zh": "归一化增益 g", "en": "normalized gain g"},
@@ -116,6 +117,9 @@ def reveal_html(state: dict, lang: str) -> str:
         out.append(f"<div class='vt-note'><b>{vt('next', lang)}</b>"
                    f"{html.escape(r.get('suggestion_text') or '')}{extra}</div>")
     if r["state"] == "revealed":
+        if r.get("measured"):
+            out.append(f"<div class='vt-q'>{html.escape(vt('measured', lang, v=r['measured']))}"
+                       "</div>")
         s = r.get("shift")
         if s:
             out.append("<div class='vt-note'>" + html.escape(vt(

@@ -237,8 +237,7 @@ def main() -> None:
         return
     with right:
         join_panel(srv)
-        measured = {sid: idx for sid, (_, idx) in st.session_state.get(REVEALS, {}).items()}
-        vote_projector(measured)
+        vote_projector(st.session_state.get(REVEALS, {}))
     with left:
         simulated_users(room)
         show_questions = st.toggle("Show questions on screen", value=False,

@@ -39,13 +39,14 @@ VOTE_PANEL = r"""
          left: "剩余 {s} 秒", mine: "你的选择已记下，锁定前可以改。", locked: "投票已锁定。",
          revealed: "答案已揭晓。", none: "你没有投票。", right: "正确答案", why: "为什么：",
          nocode: "请先输入投影上的加入码。", gone: "连不上课堂服务器，稍后自动重试。",
-         answered: "已答 {n} / {t} 题，老师结束前都可以改。"},
+         answered: "已答 {n} / {t} 题，老师结束前都可以改。", measured: "引擎测得："},
     en: {vote: "Class vote", test: "Quick test", pre: "Pre-test", post: "Post-test",
          round2: "Second vote", left: "{s} s left", mine: "Your choice is in; you can change it until the round locks.",
          locked: "Voting is locked.", revealed: "The answer is out.", none: "You did not vote.",
          right: "Right answer", why: "Why: ", nocode: "Type the join code shown on the projector first.",
          gone: "Cannot reach the class server; retrying shortly.",
-         answered: "{n} of {t} answered; you can change them until the teacher ends the test."}
+         answered: "{n} of {t} answered; you can change them until the teacher ends the test.",
+         measured: "The engine measured: "}
   };
   const $ = (id) => document.getElementById(id);
   const nav = (navigator.language || "en").toLowerCase();
@@ -101,6 +102,7 @@ VOTE_PANEL = r"""
       (r.mine === null ? "" : t("mine")) : r.state === "locked" ? t("locked") : t("revealed");
     if (r.state === "revealed") {
       if (r.mine === null) st += " " + t("none");
+      if (r.measured) st += " " + t("measured") + r.measured;
       if (r.why) st += " " + t("why") + r.why;
       else if (r.explanation) st += " " + r.explanation;
     }

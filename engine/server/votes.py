@@ -179,6 +179,7 @@ class Round:
     hand: list[int] | None = None  # counts typed by the teacher, instead of ballots
     previous: Round | None = None  # round 1, for a revote
     hidden: bool = False  # the question is hidden from the projector
+    measured: str | None = None  # a prediction's value as the engine measured it, at reveal
 
     def counts(self) -> list[int]:
         if self.hand is not None:
@@ -397,9 +398,15 @@ class Classroom:
         self._changed()
         return r
 
-    def reveal(self, correct: int | None = None, rid: str | None = None) -> Round:
-        """Lock and reveal; `correct` sets a prediction's answer (the measured range)."""
+    def reveal(self, correct: int | None = None, rid: str | None = None,
+               measured: str | None = None) -> Round:
+        """Lock and reveal; `correct` sets a prediction's answer (the measured range) and
+        `measured` the value the engine measured, as text."""
         r = self.lock(rid)
+        if measured is not None:
+            if not isinstance(measured, str) or len(measured) > 40:
+                raise ValueError("measured: a short text (40 characters at most)")
+            r.measured = measured
         if correct is not None:
             if not 0 <= correct < len(r.question.choices):
                 raise ValueError("correct: the index of a choice")
@@ -461,6 +468,7 @@ class Classroom:
                 if r.state == "open" else 0.0}
         if r.state == "revealed" and q.correct is not None:
             view["correct"] = q.correct
+            view["measured"] = r.measured
             w = q.why[r.ballots[pid]] if pid in r.ballots and r.ballots[pid] < len(q.why) else None
             view["why"] = w[lang] if w else None
             view["explanation"] = q.explanation[lang] if q.explanation else None
@@ -506,6 +514,7 @@ class Classroom:
                 view["previous_counts"] = r.previous.counts()
         if r.state == "revealed":
             view["correct"] = q.correct
+            view["measured"] = r.measured
             view["shift"] = r.shift()
             view["why"] = [w[lang] if w else None for w in q.why]
             view["explanation"] = q.explanation[lang] if q.explanation else None

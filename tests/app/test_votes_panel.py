@@ -177,10 +177,16 @@ def test_projector_panel_runs_a_round_and_reveal_draws_fast(router_server):
     ms = 1000 * (time.perf_counter() - t0)
     page = "".join(h.proto.body for h in at.get("html"))
     assert "First vote" in page and "After discussion" in page and "wrong→right 16" in page
-    drawn = [c.value for c in at.caption if c.value.startswith("drawn in")]
-    frag_ms = float(drawn[0].split()[2])
-    print(f"reveal: the projector fragment drew in {frag_ms:.0f} ms "
-          f"(the panel's whole AppTest rerun: {ms:.0f} ms)")
+    def drawn_ms():
+        return float(next(c.value for c in at.caption if c.value.startswith("drawn in"))
+                     .split()[2])
+
+    draws = [drawn_ms()]
+    for _ in range(4):  # the fragment redraws the revealed round
+        draws.append(drawn_ms() if at.run() else 0.0)
+    frag_ms = statistics.median(draws)
+    print(f"reveal: the projector fragment drew in {frag_ms:.0f} ms, median of {len(draws)} "
+          f"(the panel's whole AppTest rerun on the click: {ms:.0f} ms)")
     assert frag_ms < 300
     # a class without phones: counts typed by hand drive a new round's histogram
     room.open_round(Question.from_dict(Q), 60)
@@ -188,3 +194,33 @@ def test_projector_panel_runs_a_round_and_reveal_draws_fast(router_server):
     at.run()
     at.button(key="vote_hand_save").click().run()
     assert room.current.hand == [3, 12, 4, 1], room.current.hand
+
+
+def _projector_with(measured):
+    from app.votes_panel import projector
+
+    projector(measured)
+
+
+def test_a_prediction_round_reveals_the_measured_range_and_value(router_server):
+    from app.classplan import STOPS
+    from app.votes_panel import prediction_payload
+
+    stop = next(s for s in STOPS if s.prediction is not None)
+    room = router_server
+    room.open_round(Question.from_dict(prediction_payload(stop)), 60)
+    pid = room.join().pid
+    room.vote(pid, room.current.rid, 0)
+    room.lock()
+    value = stop.prediction.bounds[0] + 0.5  # a value in the second range
+    at = AppTest.from_function(_projector_with, args=({stop.id: (value, 1)},),
+                               default_timeout=60)
+    at.session_state["lang"] = "zh"
+    at.run()
+    page = "".join(h.proto.body for h in at.get("html"))
+    assert "运行演示" in page  # no answer before the engine measured it
+    at.button(key="vote_reveal").click().run()
+    assert room.current.question.correct == 1
+    shown = stop.prediction.value_fmt.format(value)
+    page = "".join(h.proto.body for h in at.get("html"))
+    assert f"引擎测得：{shown}" in page and room.phone_view(pid, "en")["round"]["measured"] == shown

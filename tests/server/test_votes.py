@@ -135,8 +135,10 @@ def test_prediction_reveal_sets_measured_range():
     c.vote(p, r.rid, 3)
     c.lock()
     assert c.projector("en")["round"]["suggestion"] == "measure"
-    c.reveal(correct=3)
+    c.reveal(correct=3, measured="2.41")
     assert c.projector("en")["round"]["correct"] == 3
+    assert c.projector("en")["round"]["measured"] == "2.41"
+    assert c.phone_view(p, "zh")["round"]["measured"] == "2.41"
 
 
 def test_nickname_masking_and_hiding():

@@ -18,7 +18,7 @@ Teacher routes, under /v1/servelab/votes/ (so the teacher's admin key guards the
 `GET state` (the projector's view: how many voted while open, counts from lock),
 `GET stream` (that view as server-sent events, one per change), `POST open`
 (`{"question": {...}}` or `{"quiz": id}`, `"seconds"`), `lock`, `extend` `{"seconds"}`,
-`revote`, `reveal` `{"correct"?}`, `hand` `{"counts"}`, `hide` `{"phone"}` or
+`revote`, `reveal` `{"correct"?, "measured"?}`, `hand` `{"counts"}`, `hide` `{"phone"}` or
 `{"round"}`, `words` `{"words": [...]}`, `nicknames`, `test/start` `{"phase"}`, `test/stop`,
 `test/hand`, `export.csv` (`?nicknames=1` adds them: the teacher's own export),
 `gains` (g, d_z, right-to-wrong per item and misconception, the sentence, the summary).
@@ -223,7 +223,7 @@ def votes_router(classroom: Classroom | None = None) -> APIRouter:
         c = body.get("correct")
         if c is not None and (not isinstance(c, int) or isinstance(c, bool)):
             raise ValueError("correct: the index of a choice")
-        room.reveal(c)
+        room.reveal(c, measured=body.get("measured"))
 
     def op_hide(body):
         if "phone" in body:
