@@ -163,6 +163,11 @@ def test_projector_panel_runs_a_round_and_reveal_draws_fast(router_server):
     assert room.words == ["BADWORD"] and "badword7" not in str(at.button)
     at.button(key="vote_nick_0").click().run()
     assert ph[0] in room.hidden_nicks
+    at.button(key="vote_hide_q").click().run()  # one click hides the question
+    page = "".join(h.proto.body for h in at.get("html"))
+    assert room.current.hidden and "question hidden" in page and "&lt;script&gt;" not in page
+    at.button(key="vote_hide_q").click().run()
+    assert not room.current.hidden
     at.button(key="vote_lock").click().run()
     page = "".join(h.proto.body for h in at.get("html"))
     assert "First vote" in page and "discuss with a neighbour" in page

@@ -214,3 +214,30 @@ def test_gains_match_hand_computation():
     assert h["g"] == pytest.approx((75 - 25) / 75) and h["d"] is None
     s = revisit_sentence(r, {0: {"zh": "甲", "en": "first"}, 1: {"zh": "乙", "en": "second"}}, {})
     assert "first" in s["en"] and "甲" in s["zh"]
+
+
+def test_pre_post_by_hand_counts_give_g_without_d():
+    from engine.server.routes.votes import gains_report
+
+    c = Classroom("cls", forms=load_test_forms())
+    right_pre = right_post = 0
+    for i in range(len(c.forms.pairs)):
+        for form in ("A", "B"):
+            q = c.forms.form(form)[i]
+            pre, post = [1] * len(q.choices), [1] * len(q.choices)
+            pre[q.correct], post[q.correct] = 5, 14  # of 8 and 17 answers
+            right_pre += 5
+            right_post += 14
+            c.test_hand_count("pre", i, form, pre)
+            c.test_hand_count("post", i, form, post)
+    n_pre = n_post = 0
+    for form in ("A", "B"):
+        for q in c.forms.form(form):
+            n_pre += 5 + len(q.choices) - 1
+            n_post += 14 + len(q.choices) - 1
+    rep = gains_report(c, "zh")
+    a, b = 100 * right_pre / n_pre, 100 * right_post / n_post
+    assert rep["source"] == "hand" and rep["result"]["pre"] == pytest.approx(a)
+    assert rep["result"]["g"] == pytest.approx((b - a) / (100 - a))
+    assert rep["result"]["d"] is None and rep["result"]["right_to_wrong"] is None
+    assert rep["summary"].startswith("# 课堂学习收获")
