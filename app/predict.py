@@ -17,6 +17,7 @@ from app.classplan import Stop, stop_by_id
 from app.i18n import get_lang, t
 from app.sidebar import set_knobs
 from app.state import Run, Session
+from app.votes_panel import open_button, prediction_payload
 
 CURRENT, GOTO = "class_stop", "_class_goto"
 PREDICTIONS, REVEALS = "class_predictions", "class_reveals"
@@ -63,6 +64,7 @@ def prediction_box(slug: str, runs: list[Run], extra: dict | None = None,
     chosen = st.session_state.get(PREDICTIONS, {}).get(stop.id)
     with st.container(border=True, key=f"pred_{stop.id}"):
         st.markdown(f"**{t('predict.title')}** {pred.question.get(lang)}")
+        open_button(prediction_payload(stop), f"pred_{stop.id}")
         if chosen is None:
             st.radio(t("predict.choose"), range(len(pred.choices)), index=None,
                      format_func=lambda i: pred.choices[i].get(lang),

@@ -54,6 +54,9 @@ from app.components.seats import seats_html  # noqa: E402
 from app.components.spec_strip import CSS as SPEC_CSS  # noqa: E402
 from app.components.spec_strip import strip_html  # noqa: E402
 from app.i18n import switch_label, t  # noqa: E402
+from app.predict import REVEALS  # noqa: E402
+from app.votes_panel import attach  # noqa: E402
+from app.votes_panel import projector as vote_projector  # noqa: E402
 
 
 @st.cache_resource(show_spinner=False)
@@ -229,10 +232,12 @@ def main() -> None:
     with left:
         controls(room)
     srv = room.server
+    attach(None if srv is None or room.status else srv.url, srv.headers if srv else None)
     if srv is None or room.status:
         return
     with right:
         join_panel(srv)
+        vote_projector(st.session_state.get(REVEALS, {}))
     with left:
         simulated_users(room)
         show_questions = st.toggle("Show questions on screen", value=False,

@@ -18,6 +18,7 @@ from app.live import get_session  # noqa: E402
 from app.nav import ensure_shell  # noqa: E402
 from app.pagelist import page_info  # noqa: E402
 from app.predict import GOTO, PREDICTIONS, REVEALS, start_stop  # noqa: E402
+from app.votes_panel import open_button, prediction_payload  # noqa: E402
 
 
 def knob_text(stop: Stop) -> str:
@@ -61,6 +62,8 @@ def draw_stop(n: int, stop: Stop, lang: str) -> None:
         st.button(t("plan.start"), key=f"plan_{stop.id}", on_click=start_stop,
                   args=(stop, get_session()), type="primary")
         result_line(stop, lang)
+        if stop.prediction is not None:
+            open_button(prediction_payload(stop), f"plan_{stop.id}")
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ import streamlit as st  # noqa: E402
 from app.components.lesson import demo_link, describe_switches  # noqa: E402
 from app.i18n import get_lang, language_selector, t  # noqa: E402
 from app.lessons import Question, load_quiz  # noqa: E402
+from app.votes_panel import open_button, quiz_payload  # noqa: E402
 
 ANSWERS = "quiz_answers"
 
@@ -74,6 +75,7 @@ def attempts(chapter: tuple[Question, ...], extra: tuple[Question, ...]) -> None
 def draw_question(q: Question, number: int, lang: str) -> None:
     with st.container(border=True):
         st.markdown(f"**{number}. {q.question.get(lang)}**")
+        open_button(quiz_payload(q), f"quiz_{q.id}")
         chosen = st.session_state[ANSWERS].get(q.id)
         if chosen is None:
             st.radio(

@@ -14,6 +14,7 @@ from app.components.lesson import demo_link  # noqa: E402
 from app.i18n import get_lang, language_selector, t  # noqa: E402
 from app.lessons import DemoLink  # noqa: E402
 from app.predict import PREDICTIONS, REVEALS  # noqa: E402
+from app.votes_panel import gains_section  # noqa: E402
 
 
 def main() -> None:
@@ -37,6 +38,7 @@ def main() -> None:
                     st.caption(t("plan.result", pred=stop.prediction.choices[chosen].get(lang),
                                  value=stop.prediction.value_fmt.format(value),
                                  verdict=t("plan.right" if index == chosen else "plan.wrong")))
+    gains_section()
 
 
 main()

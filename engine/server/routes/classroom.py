@@ -62,7 +62,9 @@ from starlette.background import BackgroundTask
 from engine.config import SamplingParams
 from engine.server.loop import SIMULATED_PREFIX, Delta, Ticket
 from engine.server.protocol import APIError
+from engine.server.routes.votes import votes_router
 from engine.server.state import ServerState
+from engine.server.vote_panel import VOTE_PANEL
 
 PAGE_PATH = "/class"  # served without a key (it holds no data): engine/server/limits.py
 
@@ -159,11 +161,15 @@ def router(state: ServerState, limits: ClassLimits | None = None) -> APIRouter:
     students = _Students(limits)
     r = APIRouter()
     counter = itertools.count()
+    # the class's votes and pre/post test (routes/votes.py) ride on the same class server
+    votes = votes_router()
+    state.votes = votes.classroom
+    r.include_router(votes)
 
     @r.get(PAGE_PATH, response_class=HTMLResponse)
     async def page():
         nonce = secrets.token_urlsafe(18)  # new for each response: no other script can run
-        return HTMLResponse(PAGE.replace("{{NONCE}}", nonce), headers={
+        return HTMLResponse(PAGE.replace("</body>", VOTE_PANEL + "</body>").replace("{{NONCE}}", nonce), headers={
             # the page runs only its own script and style and talks only to this server
             "Content-Security-Policy": f"default-src 'none'; script-src 'nonce-{nonce}'; "
                                        f"style-src 'nonce-{nonce}'; connect-src 'self'; "

@@ -1,0 +1,243 @@
+"""The teacher's side of the class votes, in Streamlit: the projector panel and the buttons
+that open a phone round from a class-plan prediction or a self-test item.
+
+The class server keeps every vote (engine/server/votes.py); this module only calls its
+teacher routes (/v1/servelab/votes/..., with the teacher's admin key) and draws what they
+return with app/components/votes.py. The Classroom page `attach`es its running server here
+(one class per app process, like the Classroom page's own state), so the class plan and the
+self-test pages can open a round on the same server.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import streamlit as st
+
+from app.components.votes import count_html, gains_html, reveal_html
+from app.i18n import get_lang
+
+_SERVER = {"url": None, "headers": {}}
+
+S = {
+    "panel": {"zh": "课堂投票（手机）", "en": "Class vote (phones)"},
+    "open": {"zh": "在手机上开一轮投票", "en": "Open as a phone round"},
+    "opened": {"zh": "已在手机上开放：看课堂页的投影。", "en": "Open on the phones: see the Classroom page."},
+    "no_class": {"zh": "先在课堂页启动课堂服务器，才能在手机上投票。",
+                 "en": "Start the class server on the Classroom page to vote from phones."},
+    "pick": {"zh": "自测题", "en": "Self-test item"},
+    "seconds": {"zh": "时长（秒）", "en": "Time (s)"},
+    "lock": {"zh": "锁定", "en": "Lock"},
+    "extend": {"zh": "再给 30 秒", "en": "30 s more"},
+    "revote": {"zh": "讨论后再投", "en": "Revote after discussion"},
+    "reveal": {"zh": "揭晓", "en": "Reveal"},
+    "hide_q": {"zh": "从投影上隐藏题目", "en": "Hide the question from the projector"},
+    "show_q": {"zh": "在投影上显示题目", "en": "Show the question on the projector"},
+    "hand": {"zh": "手动计数（举手或纸条），用逗号分隔每个选项的人数",
+             "en": "Counts by hand (show of hands or paper), one per choice, comma-separated"},
+    "hand_save": {"zh": "记下手动计数", "en": "Use these counts"},
+    "test": {"zh": "前测与后测", "en": "Pre-test and post-test"},
+    "start_pre": {"zh": "开始前测", "en": "Start the pre-test"},
+    "start_post": {"zh": "开始后测", "en": "Start the post-test"},
+    "stop_test": {"zh": "结束测验", "en": "End the test"},
+    "answered": {"zh": "已作答的手机：{a}", "en": "Phones that answered: {a}"},
+    "words": {"zh": "屏蔽词（每行一个，中英文皆可）：含有这些词的昵称在投影上显示为 ***",
+              "en": "Masked words (one a line, zh or en): nicknames holding one show as ***"},
+    "words_save": {"zh": "保存屏蔽词", "en": "Save the word list"},
+    "nicks": {"zh": "投影上的昵称（点一下隐藏）", "en": "Nicknames on the projector (click to hide)"},
+    "gains": {"zh": "课堂的学习收获", "en": "What the class gained"},
+    "csv": {"zh": "导出 CSV（化名）", "en": "Export CSV (pseudonymous)"},
+    "csv_nick": {"zh": "导出 CSV（含昵称，仅限教师）", "en": "Export CSV with nicknames (teacher only)"},
+    "summary": {"zh": "导出一页总结", "en": "Export the one-page summary"},
+    "feel": {"zh": "学生的自我感受与学到了多少不是一回事，这里不显示为结果。",
+             "en": "How students feel about a lesson is not what they learned; it is never shown as the result."},
+    "error": {"zh": "课堂服务器拒绝了：{m}", "en": "The class server refused: {m}"},
+    "drawn": {"zh": "重绘用时 {ms} 毫秒", "en": "drawn in {ms} ms"},
+}
+
+
+def tr(key: str, **fmt) -> str:
+    text = S[key].get(get_lang()) or S[key]["en"]
+    return text.format(**fmt) if fmt else text
+
+
+def attach(url: str | None, headers: dict | None = None) -> None:
+    """The Classroom page's running server (None when it stops)."""
+    _SERVER["url"], _SERVER["headers"] = url, dict(headers or {})
+
+
+def attached() -> bool:
+    return _SERVER["url"] is not None
+
+
+def call(method: str, op: str, timeout: float = 5.0, **body) -> dict | str | None:
+    """A teacher route; a refusal is shown on the page and None returned."""
+    url = f"{_SERVER['url']}/v1/servelab/votes/{op}"
+    try:
+        r = httpx.request(method, url, headers=dict(_SERVER["headers"],
+                                                    **{"Accept-Language": get_lang()}),
+                          params={"lang": get_lang()}, json=body if method == "POST" else None,
+                          timeout=timeout)
+    except httpx.HTTPError as exc:
+        st.error(tr("error", m=type(exc).__name__))
+        return None
+    if r.status_code != 200:
+        try:
+            msg = r.json()["error"]["message"]
+        except Exception:
+            msg = f"HTTP {r.status_code}"
+        st.error(tr("error", m=msg))
+        return None
+    return r.text if op.endswith(".csv") else r.json()
+
+
+def quiz_payload(q) -> dict:
+    """A self-test Question (app/lessons.py) as a round's question."""
+    return {"id": q.id, "kind": "selftest", "correct": q.answer,
+            "question": {"zh": q.question.zh, "en": q.question.en},
+            "explanation": {"zh": q.explanation.zh, "en": q.explanation.en},
+            "choices": [{"zh": c.zh, "en": c.en, **({"why": {"zh": q.why(i).zh, "en": q.why(i).en}}
+                                                     if q.why(i) else {})}
+                        for i, c in enumerate(q.choices)]}
+
+
+def prediction_payload(stop) -> dict:
+    """A class-plan stop's prediction: ranges, its answer measured later by the engine."""
+    p = stop.prediction
+    return {"id": stop.id, "kind": "prediction", "correct": None,
+            "question": {"zh": p.question.zh, "en": p.question.en},
+            "choices": [{"zh": c.zh, "en": c.en} for c in p.choices]}
+
+
+def open_button(payload: dict, key: str, seconds: int = 90) -> None:
+    """'Open as a phone round' under a question; a note when no class server runs."""
+    if not attached():
+        return
+    st.button(tr("open"), key=f"vote_open_{key}", on_click=_open, args=(payload, seconds))
+
+
+def _open(payload: dict, seconds: int) -> None:
+    if call("POST", "open", question=payload, seconds=seconds) is not None:
+        st.toast(tr("opened"))
+
+
+def projector(measured: dict | None = None) -> None:
+    """The panel on the Classroom page: the open round, its controls, the tests, the gains.
+    `measured` is the class plan's reveals: a stop's id -> (measured value, index of the
+    range it fell in)."""
+    if not attached():
+        return
+    lang = get_lang()
+    st.subheader(tr("panel"))
+
+    @st.fragment(run_every=0.5)
+    def live():
+        t0 = time.perf_counter()
+        state = call("GET", "state", timeout=2.0)
+        if not isinstance(state, dict):
+            return
+        r = state.get("round")
+        if r:
+            st.html(count_html(state, lang) if r["state"] == "open" else
+                    count_html(state, lang) + reveal_html(state, lang))
+            a, b, c, d, e = st.columns(5)
+            if r["state"] == "open":
+                a.button(tr("lock"), key="vote_lock", on_click=call, args=("POST", "lock"))
+                b.button(tr("extend"), key="vote_extend", on_click=call,
+                         args=("POST", "extend"), kwargs={"seconds": 30})
+            if r["state"] == "locked":
+                if r["number"] == 1:
+                    a.button(tr("revote"), key="vote_revote", on_click=call,
+                             args=("POST", "revote"), kwargs={"seconds": 90})
+                b.button(tr("reveal"), key="vote_reveal", on_click=call, args=("POST", "reveal"),
+                         kwargs=_measured(r, measured))
+            c.button(tr("show_q" if r.get("hidden") else "hide_q"), key="vote_hide_q",
+                     on_click=call, args=("POST", "hide"), kwargs={"hidden": not r.get("hidden")})
+        names = state.get("nicknames") or []
+        if names:
+            st.caption(tr("nicks"))
+            cols = st.columns(min(6, len(names)))
+            for i, n in enumerate(names[:48]):
+                cols[i % len(cols)].button(n, key=f"vote_nick_{i}", on_click=call,
+                                           args=("POST", "hide"), kwargs={"nickname": n})
+        st.caption(tr("drawn", ms=f"{1000 * (time.perf_counter() - t0):.0f}"))
+
+    live()
+    from app.lessons import load_quiz
+
+    quiz = load_quiz()
+    qs = {q.id: q for q in quiz.questions}
+    a, b, c = st.columns([3, 1, 1])
+    pick = a.selectbox(tr("pick"), list(qs), format_func=lambda i: qs[i].question.get(lang),
+                       key="vote_pick")
+    secs = b.number_input(tr("seconds"), 10, 600, 90, step=10, key="vote_secs")
+    c.button(tr("open"), key="vote_open_pick", on_click=_open,
+             args=(quiz_payload(qs[pick]), int(secs)))
+    with st.form("vote_hand_form"):
+        st.text_input(tr("hand"), key="vote_hand")
+        st.form_submit_button(tr("hand_save"), on_click=_hand, key="vote_hand_save")
+    with st.expander(tr("test")):
+        a, b, c = st.columns(3)
+        a.button(tr("start_pre"), key="vote_pre", on_click=call, args=("POST", "test/start"),
+                 kwargs={"phase": "pre"})
+        b.button(tr("start_post"), key="vote_post", on_click=call,
+                 args=("POST", "test/start"), kwargs={"phase": "post"})
+        c.button(tr("stop_test"), key="vote_stop_test", on_click=call,
+                 args=("POST", "test/stop"))
+        state = call("GET", "state")
+        if isinstance(state, dict):
+            st.caption(tr("answered", a=state["test"]["answered"]))
+        words = call("GET", "words")
+        st.text_area(tr("words"), "\n".join((words or {}).get("words", [])), key="vote_words")
+        st.button(tr("words_save"), key="vote_words_save", on_click=_words)
+    gains_section()
+
+
+def _measured(r: dict, measured: dict | None) -> dict:
+    """A prediction's reveal: the range the engine landed in and its value, once measured."""
+    if r["kind"] != "prediction" or r["qid"] not in (measured or {}):
+        return {}
+    from app.classplan import stop_by_id
+
+    value, index = measured[r["qid"]]
+    return {"correct": index, "measured": stop_by_id(r["qid"]).prediction.value_fmt.format(value)}
+
+
+def _hand() -> None:
+    raw = st.session_state.get("vote_hand", "")
+    try:
+        counts = [int(x) for x in raw.replace("，", ",").split(",") if x.strip()]
+    except ValueError:
+        counts = []  # the server names what it needs
+    call("POST", "hand", counts=counts)
+
+
+def _words() -> None:
+    text = st.session_state.get("vote_words", "")
+    call("POST", "words", words=[w.strip() for w in text.splitlines() if w.strip()])
+
+
+def gains_section() -> None:
+    """The class's gain after the post-test, and the exports."""
+    if not attached():
+        return
+    lang = get_lang()
+    report = call("GET", "gains")
+    if not isinstance(report, dict) or report["result"].get("pre") is None:
+        return
+    st.subheader(tr("gains"))
+    st.html(gains_html(report, lang))
+    st.caption(tr("feel"))
+    a, b, c = st.columns(3)
+    csv_text = call("GET", "export.csv")
+    if isinstance(csv_text, str):
+        a.download_button(tr("csv"), csv_text, "class-votes.csv", "text/csv", key="vote_csv")
+    b.download_button(tr("summary"), report["summary"], "class-summary.md", "text/markdown",
+                      key="vote_summary")
+    if c.toggle(tr("csv_nick"), key="vote_csv_nick_on"):
+        r = httpx.get(f"{_SERVER['url']}/v1/servelab/votes/export.csv",
+                      params={"nicknames": 1}, headers=_SERVER["headers"], timeout=5)
+        if r.status_code == 200:
+            c.download_button(tr("csv_nick"), r.text, "class-votes-teacher.csv", "text/csv",
+                              key="vote_csv_nick")

@@ -1,0 +1,173 @@
+"""What the class gained between the pre-test and the post-test. Pure functions.
+
+Inputs are the class's own answers: `pre` and `post` map a student's pseudonymous id to
+{item index: right?}, one entry for every item of the form the student took (an item left
+blank counts as not right). Or, for a class without phones, hand counts per item.
+
+The measures (what the summary page and the CSV show):
+- pre% and post%: the class's average score on the students matched across both tests (a
+  student who took only one test is left out of every measure and counted in `unmatched`).
+- Hake's normalized gain g = (post% - pre%) / (100% - pre%), on those class averages; None
+  when pre% is 100 (nothing left to gain).
+- Cohen's d for matched pairs, d_z = mean(post - pre) / SD(post - pre), SD with n - 1. This
+  is the paired d (d_z), not the pooled-SD d of two independent groups; None with fewer than
+  two matched students or when every student moved by the same amount.
+- right-to-wrong rate: of the (student, item) pairs right on the pre-test, the share wrong
+  on the post-test.
+- per item: pre%, post%, g and right-to-wrong; per misconception: the share of answers that
+  fell into it before and after (of the answers to items that can catch it).
+Hand counts give pre%, post% and g; d and right-to-wrong need matched students and are None.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import mean, stdev
+
+REVISIT_G = 0.3  # an idea whose g stays below this (or that lost right answers) is flagged
+
+
+def hake_g(pre_pct: float, post_pct: float) -> float | None:
+    if pre_pct >= 100.0:
+        return None
+    return (post_pct - pre_pct) / (100.0 - pre_pct)
+
+
+def cohen_dz(diffs: list[float]) -> float | None:
+    """Mean difference over the SD of the differences (n - 1); None if undefined."""
+    if len(diffs) < 2:
+        return None
+    sd = stdev(diffs)
+    if sd == 0 or math.isnan(sd):
+        return None
+    return mean(diffs) / sd
+
+
+def _pct(xs) -> float:
+    xs = list(xs)
+    return 100.0 * sum(xs) / len(xs) if xs else 0.0
+
+
+def class_gains(pre: dict[str, dict[int, bool]], post: dict[str, dict[int, bool]],
+                tags: dict | None = None) -> dict:
+    """All the measures above from matched students; `tags[(phase, student, item)]` names the
+    misconception a wrong answer fell into (None for a right or blank answer)."""
+    matched = sorted(set(pre) & set(post))
+    unmatched = len(set(pre) ^ set(post))
+    items = sorted({i for s in matched for i in pre[s]} | {i for s in matched for i in post[s]})
+    if not matched:
+        return {"matched": 0, "unmatched": unmatched, "pre": None, "post": None, "g": None,
+                "d": None, "right_to_wrong": None, "items": {}, "misconceptions": {}}
+    score = {ph: {s: _pct(tab[s].get(i, False) for i in items) for s in matched}
+             for ph, tab in (("pre", pre), ("post", post))}
+    pre_pct, post_pct = mean(score["pre"].values()), mean(score["post"].values())
+    was_right = [(s, i) for s in matched for i in items if pre[s].get(i, False)]
+    r2w = (sum(not post[s].get(i, False) for s, i in was_right) / len(was_right)
+           if was_right else None)
+    per_item = {}
+    for i in items:
+        a = _pct(pre[s].get(i, False) for s in matched)
+        b = _pct(post[s].get(i, False) for s in matched)
+        right = [s for s in matched if pre[s].get(i, False)]
+        per_item[i] = {"pre": a, "post": b, "g": hake_g(a, b),
+                       "right_to_wrong": (sum(not post[s].get(i, False) for s in right)
+                                          / len(right)) if right else None}
+    per_mis: dict[str, dict] = {}
+    if tags:
+        for ph in ("pre", "post"):
+            for s in matched:
+                for i in items:
+                    m = tags.get((ph, s, i))
+                    if m:
+                        per_mis.setdefault(m, {"pre": 0, "post": 0, "items": set()})
+                        per_mis[m][ph] += 1
+                        per_mis[m]["items"].add(i)
+        for v in per_mis.values():
+            n = len(matched) * len(v["items"])
+            v["pre"], v["post"] = 100.0 * v["pre"] / n, 100.0 * v["post"] / n
+            v["items"] = sorted(v["items"])
+    return {"matched": len(matched), "unmatched": unmatched, "pre": pre_pct, "post": post_pct,
+            "g": hake_g(pre_pct, post_pct),
+            "d": cohen_dz([score["post"][s] - score["pre"][s] for s in matched]),
+            "right_to_wrong": r2w, "items": per_item, "misconceptions": per_mis}
+
+
+def hand_gains(pre_counts: dict[int, tuple[int, int]],
+               post_counts: dict[int, tuple[int, int]]) -> dict:
+    """From hand counts: item -> (right, answered), for each test. d and right-to-wrong need
+    matched students, so they are None."""
+    items = sorted(set(pre_counts) & set(post_counts))
+
+    def pct(counts):
+        right = sum(counts[i][0] for i in items)
+        n = sum(counts[i][1] for i in items)
+        return 100.0 * right / n if n else 0.0
+
+    per_item = {}
+    for i in items:
+        a = 100.0 * pre_counts[i][0] / pre_counts[i][1] if pre_counts[i][1] else 0.0
+        b = 100.0 * post_counts[i][0] / post_counts[i][1] if post_counts[i][1] else 0.0
+        per_item[i] = {"pre": a, "post": b, "g": hake_g(a, b), "right_to_wrong": None}
+    a, b = pct(pre_counts), pct(post_counts)
+    return {"matched": 0, "unmatched": 0, "pre": a, "post": b, "g": hake_g(a, b), "d": None,
+            "right_to_wrong": None, "items": per_item, "misconceptions": {}}
+
+
+def revisit_sentence(result: dict, item_names: dict[int, dict],
+                     misconceptions: dict[str, dict]) -> dict:
+    """One sentence per language: which ideas to revisit (low g or lost right answers)."""
+    weak = [i for i, v in result.get("items", {}).items()
+            if (v["g"] is not None and v["g"] < REVISIT_G)
+            or (v["right_to_wrong"] or 0) > 0.2]
+    stuck = sorted(((m, v) for m, v in result.get("misconceptions", {}).items()
+                    if v["post"] >= v["pre"] and v["post"] > 0), key=lambda mv: -mv[1]["post"])
+    if result.get("g") is None and not weak:
+        return {"zh": "还没有可比较的前测和后测。", "en": "No matched pre- and post-test yet."}
+    if not weak and not stuck:
+        return {"zh": "每个概念都有进步：下节课可以往前走。",
+                "en": "Every idea moved: the next class can move on."}
+    out = {}
+    for lang, sep, head, mhead in (("zh", "、", "建议再讲：", "；仍常见的误解："),
+                                   ("en", ", ", "Revisit: ", "; misconceptions still common: ")):
+        parts = sep.join(item_names[i][lang] for i in weak if i in item_names)
+        ms = sep.join(misconceptions[m][lang] for m, _ in stuck[:3] if m in misconceptions)
+        text = head + (parts or "-")
+        if ms:
+            text += mhead + ms
+        out[lang] = text + ("。" if lang == "zh" else ".")
+    return out
+
+
+def summary_markdown(result: dict, sentence: dict, item_names: dict[int, dict],
+                     misconceptions: dict[str, dict], lang: str) -> str:
+    """The one-page summary (markdown) the teacher exports."""
+    zh = lang == "zh"
+
+    def f(x, pct=False):
+        return "-" if x is None else (f"{x:.0f}%" if pct else f"{x:.2f}")
+
+    lines = ["# " + ("课堂学习收获" if zh else "What the class gained"), "",
+             ("匹配的学生" if zh else "Matched students") + f": {result['matched']}", "",
+             "| " + " | ".join(["前测" if zh else "Pre", "后测" if zh else "Post",
+                                "g (Hake)", "d_z", "对→错" if zh else "right→wrong"]) + " |",
+             "|---|---|---|---|---|",
+             f"| {f(result['pre'], True)} | {f(result['post'], True)} | {f(result['g'])} | "
+             f"{f(result['d'])} | {f(None if result['right_to_wrong'] is None else 100 * result['right_to_wrong'], True)} |",
+             "", "## " + ("每道题" if zh else "Per item"), "",
+             "| " + ("题" if zh else "Item") + " | Pre | Post | g | " +
+             ("对→错" if zh else "right→wrong") + " |", "|---|---|---|---|---|"]
+    for i, v in result["items"].items():
+        name = item_names.get(i, {}).get(lang, str(i))
+        rw = None if v["right_to_wrong"] is None else 100 * v["right_to_wrong"]
+        lines.append(f"| {name} | {f(v['pre'], True)} | {f(v['post'], True)} | {f(v['g'])} "
+                     f"| {f(rw, True)} |")
+    if result["misconceptions"]:
+        lines += ["", "## " + ("误解" if zh else "Misconceptions"), "",
+                  "| " + ("误解" if zh else "Misconception") + " | Pre | Post |", "|---|---|---|"]
+        for m, v in sorted(result["misconceptions"].items()):
+            lines.append(f"| {misconceptions.get(m, {}).get(lang, m)} | {f(v['pre'], True)} | "
+                         f"{f(v['post'], True)} |")
+    lines += ["", sentence[lang], "",
+              ("d_z：配对学生的平均差除以差值的标准差。" if zh else
+               "d_z: matched students' mean difference over the SD of the differences.")]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,311 @@
+"""The class's votes over HTTP: phones join and vote, the teacher runs rounds and tests.
+
+Included by the class router (`routes/classroom.py`), which keeps the `Classroom` on the
+server's state as `state.votes`. The state lives in one `Classroom` (engine/server/votes.py)
+per server, driven only from the
+event loop (handlers do a few dict operations; the stepping thread never sees a vote).
+
+Phone routes (the join code, like `/class/ask`; the phone's id in the `X-Phone` header,
+issued by `POST /class/join` and kept in the page's localStorage):
+- `POST /class/join` `{"phone"?: id it kept, "nickname"?}` -> `{"phone", "class"}`
+- `GET /class/vote` -> the open round in the phone's language, with its own ballot only
+- `POST /class/vote` `{"round", "choice", "class"?}` -> the phone's view after the vote
+- `GET /class/test`, `POST /class/test` `{"item", "choice"}`: this phone's form of the test
+The language: `?lang=zh|en` (the page's toggle), else `Accept-Language`. A refused vote is
+OpenAI's error JSON with the message in that language, and changes no count.
+
+Teacher routes, under /v1/servelab/votes/ (so the teacher's admin key guards them):
+`GET state` (the projector's view: how many voted while open, counts from lock),
+`GET stream` (that view as server-sent events, one per change), `POST open`
+(`{"question": {...}}` or `{"quiz": id}`, `"seconds"`), `lock`, `extend` `{"seconds"}`,
+`revote`, `reveal` `{"correct"?, "measured"?}`, `hand` `{"counts"}`, `hide` `{"phone"}` or
+`{"round"}`, `words` `{"words": [...]}`, `nicknames`, `test/start` `{"phase"}`, `test/stop`,
+`test/hand`, `export.csv` (`?nicknames=1` adds them: the teacher's own export),
+`gains` (g, d_z, right-to-wrong per item and misconception, the sentence, the summary).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse, StreamingResponse
+from starlette.background import BackgroundTask
+
+from engine.server.gains import class_gains, hand_gains, revisit_sentence, summary_markdown
+from engine.server.protocol import APIError
+from engine.server.votes import (
+    LESSONS_DIR,
+    MAX_WORDS,
+    Classroom,
+    Question,
+    VoteError,
+    load_misconceptions,
+    load_test_forms,
+    pick_lang,
+    quiz_question,
+)
+
+TEACHER = "/v1/servelab/votes"
+MAX_PHONES = 2000  # joins a class server accepts (a class, not the internet)
+
+
+def _lang(request: Request) -> str:
+    return pick_lang(request.query_params.get("lang"), request.headers.get("accept-language"))
+
+
+def _refuse(err: VoteError, lang: str) -> APIError:
+    kind = "rate_limit_error" if err.status == 429 else "invalid_request_error"
+    return APIError(err.status, err.message(lang), kind, code=err.code,
+                    headers={"Retry-After": "3"} if err.status == 429 else None)
+
+
+async def _body(request: Request, lang: str = "en") -> dict:
+    try:
+        data = json.loads(await request.body() or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        raise APIError(400, "请求体不是合法的 JSON。" if lang == "zh" else
+                       "the request body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise APIError(400, "请求体应是一个 JSON 对象。" if lang == "zh" else
+                       "the request body must be a JSON object")
+    return data
+
+
+def _teacher_error(exc: ValueError) -> APIError:
+    return APIError(400, str(exc), param=str(exc).split(":")[0] or None)
+
+
+def votes_router(classroom: Classroom | None = None) -> APIRouter:
+    room = classroom or Classroom(forms=load_test_forms())
+    router = APIRouter()
+    router.classroom = room  # the app keeps it on app.state too (tests read it)
+    quiz = {q["id"]: q for q in json.loads(
+        (LESSONS_DIR / "quiz.json").read_text("utf-8"))["questions"]}
+    waiters: set[asyncio.Event] = set()
+
+    def wake():
+        for ev in list(waiters):
+            ev.set()
+
+    room.listeners.append(wake)
+
+    def phone_id(request: Request) -> str:
+        return request.headers.get("x-phone", "")
+
+    # --- phones -------------------------------------------------------------------------------
+    @router.post("/class/join")
+    async def join(request: Request):
+        lang = _lang(request)
+        body = await _body(request, lang)
+        pid, nick = body.get("phone"), body.get("nickname", "")
+        if pid is not None and not isinstance(pid, str):
+            pid = None
+        if pid not in room.phones and len(room.phones) >= MAX_PHONES:
+            raise APIError(429, "课堂已满。" if lang == "zh" else "the class is full",
+                           "rate_limit_error", code="class_full")
+        try:
+            phone = room.join(pid, nick if isinstance(nick, str) else "")
+        except VoteError as e:
+            raise _refuse(e, lang) from None
+        return {"phone": phone.pid, "class": room.class_id, "lang": lang}
+
+    @router.get("/class/vote")
+    async def phone_round(request: Request):
+        lang = _lang(request)
+        try:
+            return room.phone_view(phone_id(request), lang)
+        except VoteError as e:
+            raise _refuse(e, lang) from None
+
+    @router.post("/class/vote")
+    async def vote(request: Request):
+        lang = _lang(request)
+        body = await _body(request, lang)
+        pid = phone_id(request)
+        try:
+            room.vote(pid, body.get("round"), body.get("choice"), body.get("class"))
+            return room.phone_view(pid, lang)
+        except VoteError as e:
+            raise _refuse(e, lang) from None
+
+    @router.get("/class/test")
+    async def phone_test(request: Request):
+        lang = _lang(request)
+        try:
+            return room.test_view(phone_id(request), lang)
+        except VoteError as e:
+            raise _refuse(e, lang) from None
+
+    @router.post("/class/test")
+    async def test_answer(request: Request):
+        lang = _lang(request)
+        body = await _body(request, lang)
+        pid = phone_id(request)
+        try:
+            room.answer_test(pid, body.get("item"), body.get("choice"), body.get("class"))
+            return room.test_view(pid, lang)
+        except VoteError as e:
+            raise _refuse(e, lang) from None
+
+    # --- the teacher --------------------------------------------------------------------------
+    def state(lang: str) -> dict:
+        out = room.projector(lang)
+        out["nicknames"] = [n for n in (room.display_name(p) for p in room.phones) if n]
+        return out
+
+    @router.get(TEACHER + "/state")
+    async def teacher_state(request: Request):
+        return state(_lang(request))
+
+    @router.get(TEACHER + "/stream")
+    async def teacher_stream(request: Request, limit: int = 0):
+        """The projector's view as server-sent events: now, then after every change."""
+        lang = _lang(request)
+        ev = asyncio.Event()
+        waiters.add(ev)
+
+        async def events():
+            sent, last = 0, None
+            try:
+                while not limit or sent < limit:
+                    if room.version != last:
+                        last = room.version
+                        yield f"data: {json.dumps(state(lang), ensure_ascii=False)}\n\n"
+                        sent += 1
+                        continue
+                    try:
+                        await asyncio.wait_for(ev.wait(), 15.0)
+                    except asyncio.TimeoutError:
+                        yield ": idle\n\n"
+                    ev.clear()
+            finally:
+                waiters.discard(ev)
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 background=BackgroundTask(waiters.discard, ev))
+
+    def teacher_op(fn):
+        async def handler(request: Request):
+            lang = _lang(request)
+            body = await _body(request, lang)
+            try:
+                fn(body)
+            except VoteError as e:
+                raise _refuse(e, lang) from None
+            except (ValueError, TypeError, KeyError) as e:
+                raise _teacher_error(ValueError(str(e))) from None
+            return state(_lang(request))
+        return handler
+
+    def op_open(body):
+        seconds = body.get("seconds", 60)
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+            raise ValueError("seconds: a number")
+        if "quiz" in body:
+            if body["quiz"] not in quiz:
+                raise ValueError(f"quiz: no self-test item {str(body['quiz'])[:40]!r}")
+            q = quiz_question(quiz[body["quiz"]])
+        else:
+            q = Question.from_dict(body.get("question"))
+        room.open_round(q, float(seconds))
+
+    def op_seconds(name):
+        def op(body):
+            s = body.get("seconds", 30 if name == "extend" else 60)
+            if not isinstance(s, (int, float)) or isinstance(s, bool):
+                raise ValueError("seconds: a number")
+            (room.extend if name == "extend" else room.revote)(float(s))
+        return op
+
+    def op_reveal(body):
+        c = body.get("correct")
+        if c is not None and (not isinstance(c, int) or isinstance(c, bool)):
+            raise ValueError("correct: the index of a choice")
+        room.reveal(c, measured=body.get("measured"))
+
+    def op_hide(body):
+        if "phone" in body:
+            if body["phone"] not in room.phones:
+                raise ValueError("phone: no such phone")
+            room.hidden_nicks.add(body["phone"])
+        elif "nickname" in body:  # the projector knows names, not ids: hide every phone using it
+            hits = [p for p, ph in room.phones.items() if ph.nickname == body["nickname"]]
+            if not hits:
+                raise ValueError("nickname: no phone uses it")
+            room.hidden_nicks.update(hits)
+        else:
+            r = room.current
+            if r is None:
+                raise VoteError("no_round")
+            r.hidden = bool(body.get("hidden", True))
+        room._changed()
+
+    def op_words(body):
+        words = body.get("words")
+        if not isinstance(words, list) or len(words) > MAX_WORDS or not all(
+                isinstance(w, str) and 0 < len(w.strip()) <= 40 for w in words):
+            raise ValueError(f"words: a list of up to {MAX_WORDS} words of 1 to 40 characters")
+        room.words = [w.strip() for w in words]
+        room._changed()
+
+    def op_test_hand(body):
+        room.test_hand_count(body.get("phase"), body.get("item"), body.get("form"),
+                             body.get("counts"))
+
+    ops = {"open": op_open, "lock": lambda b: room.lock(), "extend": op_seconds("extend"),
+           "revote": op_seconds("revote"), "reveal": op_reveal,
+           "hand": lambda b: room.hand_count(b.get("counts")), "hide": op_hide,
+           "words": op_words, "test/start": lambda b: room.start_test(b.get("phase")),
+           "test/stop": lambda b: room.stop_test(), "test/hand": op_test_hand}
+    for name, fn in ops.items():
+        router.add_api_route(f"{TEACHER}/{name}", teacher_op(fn), methods=["POST"])
+
+    @router.get(TEACHER + "/words")
+    async def words():
+        return {"words": room.words}
+
+    @router.get(TEACHER + "/export.csv")
+    async def export(nicknames: int = 0):
+        return PlainTextResponse(room.export_csv(with_nicknames=bool(nicknames)),
+                                 media_type="text/csv; charset=utf-8")
+
+    @router.get(TEACHER + "/gains")
+    async def gains(request: Request):
+        lang = _lang(request)
+        return gains_report(room, lang)
+
+    return router
+
+
+def gains_report(room: Classroom, lang: str) -> dict:
+    """The summary page's numbers: from matched phones, else from hand counts."""
+    import math
+
+    pre, post, tags = room.test_tables()
+    result = class_gains(pre, post, tags)
+    source = "phones"
+    if not result["matched"] and room.forms is not None:
+        hp, hq = room.tests.get("pre"), room.tests.get("post")
+        if hp and hq and hp.hand and hq.hand:
+            def tally(t):
+                out = {}
+                for i, by_form in t.hand.items():
+                    right = sum(c[room.forms.form(f)[i].correct] for f, c in by_form.items())
+                    out[i] = (right, sum(sum(c) for c in by_form.values()))
+                return out
+            result, source = hand_gains(tally(hp), tally(hq)), "hand"
+    names = {}
+    if room.forms is not None:
+        data = json.loads((LESSONS_DIR / "pretest.json").read_text("utf-8"))
+        names = {i: p["idea"] for i, p in enumerate(data["pairs"])}
+    mis = load_misconceptions()
+    sentence = revisit_sentence(result, names, mis)
+    clean = json.loads(json.dumps(result, default=lambda o: None if isinstance(o, float) and
+                                  math.isnan(o) else str(o)))
+    clean["items"] = {str(k): v for k, v in result["items"].items()}
+    return {"source": source, "result": clean, "sentence": sentence,
+            "item_names": {str(k): v[lang] for k, v in names.items()},
+            "misconception_names": {k: v[lang] for k, v in mis.items()},
+            "summary": summary_markdown(result, sentence, names, mis, lang)}

@@ -1,0 +1,639 @@
+"""The class's votes: rounds of vote, discuss and revote, and the pre/post test. Pure Python.
+
+No HTTP here: `engine/server/routes/votes.py` puts these objects behind the class server's
+routes, the tests drive them directly, and the teacher's app computes gains from what they
+export (`engine/server/gains.py`).
+
+What must hold:
+- A phone is known by a pseudonymous id this module issues when the page joins (the page keeps
+  it in localStorage, so a reload keeps it). Nothing a phone reads (`phone_view`,
+  `test_view`) holds another phone's ballot, count or nickname.
+- A ballot can change until its round locks (by the teacher or its deadline). A refused vote
+  (`VoteError`) changes no count. Each refusal has a message in zh and en.
+- No points for speed, no leaderboard: the time a ballot was cast is never kept.
+- One open round at a time. A revote is round 2 of the same question; the reveal shows both
+  rounds' histograms and the shift of the phones that voted in both.
+- Hand counts (a show of hands) stand in for phones' ballots: histograms, suggestion and the
+  reveal read `Round.counts()`, whichever of the two it holds.
+- Pre/post test: two parallel forms, A and B, item i of one the twin of item i of the other.
+  Phones alternate between group 0 (A first, B after) and group 1 (B first), in join order,
+  so the class is counterbalanced.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import secrets
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LANGS = ("zh", "en")
+KINDS = ("prediction", "selftest", "test")
+LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
+
+# The share right at lock that decides the suggested next move (peer instruction's rule of
+# thumb): too few right to discuss usefully, enough to learn from each other, or most know it.
+EXPLAIN_BELOW, REVEAL_ABOVE = 0.35, 0.70
+MAX_ROUND_S = 3600.0
+FLOOD_VOTES, FLOOD_WINDOW_S = 20, 10.0  # ballots one phone may send in a window; then refused
+MAX_NICK, MAX_WORDS = 32, 200
+
+SUGGESTIONS = {
+    "explain": {"zh": "答对的不到三分之一多：先讲解这个概念，再问一次。",
+                "en": "Few are right: explain the idea first, then ask again."},
+    "discuss": {"zh": "意见分歧：请和邻座讨论，说服对方，然后再投一次。",
+                "en": "The class is split: discuss with a neighbour, then revote."},
+    "reveal": {"zh": "大多数已经答对：揭晓答案，讲讲错的选项为什么错。",
+               "en": "Most are right: reveal, and say why the other choices are wrong."},
+    "measure": {"zh": "答案由引擎测出：运行演示，再揭晓测得的值。",
+                "en": "The engine measures the answer: run the demo, then reveal the measured value."},
+}
+
+_ERRORS = {
+    "unknown_phone": (404, "这部手机还没加入课堂：请刷新页面。",
+                      "This phone has not joined the class: reload the page."),
+    "wrong_class": (409, "这一轮属于另一个课堂：请扫描投影上的二维码。",
+                    "This round belongs to another class: scan the code on the projector."),
+    "no_round": (409, "现在没有开放的投票。", "No vote is open right now."),
+    "closed": (409, "这一轮已经结束，不能再投或改票。",
+               "This round is closed: votes can no longer be cast or changed."),
+    "stale_round": (409, "这一轮已经结束，老师开了新的一轮：请刷新。",
+                    "That round is over and a new one is open: refresh."),
+    "unknown_choice": (400, "没有这个选项：请从列出的选项里选一个。",
+                       "No such choice: pick one of the choices shown."),
+    "flood": (429, "投得太快了：请稍等几秒再改。",
+              "Too many votes too fast: wait a few seconds before changing it."),
+    "no_test": (409, "现在没有进行中的测验。", "No test is open right now."),
+    "unknown_item": (400, "测验里没有这道题。", "This test has no such item."),
+    "bad_counts": (400, "手动计数要为每个选项填一个 0 到 10000 的整数。",
+                   "Hand counts need one whole number from 0 to 10000 for each choice."),
+    "bad_nickname": (400, "昵称太长或含有控制字符。",
+                     "The nickname is too long or holds control characters."),
+}
+
+
+class VoteError(Exception):
+    """A refused request: an HTTP status, a code, and a message in each language."""
+
+    def __init__(self, code: str, detail: str = "", status: int | None = None):
+        st, zh, en = _ERRORS.get(code, (400, detail, detail))
+        self.status = status or st
+        self.code = code
+        self.text = {"zh": zh + (f"（{detail}）" if detail and code in _ERRORS else ""),
+                     "en": en + (f" ({detail})" if detail and code in _ERRORS else "")}
+        super().__init__(self.text["en"])
+
+    def message(self, lang: str) -> str:
+        return self.text.get(lang, self.text["en"])
+
+
+def pick_lang(requested: str | None, accept_language: str | None = None) -> str:
+    """'zh' or 'en': an explicit choice first, else the first of Accept-Language we speak."""
+    if requested in LANGS:
+        return requested
+    for part in (accept_language or "").split(","):
+        tag = part.split(";")[0].strip().lower()
+        if tag.startswith("zh"):
+            return "zh"
+        if tag.startswith("en"):
+            return "en"
+    return "en"
+
+
+def _text(obj, where: str) -> dict:
+    if not isinstance(obj, dict) or not all(isinstance(obj.get(k), str) and obj[k].strip()
+                                            for k in LANGS):
+        raise ValueError(f"{where}: needs non-empty 'zh' and 'en' strings")
+    return {k: obj[k] for k in LANGS}
+
+
+@dataclass
+class Question:
+    """One question as phones and projector show it, in both languages."""
+
+    qid: str
+    kind: str
+    text: dict
+    choices: list[dict]
+    correct: int | None = None  # None: a prediction whose answer the engine measures later
+    why: list[dict | None] = field(default_factory=list)
+    explanation: dict | None = None
+    misconceptions: list[str | None] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Question:
+        """Validate a question a teacher sends; ValueError naming the field."""
+        if not isinstance(d, dict):
+            raise ValueError("question: must be an object")
+        qid = d.get("id")
+        if not isinstance(qid, str) or not 0 < len(qid) <= 64:
+            raise ValueError("question.id: a string of 1 to 64 characters")
+        kind = d.get("kind", "selftest")
+        if kind not in KINDS:
+            raise ValueError(f"question.kind: one of {KINDS}")
+        raw = d.get("choices")
+        if not isinstance(raw, list) or not 2 <= len(raw) <= 8:
+            raise ValueError("question.choices: a list of 2 to 8 choices")
+        choices = [_text(c, f"question.choices.{i}") for i, c in enumerate(raw)]
+        correct = d.get("correct")
+        if correct is not None and (not isinstance(correct, int) or isinstance(correct, bool)
+                                    or not 0 <= correct < len(choices)):
+            raise ValueError("question.correct: the index of a choice, or null")
+        why = [(_text(c["why"], f"question.choices.{i}.why") if isinstance(c, dict)
+                and c.get("why") else None) for i, c in enumerate(raw)]
+        mis = [(c.get("misconception") if isinstance(c, dict) else None) for c in raw]
+        expl = _text(d["explanation"], "question.explanation") if d.get("explanation") else None
+        return cls(qid, kind, _text(d.get("question"), "question.question"), choices, correct,
+                   why, expl, mis)
+
+    def for_phone(self, lang: str) -> dict:
+        return {"id": self.qid, "kind": self.kind, "text": self.text[lang],
+                "choices": [c[lang] for c in self.choices]}
+
+
+def suggest(share_right: float | None) -> str:
+    """The next move at lock: 'explain', 'discuss' or 'reveal' ('measure' with no answer yet)."""
+    if share_right is None:
+        return "measure"
+    if share_right < EXPLAIN_BELOW:
+        return "explain"
+    if share_right <= REVEAL_ABOVE:
+        return "discuss"
+    return "reveal"
+
+
+@dataclass
+class Round:
+    """One vote on one question: number 1, or 2 for the revote after a discussion."""
+
+    rid: str
+    question: Question
+    number: int
+    deadline: float
+    state: str = "open"  # open -> locked -> revealed
+    ballots: dict[str, int] = field(default_factory=dict)  # phone id -> choice
+    hand: list[int] | None = None  # counts typed by the teacher, instead of ballots
+    previous: Round | None = None  # round 1, for a revote
+    hidden: bool = False  # the question is hidden from the projector
+    measured: str | None = None  # a prediction's value as the engine measured it, at reveal
+
+    def counts(self) -> list[int]:
+        if self.hand is not None:
+            return list(self.hand)
+        out = [0] * len(self.question.choices)
+        for c in self.ballots.values():
+            out[c] += 1
+        return out
+
+    def voters(self) -> int:
+        return sum(self.counts())
+
+    def share_right(self) -> float | None:
+        n, c = self.voters(), self.question.correct
+        if c is None or n == 0:
+            return None
+        return self.counts()[c] / n
+
+    def shift(self) -> dict | None:
+        """Phones that voted in both rounds: wrong->right, right->wrong, stayed right/wrong."""
+        prev, c = self.previous, self.question.correct
+        if prev is None or c is None or self.hand is not None or prev.hand is not None:
+            return None
+        both = set(prev.ballots) & set(self.ballots)
+        out = {"wrong_to_right": 0, "right_to_wrong": 0, "stayed_right": 0,
+               "stayed_wrong": 0, "matched": len(both)}
+        for p in both:
+            a, b = prev.ballots[p] == c, self.ballots[p] == c
+            key = ("stayed_right" if a and b else "right_to_wrong" if a else
+                   "wrong_to_right" if b else "stayed_wrong")
+            out[key] += 1
+        return out
+
+
+@dataclass
+class Phone:
+    pid: str
+    group: int  # 0: form A first; 1: form B first
+    nickname: str = ""
+    recent: deque = field(default_factory=lambda: deque(maxlen=FLOOD_VOTES))
+
+
+@dataclass
+class TestForm:
+    """The two parallel forms: `pairs[i]` = (item of form A, its twin in form B)."""
+
+    pairs: list[tuple[Question, Question]]
+    minutes: int = 3
+
+    def form(self, name: str) -> list[Question]:
+        return [p[0 if name == "A" else 1] for p in self.pairs]
+
+
+def load_misconceptions() -> dict[str, dict]:
+    data = json.loads((LESSONS_DIR / "misconceptions.json").read_text("utf-8"))
+    return {m["id"]: {"zh": m["zh"], "en": m["en"]} for m in data["misconceptions"]}
+
+
+def quiz_question(q: dict, kind: str = "selftest", qid: str | None = None,
+                  misconceptions: list | None = None) -> Question:
+    """A question of lessons/quiz.json (its own shape) as a round's Question."""
+    ch = q["choices"]
+    correct = next(i for i, c in enumerate(ch) if c.get("correct"))
+    mis = misconceptions or [None] * len(ch)
+    return Question.from_dict({
+        "id": qid or q["id"], "kind": kind, "question": q["question"], "correct": correct,
+        "explanation": q.get("explanation"),
+        "choices": [{**c, "misconception": m} for c, m in zip(ch, mis)]})
+
+
+def load_test_forms() -> TestForm:
+    """lessons/pretest.json: form A items come from the self-test, form B are their twins."""
+    quiz = {q["id"]: q for q in json.loads((LESSONS_DIR / "quiz.json").read_text("utf-8"))
+            ["questions"]}
+    data = json.loads((LESSONS_DIR / "pretest.json").read_text("utf-8"))
+    known = load_misconceptions()
+    pairs = []
+    for p in data["pairs"]:
+        a = quiz_question(quiz[p["A"]["quiz"]], "test", f"{p['id']}:A", p["A"]["misconceptions"])
+        b_raw = p["B"]
+        b = Question.from_dict({
+            "id": f"{p['id']}:B", "kind": "test", "question": b_raw["question"],
+            "correct": next(i for i, c in enumerate(b_raw["choices"]) if c.get("correct")),
+            "choices": b_raw["choices"]})
+        for q in (a, b):
+            for i, m in enumerate(q.misconceptions):
+                if (m is None) != (i == q.correct) or (m is not None and m not in known):
+                    raise ValueError(f"{q.qid}: choice {i} needs a known misconception "
+                                     f"(and the right choice none), got {m!r}")
+        pairs.append((a, b))
+    return TestForm(pairs, data.get("minutes", 3))
+
+
+@dataclass
+class TestPhase:
+    phase: str  # "pre" or "post"
+    open: bool = True
+    answers: dict[str, dict[int, int]] = field(default_factory=dict)  # phone -> pair -> choice
+    hand: dict[int, dict[str, list[int]]] = field(default_factory=dict)  # pair -> form -> counts
+
+
+def _clean_nick(nick: str) -> str:
+    if not isinstance(nick, str) or len(nick) > MAX_NICK or any(
+            ord(ch) < 32 or 0x7F <= ord(ch) < 0xA0 for ch in nick):
+        raise VoteError("bad_nickname")
+    return nick.strip()
+
+
+class Classroom:
+    """One class's phones, rounds and tests. Not thread-safe: one event loop drives it."""
+
+    def __init__(self, class_id: str | None = None, forms: TestForm | None = None,
+                 clock=time.monotonic):
+        self.class_id = class_id or secrets.token_urlsafe(6)
+        self.clock = clock
+        self.phones: dict[str, Phone] = {}
+        self.rounds: list[Round] = []
+        self.current: Round | None = None
+        self.forms = forms
+        self.tests: dict[str, TestPhase] = {}
+        self.open_test: str | None = None
+        self.hidden_nicks: set[str] = set()
+        self.words: list[str] = []
+        self.version = 0  # bumped on every change a projector draws
+        self.listeners: list = []  # callables run after every change (the router's wake-up)
+
+    # --- bookkeeping ------------------------------------------------------------------------
+    def _changed(self) -> None:
+        self.version += 1
+        for fn in list(self.listeners):
+            fn()
+
+    def join(self, pid: str | None = None, nickname: str = "") -> Phone:
+        """The phone's id: the one it kept if this class knows it, else a new one."""
+        nickname = _clean_nick(nickname)
+        if pid and pid in self.phones:
+            phone = self.phones[pid]
+            if nickname:
+                phone.nickname = nickname
+            return phone
+        pid = secrets.token_urlsafe(12)
+        phone = self.phones[pid] = Phone(pid, len(self.phones) % 2, nickname)
+        self._changed()
+        return phone
+
+    def _phone(self, pid: str, class_id: str | None) -> Phone:
+        if class_id is not None and class_id != self.class_id:
+            raise VoteError("wrong_class")
+        phone = self.phones.get(pid or "")
+        if phone is None:
+            raise VoteError("unknown_phone")
+        return phone
+
+    def _flood(self, phone: Phone) -> None:
+        now = self.clock()
+        if len(phone.recent) == FLOOD_VOTES and now - phone.recent[0] < FLOOD_WINDOW_S:
+            raise VoteError("flood")
+        phone.recent.append(now)
+
+    def _expire(self) -> None:
+        r = self.current
+        if r is not None and r.state == "open" and self.clock() >= r.deadline:
+            r.state = "locked"
+            self._changed()
+
+    # --- rounds -----------------------------------------------------------------------------
+    def open_round(self, question: Question, seconds: float = 60.0) -> Round:
+        if not 1 <= seconds <= MAX_ROUND_S:
+            raise ValueError(f"seconds: between 1 and {MAX_ROUND_S:.0f}")
+        if self.current is not None and self.current.state == "open":
+            self.current.state = "locked"
+        r = Round(f"{self.class_id}-{len(self.rounds) + 1}", question, 1,
+                  self.clock() + seconds)
+        self.rounds.append(r)
+        self.current = r
+        self._changed()
+        return r
+
+    def _round(self, rid: str | None) -> Round:
+        if rid is None:
+            if self.current is None:
+                raise VoteError("no_round")
+            return self.current
+        for r in self.rounds:
+            if r.rid == rid:
+                return r
+        raise VoteError("no_round", rid)
+
+    def lock(self, rid: str | None = None) -> Round:
+        r = self._round(rid)
+        if r.state == "open":
+            r.state = "locked"
+            self._changed()
+        return r
+
+    def extend(self, seconds: float, rid: str | None = None) -> Round:
+        self._expire()
+        r = self._round(rid)
+        if r.state != "open":
+            raise VoteError("closed")
+        if not 0 < seconds <= MAX_ROUND_S:
+            raise ValueError(f"seconds: between 0 and {MAX_ROUND_S:.0f}")
+        r.deadline = max(r.deadline, self.clock()) + seconds
+        self._changed()
+        return r
+
+    def revote(self, seconds: float = 60.0, rid: str | None = None) -> Round:
+        """Round 2 of the same question; the phones' first ballots stay with round 1."""
+        first = self.lock(rid)
+        if first.number != 1:
+            raise ValueError("a revote follows a first round")
+        r = Round(f"{first.rid}r", first.question, 2, self.clock() + seconds, previous=first,
+                  hidden=first.hidden)
+        self.rounds.append(r)
+        self.current = r
+        self._changed()
+        return r
+
+    def reveal(self, correct: int | None = None, rid: str | None = None,
+               measured: str | None = None) -> Round:
+        """Lock and reveal; `correct` sets a prediction's answer (the measured range) and
+        `measured` the value the engine measured, as text."""
+        r = self.lock(rid)
+        if measured is not None:
+            if not isinstance(measured, str) or len(measured) > 40:
+                raise ValueError("measured: a short text (40 characters at most)")
+            r.measured = measured
+        if correct is not None:
+            if not 0 <= correct < len(r.question.choices):
+                raise ValueError("correct: the index of a choice")
+            r.question.correct = correct
+        r.state = "revealed"
+        if r.previous is not None:
+            r.previous.state = "revealed"
+        self._changed()
+        return r
+
+    def hand_count(self, counts: list[int], rid: str | None = None) -> Round:
+        r = self._round(rid)
+        if (not isinstance(counts, list) or len(counts) != len(r.question.choices)
+                or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 10000
+                           for c in counts)):
+            raise VoteError("bad_counts")
+        r.hand = list(counts)
+        if r.state == "open":
+            r.state = "locked"
+        self._changed()
+        return r
+
+    def vote(self, pid: str, rid: str, choice: int, class_id: str | None = None) -> Round:
+        phone = self._phone(pid, class_id)
+        self._expire()
+        r = self.current
+        if r is None:
+            raise VoteError("no_round")
+        if rid != r.rid:
+            if any(x.rid == rid for x in self.rounds):
+                raise VoteError("stale_round")
+            raise VoteError("wrong_class" if "-" in str(rid) and not str(rid).startswith(
+                self.class_id + "-") else "no_round")
+        if r.state != "open" or r.hand is not None:
+            raise VoteError("closed")
+        if not isinstance(choice, int) or isinstance(choice, bool) or not (
+                0 <= choice < len(r.question.choices)):
+            raise VoteError("unknown_choice", str(choice)[:20])
+        self._flood(phone)
+        if r.ballots.get(pid) != choice:
+            r.ballots[pid] = choice
+            self._changed()
+        return r
+
+    # --- what each screen reads ---------------------------------------------------------------
+    def phone_view(self, pid: str, lang: str) -> dict:
+        """The open round for one phone: the question, its own ballot, never anyone else's."""
+        self._phone(pid, None)
+        self._expire()
+        r = self.current
+        out: dict = {"class": self.class_id, "lang": lang, "round": None,
+                     "test": self.open_test}
+        if r is None:
+            return out
+        q = r.question
+        view = {"id": r.rid, "number": r.number, "state": r.state,
+                "question": q.for_phone(lang), "mine": r.ballots.get(pid),
+                "seconds_left": max(0.0, round(r.deadline - self.clock(), 1))
+                if r.state == "open" else 0.0}
+        if r.state == "revealed" and q.correct is not None:
+            view["correct"] = q.correct
+            view["measured"] = r.measured
+            w = q.why[r.ballots[pid]] if pid in r.ballots and r.ballots[pid] < len(q.why) else None
+            view["why"] = w[lang] if w else None
+            view["explanation"] = q.explanation[lang] if q.explanation else None
+        out["round"] = view
+        return out
+
+    def display_name(self, pid: str) -> str:
+        """A nickname as the projector may show it: hidden or masked by the word list."""
+        phone = self.phones.get(pid)
+        if phone is None or pid in self.hidden_nicks or not phone.nickname:
+            return ""
+        nick = phone.nickname
+        low = nick.lower()
+        for w in self.words:
+            if w and w.lower() in low:
+                return "*" * len(nick)
+        return nick
+
+    def projector(self, lang: str) -> dict:
+        """How many have voted while open (not how); histograms from lock; reveal with shift."""
+        self._expire()
+        r = self.current
+        out: dict = {"class": self.class_id, "version": self.version, "phones": len(self.phones),
+                     "round": None, "test": self.test_status()}
+        if r is None:
+            return out
+        q = r.question
+        view = {"id": r.rid, "number": r.number, "state": r.state, "kind": q.kind,
+                "qid": q.qid, "hidden": r.hidden,
+                "question": None if r.hidden else q.text[lang],
+                "choices": [c[lang] for c in q.choices], "voted": r.voters(),
+                "hand": r.hand is not None,
+                "seconds_left": max(0.0, round(r.deadline - self.clock(), 1))
+                if r.state == "open" else 0.0}
+        if r.state != "open":
+            share = r.share_right()
+            view["counts"] = r.counts()
+            view["share_right"] = share
+            move = suggest(share)
+            view["suggestion"] = move
+            view["suggestion_text"] = SUGGESTIONS[move][lang]
+            if r.previous is not None:
+                view["previous_counts"] = r.previous.counts()
+        if r.state == "revealed":
+            view["correct"] = q.correct
+            view["measured"] = r.measured
+            view["shift"] = r.shift()
+            view["why"] = [w[lang] if w else None for w in q.why]
+            view["explanation"] = q.explanation[lang] if q.explanation else None
+        out["round"] = view
+        return out
+
+    # --- the pre/post test ----------------------------------------------------------------
+    def form_of(self, pid: str, phase: str) -> str:
+        g = self.phones[pid].group
+        return "A" if (g == 0) == (phase == "pre") else "B"
+
+    def start_test(self, phase: str) -> TestPhase:
+        if phase not in ("pre", "post"):
+            raise ValueError("phase: 'pre' or 'post'")
+        if self.forms is None:
+            raise ValueError("this class has no test forms")
+        t = self.tests.setdefault(phase, TestPhase(phase))
+        t.open = True
+        self.open_test = phase
+        self._changed()
+        return t
+
+    def stop_test(self) -> None:
+        if self.open_test is not None:
+            self.tests[self.open_test].open = False
+            self.open_test = None
+            self._changed()
+
+    def test_view(self, pid: str, lang: str) -> dict:
+        """This phone's form of the open test, its own answers, nothing of anyone else's."""
+        self._phone(pid, None)
+        if self.open_test is None:
+            raise VoteError("no_test")
+        t = self.tests[self.open_test]
+        form = self.form_of(pid, t.phase)
+        mine = t.answers.get(pid, {})
+        return {"phase": t.phase, "form": form, "minutes": self.forms.minutes,
+                "items": [{"index": i, **q.for_phone(lang), "mine": mine.get(i)}
+                          for i, q in enumerate(self.forms.form(form))]}
+
+    def answer_test(self, pid: str, item: int, choice: int, class_id: str | None = None) -> None:
+        phone = self._phone(pid, class_id)
+        if self.open_test is None:
+            raise VoteError("no_test")
+        t = self.tests[self.open_test]
+        items = self.forms.form(self.form_of(pid, t.phase))
+        if not isinstance(item, int) or isinstance(item, bool) or not 0 <= item < len(items):
+            raise VoteError("unknown_item")
+        if not isinstance(choice, int) or isinstance(choice, bool) or not (
+                0 <= choice < len(items[item].choices)):
+            raise VoteError("unknown_choice", str(choice)[:20])
+        self._flood(phone)
+        t.answers.setdefault(pid, {})[item] = choice
+        self._changed()
+
+    def test_status(self) -> dict:
+        return {"open": self.open_test,
+                "answered": {ph: len(t.answers) for ph, t in self.tests.items()}}
+
+    def test_hand_count(self, phase: str, item: int, form: str, counts: list[int]) -> None:
+        if phase not in ("pre", "post") or form not in ("A", "B") or self.forms is None:
+            raise ValueError("phase 'pre'/'post', form 'A'/'B'")
+        if not 0 <= item < len(self.forms.pairs):
+            raise ValueError("item: an index of the test")
+        n = len(self.forms.form(form)[item].choices)
+        if len(counts) != n or not all(isinstance(c, int) and c >= 0 for c in counts):
+            raise ValueError(f"counts: {n} whole numbers")
+        self.tests.setdefault(phase, TestPhase(phase, open=False)).hand.setdefault(
+            item, {})[form] = list(counts)
+        self._changed()
+
+    # --- export -----------------------------------------------------------------------------
+    def records(self) -> list[dict]:
+        """One row a student an item: rounds' ballots and both tests' answers, pseudonymous."""
+        rows = []
+        for r in self.rounds:
+            q = r.question
+            for pid, c in r.ballots.items():
+                rows.append({"student": pid, "source": f"round{r.number}", "item": q.qid,
+                             "form": "", "choice": c,
+                             "correct": "" if q.correct is None else int(c == q.correct),
+                             "misconception": (q.misconceptions[c] if c < len(q.misconceptions)
+                                               else None) or ""})
+        for phase, t in self.tests.items():
+            for pid, ans in t.answers.items():
+                form = self.form_of(pid, phase)
+                items = self.forms.form(form)
+                for i, c in sorted(ans.items()):
+                    q = items[i]
+                    rows.append({"student": pid, "source": phase, "item": self.forms.pairs[i][0]
+                                 .qid.split(":")[0], "form": form, "choice": c,
+                                 "correct": int(c == q.correct),
+                                 "misconception": q.misconceptions[c] or ""})
+        return rows
+
+    def export_csv(self, with_nicknames: bool = False) -> str:
+        """CSV of `records()`; the nickname column only in the teacher's export."""
+        cols = ["student"] + (["nickname"] if with_nicknames else []) + [
+            "source", "item", "form", "choice", "correct", "misconception"]
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, cols, extrasaction="ignore")
+        w.writeheader()
+        for row in self.records():
+            if with_nicknames:
+                row["nickname"] = self.phones[row["student"]].nickname
+            w.writerow(row)
+        return buf.getvalue()
+
+    def test_tables(self) -> tuple[dict, dict, dict]:
+        """(pre, post, misconceptions) for gains: student -> item -> right, and the tags."""
+        out: dict[str, dict] = {"pre": {}, "post": {}}
+        tags: dict[tuple, str | None] = {}
+        if self.forms is None:
+            return out["pre"], out["post"], tags
+        n = len(self.forms.pairs)
+        for phase, t in self.tests.items():
+            for pid, ans in t.answers.items():
+                items = self.forms.form(self.form_of(pid, phase))
+                out[phase][pid] = {i: (i in ans and ans[i] == items[i].correct) for i in range(n)}
+                for i in range(n):
+                    tags[(phase, pid, i)] = items[i].misconceptions[ans[i]] if i in ans else None
+        return out["pre"], out["post"], tags

@@ -1,0 +1,231 @@
+"""The teacher's side of the class votes: the projector's HTML (escaped, counts hidden while
+open, both rounds side by side at the reveal, drawn fast) and the pages' "open as a phone
+round" buttons and gains section against a real votes router over HTTP (no engine needed:
+the router is served alone by uvicorn on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import pathlib
+import statistics
+import sys
+import threading
+import time
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from app import votes_panel  # noqa: E402
+from app.components.votes import STRINGS, count_html, gains_html, reveal_html  # noqa: E402
+from engine.server.routes.votes import gains_report, votes_router  # noqa: E402
+from engine.server.votes import Classroom, Question, load_test_forms  # noqa: E402
+from tests.server.conftest import free_port  # noqa: E402
+
+ADMIN = "teacher-key"
+Q = {"id": "q", "kind": "selftest", "correct": 1,
+     "question": {"zh": "<script>x</script>题", "en": "<script>x</script>Q"},
+     "choices": [{"zh": f"<b>选{i}</b>", "en": f"<b>c{i}</b>",
+                  "why": {"zh": "因为", "en": "because"}} for i in range(4)]}
+
+
+def forty_voted(room: Classroom) -> Classroom:
+    ph = [room.join(nickname=f"s{i}").pid for i in range(40)]
+    r = room.open_round(Question.from_dict(Q), 120)
+    for i, p in enumerate(ph):
+        room.vote(p, r.rid, 1 if i % 10 < 5 else i % 4)
+    return room
+
+
+def test_projector_html_counts_hidden_while_open_escaped_and_both_rounds():
+    room = forty_voted(Classroom("c"))
+    for lang in ("zh", "en"):
+        html = count_html(room.projector(lang), lang)
+        assert "<script>" not in html and "&lt;script&gt;" in html and "<b>" not in html
+        assert "data-voted='40'" in html
+        assert reveal_html(room.projector(lang), lang) == ""  # no histogram while open
+    room.lock()
+    first = reveal_html(room.projector("en"), "en")
+    assert "First vote" in first and "After discussion" not in first
+    r2 = room.revote(60)
+    for i, p in enumerate(room.phones):
+        room.vote(p, r2.rid, 1 if i % 10 < 8 else 0)
+    room.reveal()
+    times = []
+    for _ in range(50):
+        t0 = time.perf_counter()
+        html = reveal_html(room.projector("zh"), "zh")
+        times.append(time.perf_counter() - t0)
+    assert "第一次投票" in html and "讨论后再投" in html and "✓ 正确" in html and "错→对" in html
+    assert "<script>" not in html
+    print(f"reveal draw (state + HTML), median of 50: {1000 * statistics.median(times):.2f} ms")
+    assert statistics.median(times) < 0.3
+    assert all(set(v) == {"zh", "en"} and all(v.values()) for v in STRINGS.values())
+
+
+def test_gains_html_from_a_class():
+    ticks = iter(range(10**6))
+    room = Classroom("c", forms=load_test_forms(), clock=lambda: float(next(ticks)))
+    ph = [room.join().pid for _ in range(8)]
+    for phase, right in (("pre", lambda s, i: (s + i) % 3 == 0), ("post", lambda s, i: s % 4)):
+        room.start_test(phase)
+        for s, p in enumerate(ph):
+            items = room.forms.form(room.form_of(p, phase))
+            for i, q in enumerate(items):
+                room.answer_test(p, i, q.correct if right(s, i) else (q.correct + 1) % 4)
+        room.stop_test()
+    for lang in ("zh", "en"):
+        rep = gains_report(room, lang)
+        html = gains_html(rep, lang)
+        assert rep["result"]["matched"] == 8 and rep["sentence"][lang] in html
+        assert ("归一化增益" if lang == "zh" else "normalized gain") in html
+
+
+@pytest.fixture(scope="module")
+def router_server():
+    import uvicorn
+    from fastapi import FastAPI
+
+    from engine.server.limits import Limits
+    from engine.server.metrics import ServerMetrics
+    from engine.server.state import ServerSettings
+
+    app = FastAPI()
+    router = votes_router()
+    app.include_router(router)
+    # the class server's own key check: teacher routes need the admin key
+    app.add_middleware(Limits, settings=ServerSettings(api_key="join", admin_key=ADMIN),
+                       metrics=ServerMetrics("m"))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    th = threading.Thread(target=server.run, daemon=True)
+    th.start()
+    end = time.monotonic() + 20
+    while not server.started and time.monotonic() < end:
+        time.sleep(0.02)
+    votes_panel.attach(f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {ADMIN}"})
+    yield router.classroom
+    votes_panel.attach(None)
+    server.should_exit = True
+    th.join(20)
+
+
+def test_quiz_page_opens_a_phone_round(router_server):
+    at = AppTest.from_file(str(ROOT / "app/pages/quiz.py"), default_timeout=60)
+    at.session_state["lang"] = "en"
+    at.run()
+    at.button(key="vote_open_quiz_ch2").click()
+    at.run()
+    assert not at.exception and not at.error
+    room = router_server
+    assert room.current is not None and room.current.question.qid == "ch2"
+    assert room.current.question.correct == 2 and room.current.question.why[0]
+
+
+@pytest.mark.slow  # through app/main.py: the shell sets up the engine's session
+def test_plan_page_opens_a_prediction_round(router_server):
+    from app.classplan import STOPS
+
+    stop = next(s for s in STOPS if s.prediction is not None)
+    at = AppTest.from_file(str(ROOT / "app/main.py"), default_timeout=120)
+    at.session_state["lang"] = "zh"
+    at.run()
+    at.switch_page("pages/plan.py").run()
+    at.button(key=f"vote_open_plan_{stop.id}").click()
+    at.run()
+    assert not at.exception
+    q = router_server.current.question
+    assert q.qid == stop.id and q.kind == "prediction" and q.correct is None
+    assert q.text["zh"] == stop.prediction.question.zh
+
+
+def _projector_script():
+    from app.votes_panel import projector
+
+    projector()
+
+
+def test_projector_panel_runs_a_round_and_reveal_draws_fast(router_server):
+    room = router_server
+    ph = [room.join(nickname=f"s{i}").pid for i in range(39)] + [
+        room.join(nickname="badword7").pid]
+    r = room.open_round(Question.from_dict(Q), 120)
+    for i, p in enumerate(ph):
+        room.vote(p, r.rid, 1 if i % 10 < 4 else 0)
+    at = AppTest.from_function(_projector_script, default_timeout=60)
+    at.session_state["lang"] = "en"
+    at.run()
+    page = "".join(h.proto.body for h in at.get("html"))
+    assert "data-voted='40'" in page and "First vote" not in page  # how many, not how
+    at.session_state["vote_words"] = "BADWORD"
+    at.button(key="vote_words_save").click().run()
+    assert room.words == ["BADWORD"] and "badword7" not in str(at.button)
+    at.button(key="vote_nick_0").click().run()
+    assert ph[0] in room.hidden_nicks
+    at.button(key="vote_hide_q").click().run()  # one click hides the question
+    page = "".join(h.proto.body for h in at.get("html"))
+    assert room.current.hidden and "question hidden" in page and "&lt;script&gt;" not in page
+    at.button(key="vote_hide_q").click().run()
+    assert not room.current.hidden
+    at.button(key="vote_lock").click().run()
+    page = "".join(h.proto.body for h in at.get("html"))
+    assert "First vote" in page and "discuss with a neighbour" in page
+    at.button(key="vote_revote").click().run()
+    r2 = room.current
+    assert r2.number == 2 and r2.state == "open"
+    for i, p in enumerate(ph):
+        room.vote(p, r2.rid, 1 if i % 10 < 8 else 0)
+    at.button(key="vote_lock").click().run()
+    t0 = time.perf_counter()
+    at.button(key="vote_reveal").click().run()
+    ms = 1000 * (time.perf_counter() - t0)
+    page = "".join(h.proto.body for h in at.get("html"))
+    assert "First vote" in page and "After discussion" in page and "wrong→right 16" in page
+    def drawn_ms():
+        return float(next(c.value for c in at.caption if c.value.startswith("drawn in"))
+                     .split()[2])
+
+    draws = [drawn_ms()]
+    for _ in range(4):  # the fragment redraws the revealed round
+        draws.append(drawn_ms() if at.run() else 0.0)
+    frag_ms = statistics.median(draws)
+    print(f"reveal: the projector fragment drew in {frag_ms:.0f} ms, median of {len(draws)} "
+          f"(the panel's whole AppTest rerun on the click: {ms:.0f} ms)")
+    assert frag_ms < 300
+    # a class without phones: counts typed by hand drive a new round's histogram
+    room.open_round(Question.from_dict(Q), 60)
+    at.session_state["vote_hand"] = "3, 12, 4, 1"
+    at.run()
+    at.button(key="vote_hand_save").click().run()
+    assert room.current.hand == [3, 12, 4, 1], room.current.hand
+
+
+def _projector_with(measured):
+    from app.votes_panel import projector
+
+    projector(measured)
+
+
+def test_a_prediction_round_reveals_the_measured_range_and_value(router_server):
+    from app.classplan import STOPS
+    from app.votes_panel import prediction_payload
+
+    stop = next(s for s in STOPS if s.prediction is not None)
+    room = router_server
+    room.open_round(Question.from_dict(prediction_payload(stop)), 60)
+    pid = room.join().pid
+    room.vote(pid, room.current.rid, 0)
+    room.lock()
+    value = stop.prediction.bounds[0] + 0.5  # a value in the second range
+    at = AppTest.from_function(_projector_with, args=({stop.id: (value, 1)},),
+                               default_timeout=60)
+    at.session_state["lang"] = "zh"
+    at.run()
+    page = "".join(h.proto.body for h in at.get("html"))
+    assert "运行演示" in page  # no answer before the engine measured it
+    at.button(key="vote_reveal").click().run()
+    assert room.current.question.correct == 1
+    shown = stop.prediction.value_fmt.format(value)
+    page = "".join(h.proto.body for h in at.get("html"))
+    assert f"引擎测得：{shown}" in page and room.phone_view(pid, "en")["round"]["measured"] == shown

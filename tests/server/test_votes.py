@@ -1,0 +1,243 @@
+"""The votes core and the gains, without HTTP: rounds, refusals, test forms, measures."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from engine.server.gains import class_gains, cohen_dz, hake_g, hand_gains, revisit_sentence
+from engine.server.votes import (
+    FLOOD_VOTES,
+    LESSONS_DIR,
+    Classroom,
+    Question,
+    VoteError,
+    load_misconceptions,
+    load_test_forms,
+    pick_lang,
+    suggest,
+)
+
+Q = {"id": "q1", "kind": "selftest", "correct": 2,
+     "question": {"zh": "题目", "en": "Question"},
+     "choices": [{"zh": f"选项{i}", "en": f"choice {i}", "why": {"zh": "因为", "en": "because"}}
+                 for i in range(4)]}
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_suggestion_thresholds():
+    assert [suggest(x) for x in (0.0, 0.34, 0.35, 0.7, 0.71, None)] == [
+        "explain", "explain", "discuss", "discuss", "reveal", "measure"]
+
+
+def test_round_vote_change_lock_revote_shift():
+    clock = Clock()
+    c = Classroom("cls", clock=clock)
+    ph = [c.join().pid for _ in range(10)]
+    r = c.open_round(Question.from_dict(Q), seconds=30)
+    for i, p in enumerate(ph):
+        c.vote(p, r.rid, 2 if i < 3 else 0)  # 3 of 10 right
+    c.vote(ph[9], r.rid, 1)  # a change of mind: still one ballot
+    assert r.counts() == [6, 1, 3, 0] and r.voters() == 10
+    # the projector shows how many, not how, while open
+    view = c.projector("en")["round"]
+    assert view["voted"] == 10 and "counts" not in view
+    c.lock()
+    with pytest.raises(VoteError) as e:
+        c.vote(ph[0], r.rid, 1)
+    assert e.value.code == "closed" and r.counts() == [6, 1, 3, 0]
+    assert c.projector("en")["round"]["suggestion"] == "explain"
+    r2 = c.revote(30)
+    with pytest.raises(VoteError) as e:  # the first round's id no longer takes votes
+        c.vote(ph[0], r.rid, 2)
+    assert e.value.code == "stale_round"
+    for i, p in enumerate(ph):
+        c.vote(p, r2.rid, 2 if i in (1, 2, 3, 4, 5, 6) else 0)  # ph0 right->wrong, 4 gain
+    c.reveal()
+    v = c.projector("zh")["round"]
+    assert v["previous_counts"] == [6, 1, 3, 0] and v["counts"] == [4, 0, 6, 0]
+    assert v["shift"] == {"wrong_to_right": 4, "right_to_wrong": 1, "stayed_right": 2,
+                          "stayed_wrong": 3, "matched": 10}
+    # a phone reads only its own ballot
+    pv = c.phone_view(ph[0], "zh")
+    assert pv["round"]["mine"] == 0 and pv["round"]["correct"] == 2
+    assert "counts" not in json.dumps(pv) and ph[1] not in json.dumps(pv)
+
+
+def test_deadline_extend_and_refusals():
+    clock = Clock()
+    c = Classroom("cls", clock=clock)
+    p = c.join().pid
+    r = c.open_round(Question.from_dict(Q), seconds=10)
+    clock.t = 9
+    c.extend(20)
+    clock.t = 25
+    c.vote(p, r.rid, 1)
+    for bad, code in ((7, "unknown_choice"), ("1", "unknown_choice"), (True, "unknown_choice")):
+        with pytest.raises(VoteError) as e:
+            c.vote(p, r.rid, bad)
+        assert e.value.code == code and e.value.status == 400
+        assert "选项" in e.value.message("zh") and "choice" in e.value.message("en")
+    with pytest.raises(VoteError) as e:
+        c.vote(p, r.rid, 1, class_id="other")
+    assert e.value.code == "wrong_class"
+    with pytest.raises(VoteError) as e:
+        c.vote(p, "other-1", 1)
+    assert e.value.code == "wrong_class"
+    with pytest.raises(VoteError) as e:
+        c.vote("nobody", r.rid, 1)
+    assert e.value.code == "unknown_phone"
+    refused = 0
+    for i in range(30):  # a flood from one phone: refused, counts unchanged
+        try:
+            c.vote(p, r.rid, i % 2)
+        except VoteError as err:
+            assert err.code == "flood" and err.status == 429
+            refused += 1
+    assert refused == 30 - FLOOD_VOTES + 1 and r.voters() == 1
+    clock.t = 40  # past the deadline: the round locks itself
+    with pytest.raises(VoteError) as e:
+        c.vote(p, r.rid, 0)
+    assert e.value.code == "closed"
+
+
+def test_hand_counts_drive_suggestion_and_reveal():
+    c = Classroom("cls")
+    c.open_round(Question.from_dict(Q))
+    c.hand_count([2, 3, 10, 1])
+    v = c.projector("en")["round"]
+    assert v["counts"] == [2, 3, 10, 1] and v["suggestion"] == "discuss"
+    c.revote()
+    c.hand_count([0, 1, 14, 1])
+    c.reveal()
+    v = c.projector("en")["round"]
+    assert v["previous_counts"] == [2, 3, 10, 1] and v["suggestion"] == "reveal"
+    assert v["shift"] is None  # no matching from a show of hands
+    with pytest.raises(VoteError) as e:
+        c.hand_count([1, 2])
+    assert e.value.code == "bad_counts" and "0 到 10000" in e.value.message("zh")
+
+
+def test_prediction_reveal_sets_measured_range():
+    q = dict(Q, kind="prediction", correct=None)
+    c = Classroom("cls")
+    p = c.join().pid
+    r = c.open_round(Question.from_dict(q))
+    c.vote(p, r.rid, 3)
+    c.lock()
+    assert c.projector("en")["round"]["suggestion"] == "measure"
+    c.reveal(correct=3, measured="2.41")
+    assert c.projector("en")["round"]["correct"] == 3
+    assert c.projector("en")["round"]["measured"] == "2.41"
+    assert c.phone_view(p, "zh")["round"]["measured"] == "2.41"
+
+
+def test_nickname_masking_and_hiding():
+    c = Classroom("cls")
+    a = c.join(nickname="小明").pid
+    b = c.join(nickname="badword99").pid
+    c.words = ["BADWORD"]
+    assert c.display_name(a) == "小明" and c.display_name(b) == "*" * 9
+    c.hidden_nicks.add(a)
+    assert c.display_name(a) == ""
+    assert c.join(pid=a).pid == a  # a reload keeps the id
+    with pytest.raises(VoteError):
+        c.join(nickname="x\x00")
+
+
+def test_lang_pick():
+    assert pick_lang(None, "zh-CN,zh;q=0.9,en;q=0.8") == "zh"
+    assert pick_lang(None, "en-US,en;q=0.9") == "en"
+    assert pick_lang("zh", "en-US") == "zh"
+    assert pick_lang(None, None) == "en"
+
+
+_NUM = re.compile(r"\d[\d,.]*")
+
+
+def test_forms_are_parallel_twins_that_differ():
+    forms = load_test_forms()
+    known = load_misconceptions()
+    assert 6 <= len(forms.pairs) <= 8
+    for a, b in forms.pairs:
+        assert a.qid.split(":")[0] == b.qid.split(":")[0]
+        for lang in ("zh", "en"):
+            assert a.text[lang] != b.text[lang]
+            assert {c[lang] for c in a.choices}.isdisjoint({c[lang] for c in b.choices})
+            na = set(_NUM.findall(a.text[lang] + "".join(c[lang] for c in a.choices)))
+            nb = set(_NUM.findall(b.text[lang] + "".join(c[lang] for c in b.choices)))
+            if na or nb:
+                assert na != nb, (a.qid, lang, na)
+        for q in (a, b):  # every wrong choice names a known misconception
+            assert all((m in known) == (i != q.correct) for i, m in enumerate(q.misconceptions))
+    for m in ("batch-speeds-one", "spec-changes-answer", "paging-shrinks-weights"):
+        assert m in known and known[m]["zh"] and known[m]["en"]
+    data = json.loads((LESSONS_DIR / "pretest.json").read_text("utf-8"))
+    assert all(p["idea"]["zh"] and p["idea"]["en"] for p in data["pairs"])
+
+
+def test_counterbalanced_forms():
+    c = Classroom("cls", forms=load_test_forms())
+    ph = [c.join().pid for _ in range(6)]
+    firsts = [c.form_of(p, "pre") for p in ph]
+    assert firsts.count("A") == 3 and firsts.count("B") == 3
+    assert all(c.form_of(p, "pre") != c.form_of(p, "post") for p in ph)
+
+
+def test_gains_match_hand_computation():
+    # three students, two items: scores pre 0/50/50, post 100/50/100 (%)
+    pre = {"s1": {0: False, 1: False}, "s2": {0: True, 1: False}, "s3": {0: True, 1: False}}
+    post = {"s1": {0: True, 1: True}, "s2": {0: False, 1: True}, "s3": {0: True, 1: True},
+            "s4": {0: True, 1: True}}
+    r = class_gains(pre, post)
+    pre_pct, post_pct = (0 + 50 + 50) / 3, (100 + 50 + 100) / 3
+    assert r["pre"] == pytest.approx(pre_pct) and r["post"] == pytest.approx(post_pct)
+    assert r["g"] == pytest.approx((post_pct - pre_pct) / (100 - pre_pct))
+    diffs = [100, 0, 50]
+    m = sum(diffs) / 3
+    sd = (sum((x - m) ** 2 for x in diffs) / 2) ** 0.5
+    assert r["d"] == pytest.approx(m / sd)
+    assert r["right_to_wrong"] == pytest.approx(1 / 2)  # s2 and s3 right on item 0; s2 lost it
+    assert r["matched"] == 3 and r["unmatched"] == 1
+    assert r["items"][1]["g"] == pytest.approx(1.0) and r["items"][0]["right_to_wrong"] == 0.5
+    assert hake_g(100, 100) is None and cohen_dz([1.0]) is None and cohen_dz([2, 2]) is None
+    h = hand_gains({0: (5, 20)}, {0: (15, 20)})
+    assert h["g"] == pytest.approx((75 - 25) / 75) and h["d"] is None
+    s = revisit_sentence(r, {0: {"zh": "甲", "en": "first"}, 1: {"zh": "乙", "en": "second"}}, {})
+    assert "first" in s["en"] and "甲" in s["zh"]
+
+
+def test_pre_post_by_hand_counts_give_g_without_d():
+    from engine.server.routes.votes import gains_report
+
+    c = Classroom("cls", forms=load_test_forms())
+    right_pre = right_post = 0
+    for i in range(len(c.forms.pairs)):
+        for form in ("A", "B"):
+            q = c.forms.form(form)[i]
+            pre, post = [1] * len(q.choices), [1] * len(q.choices)
+            pre[q.correct], post[q.correct] = 5, 14  # of 8 and 17 answers
+            right_pre += 5
+            right_post += 14
+            c.test_hand_count("pre", i, form, pre)
+            c.test_hand_count("post", i, form, post)
+    n_pre = n_post = 0
+    for form in ("A", "B"):
+        for q in c.forms.form(form):
+            n_pre += 5 + len(q.choices) - 1
+            n_post += 14 + len(q.choices) - 1
+    rep = gains_report(c, "zh")
+    a, b = 100 * right_pre / n_pre, 100 * right_post / n_post
+    assert rep["source"] == "hand" and rep["result"]["pre"] == pytest.approx(a)
+    assert rep["result"]["g"] == pytest.approx((b - a) / (100 - a))
+    assert rep["result"]["d"] is None and rep["result"]["right_to_wrong"] is None
+    assert rep["summary"].startswith("# 课堂学习收获")
