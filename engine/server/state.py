@@ -39,11 +39,17 @@ class ServerSettings:
 class ServerState:
     """One app's shared state. `inflight` is touched on the event loop thread only."""
 
-    def __init__(self, engine, settings: ServerSettings):
-        self.engine, self.settings = engine, settings
+    def __init__(self, engine, settings: ServerSettings, engine_factory=None):
+        self.settings = settings
         self.metrics = ServerMetrics(settings.model_name)
-        self.loop = EngineLoop(engine, self.metrics, settings.max_tokens_cap)
+        self.loop = EngineLoop(engine, self.metrics, settings.max_tokens_cap,
+                               factory=engine_factory)
         self.inflight: Counter[str] = Counter()  # client -> requests in the server
+
+    @property
+    def engine(self):
+        """The engine now: a switch change (`EngineLoop.swap`) replaces it in the loop."""
+        return self.loop.engine
 
     @property
     def max_tokens_cap(self) -> int:

@@ -2,9 +2,10 @@
 
 Routes (under `/v1/servelab/`, so the teacher's admin key guards them when one is set):
 - `GET /v1/servelab/steps`: the engine's StepReports as server-sent events, each with its
-  `owners` map (`engine/server/loop.py` says what a viewer reads); newest first when a viewer
-  falls behind, an `: idle` comment while the engine has no work. `?limit=N` closes after N
-  events.
+  `owners` map (`engine/server/loop.py` says what a viewer reads), and the engine's
+  `{"type": "restart"}` events while a switch change runs; every event in order while the hub
+  keeps it (a viewer that falls far behind skips ahead), an `: idle` comment while the engine
+  has no work. `?limit=N` closes after N events.
 - `GET /v1/servelab/config`: the engine's configuration (what
   `python -m engine.load --compare-offline` reruns).
 """
@@ -30,7 +31,7 @@ def router(state: ServerState) -> APIRouter:
 
     @r.get("/v1/servelab/config")
     async def engine_config():
-        return dataclasses.asdict(state.engine.config)
+        return dataclasses.asdict(state.loop.engine.config)  # the engine now (after swaps)
 
     @r.get("/v1/servelab/steps")
     async def steps(request: Request, limit: int = 0):
@@ -50,12 +51,12 @@ def router(state: ServerState) -> APIRouter:
                         yield ": idle\n\n"
                         continue
                     ev.clear()
-                    latest = hub.latest
-                    if latest is None or latest[0] == last:
-                        continue
-                    last = latest[0]
-                    yield f"data: {latest[1]}\n\n"
-                    sent += 1
+                    for seq, payload in hub.since(last):
+                        if limit and sent >= limit:
+                            break
+                        last = seq
+                        yield f"data: {payload}\n\n"
+                        sent += 1
             finally:
                 hub.unsubscribe(key)
 
