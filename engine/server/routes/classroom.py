@@ -19,11 +19,19 @@ because `python -m engine.serve` is the class server and the engine never import
 Routes (`router(state)`):
 - `GET /class`: the page. It holds no data, so it needs no key; the join code comes from the
   QR code's URL fragment (`#code=...`, never sent to the server in a URL) or is typed in.
-- `POST /class/ask` (JSON `{"nickname", "question"}`, `Authorization: Bearer <join code>`,
-  checked by the app's middleware like every API route): server-sent events for this one
-  request only: `accepted`, `seat` (seat index and KV blocks held), `delta` (answer text),
-  `done` (token count, the server's TTFT) or `error`. A student never receives another
-  request's text: this stream carries one ticket's deltas and nothing else.
+- `POST /class/ask` (JSON `{"nickname", "question", "phone"}`, `Authorization: Bearer <join
+  code>`, checked by the app's middleware like every API route): server-sent events for this
+  one request only, each numbered `i`: `accepted` (its id, its question, the engine's
+  generation), `journey` (its own slice of each step that changed it: at the door with its
+  place and the reasons it waited, or its seat, boarding step and wait, its page table
+  growing, the count of its blocks shared with others, its drafts' verdicts), `seat`, `delta`
+  (answer text with the step it came from), `done` (token count, the server's TTFT and where
+  that falls among the class's, as a percentile only) or `error` (`code`
+  "engine_restarting" when the teacher changed a switch: the page asks again by itself).
+  A student never receives another request's text, nickname or timing.
+- `GET /class/answer/{id}?start=N` (join code, `X-Phone-Secret`): the same answer's events
+  from N. The answer runs on whether or not a phone is attached (kept `keep_answers_s` after
+  it ends, aborted if nobody reads it for `detached_grace_s`), so a reload reattaches.
 - `GET /v1/servelab/class/questions`: recent questions by request id, for the teacher's
   "show questions on screen" (under /v1/servelab/, so the teacher's admin key guards it).
 
@@ -31,23 +39,25 @@ Everything from a student is untrusted: nickname and question are length-limited
 400, control characters are refused, and the page writes every string with `textContent`
 (never innerHTML); the teacher's page escapes them with `html.escape`. Rate limits per
 student (client address + nickname): one question in flight and `min_interval_s` between
-question (counted from the end of the last answer), answered with 429 and `Retry-After`.
+questions, counted from the end of the last answer the student received (an answer cut by a
+switch change does not count), answered with 429 and `Retry-After`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import itertools
 import json
 import time
 import unicodedata
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict
-from starlette.background import BackgroundTask
 
 from engine.config import SamplingParams
 from engine.server.loop import SIMULATED_PREFIX, Delta, Ticket
@@ -66,6 +76,9 @@ class ClassLimits:
     max_tokens: int = 96  # answer length: short, so thirty students share the seats quickly
     min_interval_s: float = 3.0  # from one answer's end to the same student's next question
     max_recent_questions: int = 256  # what the teacher's "show questions" keeps
+    keep_answers_s: float = 600.0  # a finished answer stays for a reload this long
+    max_kept_answers: int = 1024
+    detached_grace_s: float = 20.0  # an answer nobody reads is aborted after this
 
 
 class AskBody(BaseModel):
@@ -73,6 +86,7 @@ class AskBody(BaseModel):
 
     nickname: str
     question: str
+    phone: str | None = None  # the page's own random secret: what a reload reattaches with
 
 
 def _clean(value: str, name: str, limit: int) -> str:
@@ -127,13 +141,84 @@ def _event(obj: dict) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
+def _digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode("utf-8", "replace")).digest()
+
+
+class Answer:
+    """One student's answer as its events, kept after the phone's connection ends, so a
+    reload reattaches (`GET /class/answer/{id}` with the phone's secret) and reads on from
+    any event. Event loop thread only."""
+
+    def __init__(self, request_id: str, phone: bytes | None):
+        self.request_id, self.phone = request_id, phone
+        self.events: list[dict] = []
+        self.done = False
+        self.changed = asyncio.Event()
+        self.attached = 0
+        self.detached_at = time.monotonic()
+        self.ended_at: float | None = None
+        self.task: asyncio.Task | None = None  # the pump: held here so it is not collected
+
+    def add(self, event: dict) -> None:
+        self.events.append(event)
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    def end(self) -> None:
+        self.done, self.ended_at = True, time.monotonic()
+        self.changed.set()
+
+    def owned_by(self, phone: str | None) -> bool:
+        return self.phone is not None and phone is not None and \
+            hmac.compare_digest(self.phone, _digest(phone))
+
+    async def tail(self, start: int = 0):
+        """Its events from `start`, then each new one until it ends (`i` numbers them)."""
+        i = max(0, start)
+        self.attached += 1
+        try:
+            while True:
+                while i < len(self.events):
+                    yield _event({**self.events[i], "i": i})
+                    i += 1
+                if self.done:
+                    return
+                await self.changed.wait()
+        finally:
+            self.attached -= 1
+            self.detached_at = time.monotonic()
+
+
+def _percentile(values, mine: float) -> float | None:
+    """Where `mine` falls among the class's first-token times: the share (0-100) of them
+    at or below it. Only this number reaches a phone, never another student's time."""
+    values = list(values)
+    if not values:
+        return None
+    return round(100.0 * sum(1 for v in values if v <= mine) / len(values), 1)
+
+
 def router(state: ServerState, limits: ClassLimits | None = None) -> APIRouter:
     """The students' routes over the server's state (its loop, its admission)."""
     limits = limits or ClassLimits()
     loop = state.loop
     students = _Students(limits)
+    answers: OrderedDict[str, Answer] = OrderedDict()
+    ttfts: deque[float] = deque(maxlen=limits.max_recent_questions)  # the class's
     r = APIRouter()
     counter = itertools.count()
+
+    def keep(ans: Answer) -> None:
+        """Remember an answer for reloads: the newest `max_kept_answers`, ended ones for
+        `keep_answers_s`."""
+        answers[ans.request_id] = ans
+        now = time.monotonic()
+        for rid in [k for k, a in answers.items()
+                    if a.ended_at is not None and now - a.ended_at > limits.keep_answers_s]:
+            del answers[rid]
+        while len(answers) > limits.max_kept_answers:
+            answers.popitem(last=False)
 
     @r.get(PAGE_PATH, response_class=HTMLResponse)
     async def page():
@@ -148,6 +233,17 @@ def router(state: ServerState, limits: ClassLimits | None = None) -> APIRouter:
     async def questions():
         return {"questions": students.questions, "limits": limits.__dict__}
 
+    @r.get(PAGE_PATH + "/answer/{request_id}")
+    async def resume(request_id: str, request: Request, start: int = 0):
+        """A phone's answer again, from event `start`: a reload reattaches to it."""
+        ans = answers.get(request_id)
+        if ans is None or not ans.owned_by(request.headers.get("x-phone-secret")):
+            raise APIError(404, "no answer with this id for this phone (it may have expired)",
+                           "invalid_request_error", param="request_id",
+                           code="answer_not_found")
+        return StreamingResponse(ans.tail(start), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store"})
+
     @r.post(PAGE_PATH + "/ask")
     async def ask(body: AskBody, request: Request):
         nickname = _clean(body.nickname, "nickname", limits.max_nickname_chars)
@@ -155,6 +251,10 @@ def router(state: ServerState, limits: ClassLimits | None = None) -> APIRouter:
         if nickname.lower().startswith(SIMULATED_PREFIX):
             raise APIError(400, f"nicknames starting with {SIMULATED_PREFIX!r} are kept for "
                                 f"simulated users; choose another", param="nickname")
+        phone = body.phone
+        if phone is not None and not 16 <= len(phone) <= 128:
+            raise APIError(400, "phone must be 16 to 128 characters (the page's own secret)",
+                           param="phone")
         address = request.client.host if request.client else "unknown"
         key = f"{address}|{nickname.casefold()}"
         students.check(key)
@@ -163,7 +263,7 @@ def router(state: ServerState, limits: ClassLimits | None = None) -> APIRouter:
                         params=SamplingParams(max_tokens=max_tokens, temperature=0.0),
                         user=nickname, aloop=asyncio.get_running_loop(), queue=asyncio.Queue(),
                         messages=[{"role": "user", "content": question}],
-                        max_tokens=max_tokens)
+                        max_tokens=max_tokens, journey=True)
         students.in_flight.add(key)
         try:
             accepted: Delta = await state.admit(ticket)
@@ -172,54 +272,72 @@ def router(state: ServerState, limits: ClassLimits | None = None) -> APIRouter:
             raise
         students.remember(ticket.request_id, nickname, question)
         rid = ticket.request_id
+        ans = Answer(rid, _digest(phone) if phone else None)
+        keep(ans)
+        answered = False
 
-        def student_done():  # the student may ask again after `min_interval_s`
+        def student_done():  # only an answer the student got counts against the next one
             students.in_flight.discard(key)
-            students.last_ask[key] = time.monotonic()
+            if answered:
+                students.last_ask[key] = time.monotonic()
 
         lease = state.lease(ticket, on_release=student_done)
+        ans.add({"type": "accepted", "request_id": rid, "question": question,
+                 "prompt_tokens": len(accepted.prompt_token_ids), "max_tokens": max_tokens,
+                 "engine": loop.generation})
 
-        async def where() -> dict | None:
+        async def pump():
+            """The loop's deltas into the answer's events, whoever is attached; a request
+            nobody watches for `detached_grace_s` is aborted (its seat and blocks freed)."""
+            nonlocal answered
+            n_out, seat = 0, None
             try:
-                return await asyncio.wrap_future(loop.call(lambda eng: seat_of(eng, rid)))
-            except Exception:  # the server is stopping: no seat to tell
-                return None
-
-        async def events():
-            try:
-                yield _event({"type": "accepted", "request_id": rid,
-                              "prompt_tokens": len(accepted.prompt_token_ids),
-                              "max_tokens": max_tokens})
-                n_out, seat = 0, None
                 while True:
-                    d: Delta = await ticket.queue.get()
+                    try:
+                        d: Delta = await asyncio.wait_for(ticket.queue.get(), 1.0)
+                    except asyncio.TimeoutError:
+                        if ans.attached == 0 and \
+                                time.monotonic() - ans.detached_at > limits.detached_grace_s:
+                            ans.add({"type": "error", "code": "left",
+                                     "message": "nobody was reading this answer"})
+                            break
+                        continue
                     if d.error is not None:
                         lease.done = True
-                        yield _event({"type": "error", "message": d.error.message})
+                        ans.add({"type": "error", "message": d.error.message,
+                                 "code": d.error.code})
                         break
-                    if d.token_ids and (n_out == 0 or (n_out // 16) != (n_out + len(
-                            d.token_ids)) // 16):
-                        # where it sits: at the first token, then every 16 (blocks grow)
-                        now_at = await where()
-                        if now_at is not None and now_at != seat:
-                            seat = now_at
-                            yield _event({"type": "seat", **seat})
+                    if d.journey is not None:
+                        ans.add({"type": "journey", **d.journey})
+                        if "seat" in d.journey:
+                            now_at = {"seat": d.journey["seat"]["index"],
+                                      "blocks": len(d.journey.get("blocks", []))}
+                            if now_at != seat:
+                                seat = now_at
+                                ans.add({"type": "seat", **seat})
                     n_out += len(d.token_ids)
-                    if d.text:
-                        yield _event({"type": "delta", "text": d.text})
+                    if d.text or d.token_ids:
+                        ans.add({"type": "delta", "text": d.text, "step": d.step,
+                                 "tokens": len(d.token_ids)})
                     if d.finish_reason is not None:
                         lease.done = True
                         ttft = (ticket.first_token_time - ticket.arrival
                                 if ticket.first_token_time else None)
-                        yield _event({"type": "done", "tokens": n_out,
-                                      "finish_reason": d.finish_reason, "server_ttft_s": ttft})
+                        pct = _percentile(ttfts, ttft) if ttft is not None else None
+                        if ttft is not None:
+                            ttfts.append(ttft)
+                        answered = True
+                        ans.add({"type": "done", "tokens": n_out,
+                                 "finish_reason": d.finish_reason, "server_ttft_s": ttft,
+                                 "ttft_percentile": pct, "class_answers": len(ttfts) - 1})
                         break
             finally:
+                ans.end()
                 lease.close()
 
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store"},
-                                 background=BackgroundTask(lease.close))
+        ans.task = asyncio.get_running_loop().create_task(pump())
+        return StreamingResponse(ans.tail(0), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store"})
 
     return r
 
