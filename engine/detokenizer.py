@@ -79,10 +79,15 @@ class Detokenizer:
         return self.text[:len(self.text) - hold]
 
     def finish(self) -> None:
-        """The request ended: the text is now the whole output decoded once (an incomplete
-        character at the very end shows as U+FFFD, as decode() gives it)."""
+        """The request ended: the text is now the whole output decoded once, less an
+        incomplete character at the very end (an answer cut at max_tokens inside a Chinese
+        character or an emoji): decode() gives U+FFFD for it, which is no character the
+        model wrote. Its token ids stay in `token_ids`."""
         if self.stop_at is None:
-            self.text = self._decode(self.token_ids)
+            text = self._decode(self.token_ids)
+            if text.endswith(REPLACEMENT) and not self.text.endswith(REPLACEMENT):
+                text = text.rstrip(REPLACEMENT)
+            self.text = text
 
     def take(self, finished: bool) -> str:
         """The visible text not handed out before."""

@@ -58,3 +58,23 @@ def test_a_tokenizer_that_cleans_up_spaces_keeps_its_own_decode():
     assert fast_decode(CleaningTokenizer())([1]) == "cleaned"
     CleaningTokenizer.clean_up_tokenization_spaces = False
     assert fast_decode(CleaningTokenizer())([1]) == "raw"
+
+
+def test_an_answer_cut_inside_a_character_does_not_end_in_a_replacement(tokenizer):
+    """max_tokens can end an answer between the tokens of one Chinese character or emoji:
+    the finished text stops before it, with no U+FFFD, and holds every whole character."""
+    ids = tokenizer.encode("你好，世界！🙂🚀")
+    cuts = [n for n in range(1, len(ids) + 1)
+            if tokenizer.decode(ids[:n], skip_special_tokens=False).endswith("\ufffd")]
+    assert cuts, "the text has no character split over tokens"
+    for n in cuts:
+        d = Detokenizer(tokenizer)
+        streamed = ""
+        for t in ids[:n]:
+            d.add(t)
+            streamed += d.take(False)
+        d.finish()
+        streamed += d.take(True)
+        whole = tokenizer.decode(ids[:n], skip_special_tokens=False)
+        assert "\ufffd" not in d.text and "\ufffd" not in streamed
+        assert d.text == whole.rstrip("\ufffd") == streamed
