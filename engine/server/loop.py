@@ -104,7 +104,7 @@ class Ticket:
     arrival_step: int | None = None  # engine steps done when it entered the engine
     boarded_step: int | None = None  # the step that first gave it a seat
     board_wait_s: float = 0.0  # seconds from arrival to that step's end
-    waited_for: list[str] = field(default_factory=list)  # blocked reasons seen at the door
+    waited_for: list[str] = field(default_factory=list)  # reason codes seen at the door
     last_view: dict | None = None
 
     @property
@@ -478,7 +478,7 @@ class EngineLoop:
             view: dict = {}
             if rid in pos:
                 view["door"] = {"position": pos[rid], "of": len(report.waiting)}
-                reason = report.blocked_reason
+                reason = reason_code(report.blocked_reason)
                 if reason and (not t.waited_for or t.waited_for[-1] != reason):
                     t.waited_for.append(reason)
                 view["door"]["reasons"] = list(t.waited_for)
@@ -545,6 +545,24 @@ class EngineLoop:
             t.aloop.call_soon_threadsafe(t.queue.put_nowait, d)
         except RuntimeError:  # the handler's event loop is gone (server shutting down)
             pass
+
+
+def reason_code(reason: str | None) -> str | None:
+    """The scheduler's blocked reason as a code a phone translates: "seats", "kv" (KV full,
+    or no run long enough: fragmentation), "static" (the bus still running), "budget", or
+    "other". Its text names the request at the head of the queue, so it never goes to a
+    phone as it is."""
+    if not reason:
+        return None
+    if reason == "all seats taken":
+        return "seats"
+    if reason.startswith("static"):
+        return "static"
+    if reason.startswith("token budget"):
+        return "budget"
+    if reason.startswith(("KV full", "external fragmentation")):
+        return "kv"
+    return "other"
 
 
 def _jsonable(config) -> dict:

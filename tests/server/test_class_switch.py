@@ -231,4 +231,6 @@ def test_a_students_stream_holds_only_their_own_request(engine):
         door = [e for evs in results.values() for e in evs
                 if e["type"] == "journey" and "door" in e]
         assert door and any(e["door"]["reasons"] for e in door)
+        assert {r for e in door for r in e["door"]["reasons"]} <= {"seats", "kv", "static",
+                                                                  "budget", "other"}
         assert sum(1 for evs in results.values() if evs[-1]["ttft_percentile"] is not None) >= 9
