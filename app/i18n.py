@@ -773,6 +773,8 @@ STRINGS.update({
                      "en": "starting python -m engine.serve ..."},
     "cls.adopt": {"zh": "连接到 {url}", "en": "Connect to {url}"},
     "cls.switches": {"zh": "课堂引擎的开关", "en": "The class engine's switches"},
+    "cls.engine_now": {"zh": "现在的引擎：{config} · KV 池 {kv} 块",
+                       "en": "The engine now: {config} · KV pool of {kv} blocks"},
     "cls.apply": {"zh": "切换方式", "en": "Apply"},
     "cls.apply.drain": {"zh": "等进行中的请求完成后", "en": "after the requests in flight finish"},
     "cls.apply.abort": {"zh": "立即（中断它们，手机会自动重问）",

@@ -36,6 +36,7 @@ from app.classroom import (  # noqa: E402
     ClassRoom,
     ClassServer,
     LoadRun,
+    config_key,
     configured_server,
     join_url,
     lan_address,
@@ -124,6 +125,7 @@ def controls(room: ClassRoom) -> None:
         return
     # a running class: its switches, and Stop
     st.subheader(t("cls.switches"))
+    st.caption(t("cls.engine_now", config=config_key(srv.switches), kv=room.kv_blocks))
     switches = switch_radios(srv.switches, "cls_run")
     kv_blocks = st.number_input(t("cls.kv.knob"), 32, 4096, room.kv_blocks or
                                 DEFAULT_KV_BLOCKS, step=32, key="cls_run_kv_blocks",

@@ -485,7 +485,8 @@ class EngineLoop:
             elif rid in seat_of:
                 if t.boarded_step is None:
                     t.boarded_step = report.step
-                    t.board_wait_s = now - t.arrival
+                    # until the step that seated it began: its own prefill is not a wait
+                    t.board_wait_s = max(0.0, now - report.wall_s - t.arrival)
                 table = kv.block_tables.get(rid, [])
                 view["seat"] = {"index": seat_of[rid], "boarded_step": t.boarded_step,
                                 "waited_steps": t.boarded_step - 1 - (t.arrival_step or 0),
