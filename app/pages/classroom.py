@@ -264,10 +264,12 @@ def main() -> None:
     with left:
         controls(room)
     srv = room.server
-    if srv is None or room.pending is not None:
+    if srv is None:
         return
-    with right:
+    with right:  # the same address and QR code through a switch flip
         join_panel(srv)
+    if room.pending is not None:
+        return
     with left:
         simulated_users(room)
         a, b = st.columns(2)
