@@ -23,7 +23,7 @@ from app.i18n import t
 
 SIM = "sim"  # every simulated rider's label: one grey (palette colour 9 by its hash)
 MAX_WAITING_NAMES = 24
-SEAT_WIDTH = 8  # display columns a seat card's name may take (its 20 px bold type)
+SEAT_WIDTH = 6  # display columns a seat card's name may take (its 20 px bold type, 104 px card)
 CHIP_WIDTH = 16  # at the door and in the students' list
 HOLD_S = 4.0  # a seat a student just left stays on the projector this long, "answered"
 

@@ -218,8 +218,11 @@ def live(room: ClassRoom, show_questions: bool, large: bool = False) -> None:
     st.markdown(t("cls.live.line", step=report["step"], person=who["person"],
                   answered=answered, sim=who["simulated"], waiting=len(report["waiting"])))
     values = gauge_values(history)
-    for col, g in zip(st.columns(len(values)), values):
-        col.metric(g["label"], g["value"], help=g["help"], border=True)
+    # three gauges a row: in a column of a 1280 or 1920 px projector a row of all of them
+    # cuts their values ("11% / 1...")
+    for i in range(0, len(values), 3):
+        for col, g in zip(st.columns(3), values[i:i + 3]):
+            col.metric(g["label"], g["value"], help=g["help"], border=True)
     seats_col, kv_col = st.columns(2, gap="medium")
     with seats_col:
         st.html(seats_html(shown, titles=full))

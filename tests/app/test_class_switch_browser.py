@@ -165,7 +165,8 @@ def test_five_phones_keep_their_answers_through_two_switch_flips(browser, server
                     teacher.settle()
                 page.set_viewport_size({"width": w, "height": h})
                 time.sleep(1.5)
-                assert page.evaluate(LAYOUT_JS) == [], (w, h, large)
+                bad = page.evaluate(LAYOUT_JS)
+                assert bad == [], (w, h, large, bad)
                 name = f"class-teacher-{w}x{h}{'-large' if large else ''}.png"
                 page.screenshot(path=str(SHOTS / name))
             print("teacher page showed the new engine, seconds after ready:", timings)
