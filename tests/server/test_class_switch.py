@@ -98,7 +98,7 @@ def test_switch_flip_keeps_the_address_and_every_question(engine):
             results: dict[int, list] = {}
             started = threading.Barrier(4, timeout=120)
 
-            def phone(i):
+            def phone(i, started=started, results=results, mode=mode):
                 started.wait()
                 results[i] = ask(c, f"p{i}-{mode}", "Write a long story about a ship.")
 
@@ -123,7 +123,7 @@ def test_switch_flip_keeps_the_address_and_every_question(engine):
                 got = st["config"][k]
                 assert (got["method"] if k == "spec" else got) == (
                     v["method"] if k == "spec" else v), (k, got)
-            for i, evs in results.items():
+            for evs in results.values():
                 if mode == "drain":  # every answer finished on the old engine
                     assert evs[-1]["type"] == "done", evs[-3:]
                 else:  # cut, with the code a phone re-asks on
