@@ -14,7 +14,9 @@ and the simulated users share, while the projector draws its step stream.
 - `StepStream`: a thread that reads `GET /v1/servelab/steps` (server-sent events) and keeps
   the newest report and a short, slimmed history for the gauges.
 - `ClassRoom`: the app process's one class (server, stream, load run, results table) and
-  its restart with new switches.
+  its switch flips: the engine is swapped inside the running server
+  (`POST /v1/servelab/engine`), so the class keeps its address, join code and QR code; the
+  step stream's restart events and `GET /v1/servelab/engine` say how far the swap is.
 - `LoadRun`: `python -m engine.loadgen` as a child process, its progress read off its progress
   bar, its JSON summary read at the end.
 
@@ -52,7 +54,12 @@ SWITCHES = {"batching": ("continuous", "static"), "kv_layout": ("paged", "contig
 # k each step, and prompt lookup in front of a draft model (draft / eagle only)
 DEFAULT_SWITCHES = {"batching": "continuous", "kv_layout": "paged", "spec": "off",
                     "adaptive_k": False, "lookup_first": False}
-HISTORY = 240  # steps the gauges' history keeps
+HISTORY = 600  # steps the gauges' history keeps (every step: the stream loses none)
+# the class's KV pool: sized so that a class of thirty, sixteen seated at a time with short
+# answers, fills most of it (a pool sized for max_model_len on every seat would stay nearly
+# empty); the teacher's knob changes it
+DEFAULT_KV_BLOCKS = 192
+DRAIN_S = 60.0  # the bound on "finish the answers in flight" before a switch flip cuts them
 ARRIVALS = ("poisson", "rate", "all-at-once")
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # processes to end at interpreter exit
 
@@ -94,8 +101,21 @@ def qr_svg(text: str, scale: int = 6) -> str:
     return buf.getvalue().decode()
 
 
+def spec_of(switches: dict) -> dict | None:
+    """The spec switch as vLLM's --speculative-config object (None: off)."""
+    if switches["spec"] == "off":
+        return None
+    spec = {"method": switches["spec"], "num_speculative_tokens": 4}
+    if switches.get("adaptive_k"):
+        spec["adaptive_k"] = True
+    if switches.get("lookup_first") and switches["spec"] in ("draft", "eagle"):
+        spec["prompt_lookup_first"] = True
+    return spec
+
+
 def serve_args(switches: dict, host: str, port: int, join_code: str | None,
-               seats: int = 16, max_tokens_cap: int = 128) -> list[str]:
+               seats: int = 16, max_tokens_cap: int = 128,
+               kv_blocks: int | None = DEFAULT_KV_BLOCKS) -> list[str]:
     """The `python -m engine.serve` command line for the class switches."""
     args = [sys.executable, "-m", "engine.serve", "--host", host, "--port", str(port),
             "--batching", switches["batching"], "--kv-layout", switches["kv_layout"],
@@ -103,12 +123,9 @@ def serve_args(switches: dict, host: str, port: int, join_code: str | None,
             # students and a thousand simulated users: a deep queue, one answer at a time
             # per student is the student page's own limit
             "--max-queue", "2048", "--max-requests-per-user", "4"]
-    if switches["spec"] != "off":
-        spec = {"method": switches["spec"], "num_speculative_tokens": 4}
-        if switches.get("adaptive_k"):
-            spec["adaptive_k"] = True
-        if switches.get("lookup_first") and switches["spec"] in ("draft", "eagle"):
-            spec["prompt_lookup_first"] = True
+    if kv_blocks:
+        args += ["--num-kv-blocks", str(kv_blocks)]
+    if (spec := spec_of(switches)) is not None:
         args += ["--speculative-config", json.dumps(spec)]
     if join_code:
         args.append(f"--api-key={join_code}")  # one argument: a code may start with "-"
@@ -165,7 +182,8 @@ class ClassServer:
 
     @classmethod
     def start(cls, switches: dict, on_network: bool = False, port: int | None = None,
-              seats: int = 16, ready_timeout: float = 180.0) -> ClassServer:
+              seats: int = 16, ready_timeout: float = 180.0,
+              kv_blocks: int | None = DEFAULT_KV_BLOCKS) -> ClassServer:
         """Start `python -m engine.serve` on 127.0.0.1 (only this computer can join), or on
         this machine's network address when the teacher asks for it (phones on the same
         network can; the join code is then required)."""
@@ -178,7 +196,8 @@ class ClassServer:
         from engine.threads import server_env
 
         env = dict(server_env(os.environ), SERVELAB_ADMIN_KEY=admin_key, PYTHONPATH=str(ROOT))
-        proc = subprocess.Popen(serve_args(switches, host, port, join_code, seats),
+        proc = subprocess.Popen(serve_args(switches, host, port, join_code, seats,
+                                           kv_blocks=kv_blocks),
                                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         log.close()
@@ -193,12 +212,7 @@ class ClassServer:
         srv = cls(url=conf["url"].rstrip("/"), join_code=conf.get("join_code"),
                   admin_key=conf.get("admin_key"), adopted=True)
         with contextlib.suppress(Exception):
-            cfg = srv.get("/v1/servelab/config").json()
-            spec = cfg.get("spec") or {}
-            srv.switches = {"batching": cfg["batching"], "kv_layout": cfg["kv_layout"],
-                            "spec": spec.get("method", "off"),
-                            "adaptive_k": bool(spec.get("adaptive_k")),
-                            "lookup_first": bool(spec.get("prompt_lookup_first"))}
+            srv.switches = switches_of(srv.get("/v1/servelab/config").json())
         return srv
 
     @property
@@ -234,6 +248,29 @@ class ClassServer:
         self.stop()
         raise RuntimeError(f"the class server did not answer within {timeout:.0f} s")
 
+    def engine_status(self, timeout: float = 5.0) -> dict:
+        """The server's engine swap status and configuration (`GET /v1/servelab/engine`)."""
+        return self.get("/v1/servelab/engine", timeout=timeout).json()
+
+    def switch(self, switches: dict, abort: bool = False, drain_s: float = DRAIN_S,
+               kv_blocks: int | None = None) -> dict:
+        """Ask the server to swap its engine for one with these switches (it keeps its
+        address and join code); returns at once with the status. Raises with the server's
+        message when it refuses."""
+        changes = {"batching": switches["batching"], "kv_layout": switches["kv_layout"],
+                   "spec": spec_of(switches)}
+        if kv_blocks:
+            changes["num_kv_blocks"] = int(kv_blocks)
+        r = httpx.post(self.url + "/v1/servelab/engine", headers=self.headers, timeout=10,
+                       json={"changes": changes, "abort": abort, "drain_s": drain_s})
+        if r.status_code != 202:
+            try:
+                msg = r.json()["error"]["message"]
+            except Exception:
+                msg = f"HTTP {r.status_code}"
+            raise RuntimeError(msg)
+        return r.json()
+
     def busy(self) -> int:
         """Requests in the server (running + waiting), from /metrics; 0 if it cannot say."""
         from prometheus_client.parser import text_string_to_metric_families
@@ -268,10 +305,20 @@ class ClassServer:
                 self.log_path.unlink()
 
 
-def slim(report: dict) -> dict:
-    """What the gauges' history needs of a report (the KV map and owners dropped)."""
+def switches_of(config: dict) -> dict:
+    """An engine configuration (as `GET /v1/servelab/config` gives it) as the class switches."""
+    spec = config.get("spec") or {}
+    return {"batching": config["batching"], "kv_layout": config["kv_layout"],
+            "spec": spec.get("method", "off"), "adaptive_k": bool(spec.get("adaptive_k")),
+            "lookup_first": bool(spec.get("prompt_lookup_first"))}
+
+
+def slim(report: dict, received: float | None = None) -> dict:
+    """What the gauges' history needs of a report (the KV map and owners dropped), with the
+    time it arrived here (`t`: how long the projector keeps a seat that was just freed)."""
     kv = report["kv"]
     return {"step": report["step"], "wall_s": report["wall_s"], "seats": report["seats"],
+            "t": time.monotonic() if received is None else received,
             "waiting": report["waiting"], "emitted": [
                 {"request_id": e["request_id"], "token_ids": e["token_ids"]}
                 for e in report["emitted"]],
@@ -293,6 +340,8 @@ class StepStream:
         self.history: deque[dict] = deque(maxlen=HISTORY)
         self.owners: dict[str, dict] = {}
         self.events = 0
+        self.restart: dict | None = None  # the latest engine-swap event
+        self.owners_t: dict[str, float] = {}
         self.error: str | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -328,6 +377,11 @@ class StepStream:
 
     def _take(self, report: dict) -> None:
         with self._lock:
+            if report.get("type") == "restart":  # an engine swap's progress, not a step
+                self.restart = report
+                if report.get("phase") == "serving":
+                    self.history.clear()  # the new engine's steps start again at 1
+                return
             self.latest = report
             self.history.append(slim(report))
             self.owners.update(report.get("owners", {}))
@@ -404,18 +458,26 @@ class ClassRoom:
         self.stream: StepStream | None = None
         self.load: LoadRun | None = None
         self.table: dict[str, dict] = {}  # configuration -> measured row
-        self.status = ""  # what a background restart is doing: an app/i18n.py key
+        self.pending: dict | None = None  # a switch flip under way: its switches and start
         self.error = ""
         self.on_network = False
+        self.kv_blocks = DEFAULT_KV_BLOCKS
         self.redraw_ms: deque[float] = deque(maxlen=200)
+
+    @property
+    def status(self) -> str:
+        """Non-empty while a switch flip is under way (the page's older name for it)."""
+        return "restarting" if self.pending is not None else ""
 
     def attach(self, server: ClassServer) -> None:
         self.server = server
         self.stream = StepStream(server.url, server.headers)
 
-    def start(self, switches: dict, on_network: bool) -> None:
+    def start(self, switches: dict, on_network: bool, kv_blocks: int | None = None) -> None:
         self.on_network = on_network
-        self.attach(ClassServer.start(switches, on_network=on_network))
+        self.kv_blocks = kv_blocks or self.kv_blocks
+        self.attach(ClassServer.start(switches, on_network=on_network,
+                                      kv_blocks=self.kv_blocks))
 
     def stop(self, abort: bool = False) -> None:
         if self.load is not None:
@@ -427,28 +489,46 @@ class ClassRoom:
         if self.server is not None:
             self.server.stop(abort=abort)
             self.server = None
+        self.pending = None
 
-    def restart(self, switches: dict, abort: bool) -> None:
-        """In a thread: wait for the requests in flight (bounded) and stop the server, or with
-        `abort` end it at once (its clients' connections close: the students' page says the
-        engine went away and to ask again); then start the engine again with the new switches
-        on a new port, with a new join code."""
+    def restart(self, switches: dict, abort: bool, drain_s: float = DRAIN_S,
+                kv_blocks: int | None = None) -> None:
+        """Flip the switches: the server swaps its engine and keeps its address, join code
+        and QR code. It finishes the answers in flight (up to `drain_s` seconds, counting
+        down on the projector) or, with `abort`, cuts them now; the cut phones ask again by
+        themselves once the new engine is up. `swap_state()` follows it to the end."""
+        srv = self.server
+        if srv is None:
+            raise RuntimeError("no class server is running")
+        self.error = ""
+        before = srv.engine_status()["status"]["generation"]
+        srv.switch(switches, abort=abort, drain_s=drain_s, kv_blocks=kv_blocks)
+        if kv_blocks:
+            self.kv_blocks = int(kv_blocks)
+        self.pending = {"switches": dict(switches), "generation": before,
+                        "abort": abort, "since": time.monotonic()}
 
-        def work():
-            try:
-                old = self.server
-                if old is not None and not abort:
-                    self.status = "class.status.draining"
-                    old.drain()
-                self.status = "class.status.restarting"
-                self.stop(abort=abort)
-                self.start(switches, self.on_network)
-                self.status = ""
-            except Exception as exc:  # shown on the page; the teacher can start again
-                self.status, self.error = "", f"restart failed: {exc}"
-
-        self.status = "class.status.starting"
-        threading.Thread(target=work, daemon=True).start()
+    def swap_state(self) -> dict | None:
+        """The flip under way, from the server: {"phase": "draining" (with "seconds_left",
+        "in_flight"), "building", "serving" (done: the page shows the new engine) or
+        "failed" (with "error")}; None when no flip is under way."""
+        p, srv = self.pending, self.server
+        if p is None or srv is None:
+            return None
+        try:
+            st = srv.engine_status(timeout=3.0)
+        except (httpx.HTTPError, ValueError):
+            return {"phase": "building"}  # the server is busy building: ask again
+        status = st["status"]
+        if status["generation"] > p["generation"] and status["phase"] == "serving":
+            srv.switches = switches_of(st["config"])
+            self.pending = None
+            return {"phase": "serving", "done": True}
+        if status["phase"] == "failed":
+            self.pending = None
+            self.error = status.get("error", "the new engine could not be built")
+            return status
+        return status
 
     def record_load(self) -> None:
         run = self.load

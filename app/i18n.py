@@ -808,3 +808,105 @@ def language_selector() -> str:
     except (StreamlitDuplicateElementKey, StreamlitDuplicateElementId):
         pass
     return get_lang()
+
+
+# The Classroom page and its components (app/pages/classroom.py, app/components/classroom.py):
+# one block, kept apart so that other edits of the table above merge cleanly.
+STRINGS.update({
+    "cls.title": {"zh": "课堂：全班共用一台引擎", "en": "Classroom: the whole class on one engine"},
+    "cls.intro": {"zh": "每位学生用手机提问；投影上能看到他们的请求在门口排队、入座、页表增长、离开。"
+                        "然后加入上千个模拟用户，再拨动开关。",
+                  "en": "Each student asks from a phone; the projector shows their requests queue "
+                        "at the door, take a seat, grow their page tables and leave. Then add a "
+                        "thousand simulated users and flip the switches."},
+    "cls.start.title": {"zh": "开始上课", "en": "Start the class"},
+    "cls.network": {"zh": "允许同一网络的手机加入", "en": "Let phones on this network join"},
+    "cls.network.help": {
+        "zh": "关闭：服务器只监听 127.0.0.1，只有这台电脑能打开学生页面。打开：监听这台电脑的"
+              "网络地址，同一 Wi-Fi 的手机都能加入，这时需要加入码。",
+        "en": "Off: the server listens on 127.0.0.1, so only this computer can open the "
+              "students' page. On: it listens on this computer's network address, so phones "
+              "on the same Wi-Fi can; the join code is then required."},
+    "cls.listen": {"zh": "将监听 {host}", "en": "It will listen on {host}"},
+    "cls.listen.nolan": {"zh": "（没有找到网络地址：只有这台电脑）",
+                         "en": " (no network address found: this computer only)"},
+    "cls.kv.knob": {"zh": "KV 块数（全班共用的池）", "en": "KV blocks (the class's pool)"},
+    "cls.kv.knob.help": {
+        "zh": "全班共用的 KV 池有多少块（每块 16 个词元）。默认大小让三十人的班级能明显填满它；"
+              "调小就能看到请求因 KV 已满而在门口等待。",
+        "en": "How many blocks (16 tokens each) the class's KV pool holds. The default is "
+              "sized so a class of thirty visibly fills it; make it smaller to see requests "
+              "wait at the door because the KV cache is full."},
+    "cls.start": {"zh": "启动课堂服务器", "en": "Start the class server"},
+    "cls.starting": {"zh": "正在启动 python -m engine.serve ……",
+                     "en": "starting python -m engine.serve ..."},
+    "cls.adopt": {"zh": "连接到 {url}", "en": "Connect to {url}"},
+    "cls.switches": {"zh": "课堂引擎的开关", "en": "The class engine's switches"},
+    "cls.engine_now": {"zh": "现在的引擎：{config} · KV 池 {kv} 块",
+                       "en": "The engine now: {config} · KV pool of {kv} blocks"},
+    "cls.apply": {"zh": "切换方式", "en": "Apply"},
+    "cls.apply.drain": {"zh": "等进行中的请求完成后", "en": "after the requests in flight finish"},
+    "cls.apply.abort": {"zh": "立即（中断它们，手机会自动重问）",
+                        "en": "now, cutting them (phones ask again by themselves)"},
+    "cls.apply.button": {"zh": "用这些开关换一台引擎（地址和加入码不变）",
+                         "en": "Swap the engine for these switches (same address and join code)"},
+    "cls.apply.refused": {"zh": "服务器拒绝了切换：{why}", "en": "The server refused the switch: {why}"},
+    "cls.stop": {"zh": "停止课堂服务器", "en": "Stop the class server"},
+    "cls.swap.draining": {"zh": "正在等进行中的 {n} 个请求完成：最多再等 {s} 秒，之后换上新引擎",
+                          "en": "Finishing the {n} requests in flight: at most {s} s more, then "
+                                "the new engine"},
+    "cls.swap.building": {"zh": "正在构建新引擎……", "en": "Building the new engine..."},
+    "cls.swap.same_address": {"zh": "地址、加入码和二维码保持不变：学生不需要重新扫码。",
+                              "en": "The address, join code and QR code stay the same: no "
+                                    "student needs to scan again."},
+    "cls.join.at": {"zh": "加入地址", "en": "Join at"},
+    "cls.join.code": {"zh": "加入码", "en": "Join code"},
+    "cls.join.none": {"zh": "（无：仅限这台电脑）", "en": "(none: this computer only)"},
+    "cls.join.scan": {"zh": "扫码加入", "en": "scan to join"},
+    "cls.join.local": {"zh": "正在监听 127.0.0.1：只有这台电脑能加入。停止后勾选“允许同一网络的手机加入”"
+                             "再启动，全班就能加入。",
+                       "en": "Listening on 127.0.0.1: only this computer can join. Stop, tick "
+                             "\"Let phones on this network join\" and start again for the class."},
+    "cls.join.lan": {"zh": "正在监听 {host}（这台电脑在网络上的地址），因为你允许手机加入；"
+                           "这个网络上任何有加入码的人都能提问。",
+                     "en": "Listening on {host}, this computer's address on its network, "
+                           "because you asked phones to join; anyone on this network with the "
+                           "join code can ask questions."},
+    "cls.sim.title": {"zh": "模拟用户", "en": "Simulated users"},
+    "cls.sim.stop": {"zh": "停止模拟用户", "en": "Stop the simulated users"},
+    "cls.sim.users": {"zh": "用户数", "en": "Users"},
+    "cls.sim.arrivals": {"zh": "到达方式", "en": "Arrivals"},
+    "cls.sim.rate": {"zh": "速率（用户/秒）", "en": "Rate (users/s)"},
+    "cls.sim.add": {"zh": "加入 {n} 个模拟用户", "en": "Add {n} simulated users"},
+    "cls.sim.progress": {"zh": "模拟用户：已服务 {done} / {total}",
+                         "en": "simulated users: {done} of {total} served"},
+    "cls.waiting_first": {"zh": "等待第一步：请从学生页面提一个问题。",
+                          "en": "Waiting for the first step: ask a question from the "
+                                "students' page."},
+    "cls.live.line": {"zh": "**第 {step} 步** · 就座学生：{person} · 刚答完：{answered} · "
+                            "就座模拟用户：{sim} · 门口等待：{waiting}",
+                      "en": "**Step {step}** · students seated: {person} · just answered: "
+                            "{answered} · simulated seated: {sim} · waiting: {waiting}"},
+    "cls.table": {"zh": "每种配置的实测结果", "en": "Each configuration, measured"},
+    "cls.redrawn": {"zh": "重绘用时 {ms} 毫秒 · 已收到 {n} 步",
+                    "en": "redrawn in {ms} ms · {n} steps received"},
+    "cls.questions": {"zh": "在投影上显示问题", "en": "Show questions on screen"},
+    "cls.questions.help": {"zh": "关闭：只显示昵称。投影是公开的。",
+                           "en": "Off: nicknames only. The projector is public."},
+    "cls.large": {"zh": "大字模式", "en": "Large type"},
+    "cls.large.help": {"zh": "为大教室放大座位、门口、KV 池和仪表的文字。",
+                       "en": "Bigger seats, door, KV pool and gauges for a large room."},
+    "cls.door": {"zh": "门口等待：{n}", "en": "At the door: {n}"},
+    "cls.door.more": {"zh": "另有 {n} 名学生", "en": "+{n} students"},
+    "cls.door.sims": {"zh": "{n} 个模拟用户", "en": "{n} simulated"},
+    "cls.student.row": {"zh": "座位 {seat}，{blocks} 个块，{tokens} 个词元 · {state}",
+                        "en": "seat {seat}, {blocks} blocks, {tokens} tokens · {state}"},
+    "cls.state.waiting": {"zh": "等待中", "en": "waiting"},
+    "cls.state.seated": {"zh": "已就座", "en": "seated"},
+    "cls.state.answered": {"zh": "已答完", "en": "answered"},
+    "seats.state.answered": {"zh": "已答完", "en": "answered"},
+    "cls.kv.block": {"zh": "块 #{n} · {who} · {tokens}/{size} 个词元",
+                     "en": "block #{n} · {who} · {tokens}/{size} tokens"},
+    "cls.kv.size": {"zh": "KV 池：已用 {used} / {total} 块（{pct}%），每块 {bs} 个词元",
+                    "en": "KV pool: {used} of {total} blocks in use ({pct}%), {bs} tokens each"},
+})

@@ -5,17 +5,59 @@ its `owners` map: request id -> {"user", "kind"}).
 
 Nicknames and questions come from students: untrusted. Every one goes into HTML through
 `html.escape` here or in the components that draw the relabelled report (seats, KV map).
+
+Width rules for the projector: a nickname is shortened to a display width (a CJK or other
+wide character counts two, so 小明 is as wide as "abcd"), ending in "…", and its full text
+goes into the tooltip; nothing is cut by the box it sits in.
 """
 
 from __future__ import annotations
 
 import copy
 import html
+import unicodedata
 
+from app.components.kvmap import _fill, _hatch
 from app.components.palette import request_color, text_color
+from app.i18n import t
 
 SIM = "sim"  # every simulated rider's label: one grey (palette colour 9 by its hash)
 MAX_WAITING_NAMES = 24
+SEAT_WIDTH = 6  # display columns a seat card's name may take (its 20 px bold type, 104 px card)
+CHIP_WIDTH = 16  # at the door and in the students' list
+HOLD_S = 4.0  # a seat a student just left stays on the projector this long, "answered"
+
+
+def display_width(text: str) -> int:
+    """Columns `text` takes: two for a wide (CJK, fullwidth) character, one otherwise."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def fit(text: str, width: int) -> str:
+    """`text` shortened to `width` display columns, ending in "…" when cut."""
+    if display_width(text) <= width:
+        return text
+    out, used = [], 0
+    for c in text:
+        w = 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        if used + w > width - 1:
+            break
+        out.append(c)
+        used += w
+    return "".join(out) + "…"
+
+
+def fitted(labels: dict[str, str], width: int = SEAT_WIDTH) -> tuple[dict, dict]:
+    """(request id -> shortened label, shortened label -> full label): two riders whose
+    names shorten alike keep apart by a "·n"."""
+    short, full, seen = {}, {}, {}
+    for rid, name in labels.items():
+        s = fit(name, width)
+        if s in full and full[s] != name:
+            seen[s] = seen.get(s, 1) + 1
+            s = fit(name, width - 2) + f"·{seen[s]}"
+        short[rid], full[s] = s, name
+    return short, full
 
 
 def display_labels(report: dict, owners: dict) -> dict[str, str]:
@@ -77,11 +119,12 @@ def relabel(report: dict, labels: dict[str, str]) -> dict:
     return r
 
 
-def _chip(label: str, kind: str) -> str:
+def _chip(label: str, kind: str, width: int = CHIP_WIDTH) -> str:
     bg = "#7f7f7f" if kind == "simulated" else request_color(label)
     mark = "🤖 " if kind == "simulated" else ""
-    return (f'<span class="sl-chip" style="background:{bg};color:{text_color(bg)}">'
-            f"{mark}{html.escape(label)}</span>")
+    return (f'<span class="sl-chip" style="background:{bg};color:{text_color(bg)}" '
+            f'title="{html.escape(label, quote=True)}">{mark}{html.escape(fit(label, width))}'
+            f"</span>")
 
 
 CSS = """
@@ -92,6 +135,17 @@ CSS = """
 .sl-qs li,.sl-students li{margin:4px 0;padding:4px 8px;background:#fff;border-left:6px solid #2e9e4f;
  border-radius:4px;}
 .sl-qs b{margin-right:8px;}
+.sl-seat .sl-rid{max-width:100%;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;
+ vertical-align:bottom;box-sizing:border-box;}
+.sl-seat.answered{background:#fff6d8;border-color:#c99a06;}
+.sl-ckv{display:grid;gap:3px;}
+.sl-ckv div{height:30px;border:1px solid #777;border-radius:4px;position:relative;font-size:12px;
+ box-sizing:border-box;overflow:hidden;white-space:nowrap;line-height:28px;padding:0 2px;
+ text-overflow:clip;}
+.sl-ckv div.free{background:#fff;border:1px dashed #bbb;}
+.sl-ckv div.shared{border:3px solid #000;}
+.sl-ckv div span{text-shadow:0 0 2px #fff;font-weight:700;}
+.sl-kvsize{font-size:16px;margin:4px 0;}
 </style>
 """
 
@@ -105,12 +159,12 @@ def door_html(report: dict, owners: dict, labels: dict[str, str]) -> str:
             sims += 1
         else:
             people.append(labels.get(rid, rid))
-    parts = [f"<b>At the door: {len(report['waiting'])}</b>"]
+    parts = [f"<b>{html.escape(t('cls.door', n=len(report['waiting'])))}</b>"]
     parts += [_chip(p, "person") for p in people[:MAX_WAITING_NAMES]]
     if len(people) > MAX_WAITING_NAMES:
-        parts.append(html.escape(f"+{len(people) - MAX_WAITING_NAMES} students"))
+        parts.append(html.escape(t("cls.door.more", n=len(people) - MAX_WAITING_NAMES)))
     if sims:
-        parts.append(_chip(f"{sims} simulated", "simulated"))
+        parts.append(_chip(t("cls.door.sims", n=sims), "simulated"))
     return f'{CSS}<div class="sl-door">{"".join(parts)}</div>'
 
 
@@ -164,6 +218,74 @@ def students_html(rows: list[dict]) -> str:
     items = []
     for r in rows:
         seat = "-" if r["seat"] is None else r["seat"]
-        items.append(f"<li>{_chip(r['nickname'], 'person')} seat {seat}, {r['blocks']} "
-                     f"blocks, {r['tokens']} tokens · {html.escape(r['state'])}</li>")
+        line = t("cls.student.row", seat=seat, blocks=r["blocks"], tokens=r["tokens"],
+                 state=t(f"cls.state.{r['state']}"))
+        items.append(f"<li>{_chip(r['nickname'], 'person')} {html.escape(line)}</li>")
     return f'{CSS}<ul class="sl-students">{"".join(items)}</ul>'
+
+
+def held_seats(report: dict, history: list[dict], owners: dict, now: float,
+               hold_s: float = HOLD_S) -> dict:
+    """A copy of the report whose empty seats show the student who left them within `hold_s`
+    seconds (state "answered", their last token count): an answer of one second stays on
+    the projector for a few. From the history's every step (each carries its arrival `t`)."""
+    r = copy.deepcopy({k: v for k, v in report.items() if k != "owners"})
+    finished = {rid for rep in history for rid in rep.get("finished", [])}
+    for seat in r["seats"]:
+        if seat["request_id"] is not None:
+            continue
+        for rep in reversed(history):
+            if now - rep.get("t", now) > hold_s:
+                break
+            held = rep["seats"][seat["index"]] if seat["index"] < len(rep["seats"]) else None
+            rid = held and held["request_id"]
+            if not rid:
+                continue
+            who = owners.get(rid) or {}
+            if who.get("kind") == "person" and rid in finished:
+                seat.update(request_id=rid, state="answered",
+                            num_output_tokens=held["num_output_tokens"])
+            break
+    return r
+
+
+def class_kv_html(kv: dict, names: dict[str, str], columns: int = 24) -> str:
+    """The class's KV pool: each block shows its owner's shortened nickname, the tooltip the
+    block number, the full nickname and its fill. `kv` is the relabelled report's (owners
+    are labels); `names` maps a label to its full text."""
+    bs = kv["block_size"]
+    listed = {b["block"]: b for b in kv["blocks"]}
+    cells = []
+    for i in range(min(kv["num_blocks"], 4096)):
+        b = listed.get(i) or {"block": i, "state": "free", "owners": [], "tokens": 0}
+        owners = b["owners"]
+        style, label = "", ""
+        if owners:
+            color = request_color(owners[0])
+            style = _hatch(color) if b["state"] == "reserved" else _fill(color, b["tokens"] / bs)
+            label = fit(owners[0], 4)
+        full = ", ".join(names.get(o, o) for o in owners) or "-"
+        title = t("cls.kv.block", n=i, who=full, tokens=b["tokens"], size=bs)
+        cls = "shared" if len(owners) > 1 else ("free" if not owners else "")
+        cells.append(f'<div class="{cls}" style="{style}" title="{html.escape(title, quote=True)}">'
+                     f"<span>{html.escape(label)}</span></div>")
+    used = sum(1 for b in kv["blocks"] if b["owners"])
+    size = t("cls.kv.size", used=used, total=kv["num_blocks"], bs=bs,
+             pct=round(100 * used / max(1, kv["num_blocks"])))
+    return (f'{CSS}<div class="sl-kvsize">{html.escape(size)}</div><div class="sl-ckv" '
+            f'style="grid-template-columns:repeat({columns},minmax(0,1fr))">{"".join(cells)}'
+            f"</div>")
+
+
+LARGE_CSS = """
+<style>
+.sl-seat{width:150px !important;min-height:136px !important;font-size:22px !important;}
+.sl-seat .sl-rid{font-size:27px !important;}
+.sl-seat .sl-n,.sl-seat .sl-st{font-size:18px !important;}
+.sl-door,.sl-students,.sl-qs,.sl-kvsize{font-size:24px !important;}
+.sl-ckv div{height:40px !important;font-size:16px !important;line-height:38px !important;}
+[data-testid="stMetricValue"]{font-size:44px !important;}
+[data-testid="stMetricLabel"] p{font-size:20px !important;}
+[data-testid="stMarkdownContainer"] p{font-size:22px;}
+</style>
+"""

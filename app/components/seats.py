@@ -61,8 +61,9 @@ def seat_state_label(state: str) -> str:
     return t(f"seats.state.{state}")
 
 
-def seats_html(report: dict) -> str:
-    """The subway car: one card per seat with its rider, tokens so far and state."""
+def seats_html(report: dict, titles: dict[str, str] | None = None) -> str:
+    """The subway car: one card per seat with its rider, tokens so far and state. `titles`:
+    a rider's full name for the tooltip where the card shows a shortened one."""
     cards = []
     for seat in report["seats"]:
         state = seat["state"]
@@ -75,7 +76,8 @@ def seats_html(report: dict) -> str:
             tokens = t("seats.tokens", n=seat["num_output_tokens"])
             body.append(f"<div>{html.escape(tokens)}</div>")
             body.append(f'<div class="sl-st">{html.escape(seat_state_label(state))}</div>')
-        title = html.escape(f"{rid or '-'}: {seat_state_label(state)}", quote=True)
+        full = (titles or {}).get(rid, rid) if rid is not None else "-"
+        title = html.escape(f"{full}: {seat_state_label(state)}", quote=True)
         cards.append(f'<div class="sl-seat {html.escape(state)}" title="{title}">'
                      f'{"".join(body)}</div>')
     return f'{CSS}<div class="sl-car">{"".join(cards)}</div>'

@@ -7,9 +7,12 @@ code), and draws the server's step stream with the other pages' components: the 
 each student's nickname, the queue at the door, the KV block map with each student's blocks,
 the gauges and their history, the drafts when speculation is on. "Add N simulated users"
 runs `python -m engine.loadgen` against the same server; simulated riders are drawn grey.
-Flipping a switch restarts the class engine, after the requests in flight finish or at once
-(aborting them: their pages say the engine went away); each configuration's measured TTFT,
-TPOT and throughput stay in a table for the end of the class.
+Flipping a switch swaps the engine inside the class server, which keeps its address, join
+code and QR code: after the requests in flight finish (a countdown with a bound) or at once
+(their phones ask again by themselves); the page follows the swap to its end without a
+reload. Each configuration's measured TTFT, TPOT and throughput stay in a table for the end
+of the class. Every string is in the app's language; "Large type" enlarges the live view for
+a big room.
 
 There is one class per app process (the server and the stream are `st.cache_resource`), so
 a second teacher tab sees the same class. Nicknames and questions are untrusted: they reach
@@ -28,10 +31,12 @@ import streamlit as st  # noqa: E402
 
 from app.classroom import (  # noqa: E402
     ARRIVALS,
+    DEFAULT_KV_BLOCKS,
     DEFAULT_SWITCHES,
     ClassRoom,
     ClassServer,
     LoadRun,
+    config_key,
     configured_server,
     join_url,
     lan_address,
@@ -40,8 +45,12 @@ from app.classroom import (  # noqa: E402
 )
 from app.components.charts import gauge_history_chart  # noqa: E402
 from app.components.classroom import (  # noqa: E402
+    LARGE_CSS,
+    class_kv_html,
     display_labels,
     door_html,
+    fitted,
+    held_seats,
     questions_html,
     relabel,
     riders,
@@ -49,7 +58,7 @@ from app.components.classroom import (  # noqa: E402
     students_html,
 )
 from app.components.gauges import gauge_values  # noqa: E402
-from app.components.kvmap import kv_grid_html, legend_html  # noqa: E402
+from app.components.kvmap import legend_html  # noqa: E402
 from app.components.seats import seats_html  # noqa: E402
 from app.components.spec_strip import CSS as SPEC_CSS  # noqa: E402
 from app.components.spec_strip import strip_html  # noqa: E402
@@ -88,112 +97,143 @@ def controls(room: ClassRoom) -> None:
     srv = room.server
     if room.error:
         st.error(room.error)
-    if room.status:  # a key: the page speaks its own language, not the thread's
-        st.info(t(room.status))
-        return
     if srv is None:
-        st.subheader("Start the class")
+        st.subheader(t("cls.start.title"))
         switches = switch_radios(DEFAULT_SWITCHES, "cls_new")
         lan = lan_address()
-        on_net = st.checkbox(
-            "Let phones on this network join", value=False, key="cls_network",
-            help="Off: the server listens on 127.0.0.1, so only this computer can open the "
-                 "students' page. On: it listens on this computer's network address, so "
-                 "phones on the same Wi-Fi can; the join code is then required.")
-        st.caption(f"It will listen on {lan if (on_net and lan) else '127.0.0.1'}"
-                   + (" (no network address found: this computer only)"
-                      if on_net and not lan else ""))
+        on_net = st.checkbox(t("cls.network"), value=False, key="cls_network",
+                             help=t("cls.network.help"))
+        where = lan if (on_net and lan) else "127.0.0.1"
+        st.caption(t("cls.listen", host=where)
+                   + (t("cls.listen.nolan") if on_net and not lan else ""))
+        kv_blocks = st.number_input(t("cls.kv.knob"), 32, 4096, room.kv_blocks or
+                                    DEFAULT_KV_BLOCKS, step=32, key="cls_kv_blocks",
+                                    help=t("cls.kv.knob.help"))
         a, b = st.columns(2)
-        if a.button("Start the class server", type="primary", key="cls_start"):
+        if a.button(t("cls.start"), type="primary", key="cls_start"):
             room.error = ""
-            with st.spinner("starting python -m engine.serve ..."):
+            with st.spinner(t("cls.starting")):
                 try:
-                    room.start(switches, on_net)
+                    room.start(switches, on_net, kv_blocks=int(kv_blocks))
                 except RuntimeError as exc:
                     room.error = str(exc)
             st.rerun()
-        if (conf := configured_server()) and b.button(f"Connect to {conf['url']}",
+        if (conf := configured_server()) and b.button(t("cls.adopt", url=conf["url"]),
                                                       key="cls_adopt"):
             room.attach(ClassServer.adopt(conf))
             st.rerun()
         return
+    if room.pending is not None:
+        swap_progress(room)
+        return
     # a running class: its switches, and Stop
-    st.subheader("The class engine's switches")
+    st.subheader(t("cls.switches"))
+    st.caption(t("cls.engine_now", config=config_key(srv.switches), kv=room.kv_blocks))
     switches = switch_radios(srv.switches, "cls_run")
-    if switches != srv.switches and not srv.adopted:
-        how = st.radio("Apply", ("after the requests in flight finish", "now, aborting them"),
-                       key="cls_how", horizontal=True)
-        if st.button("Restart the class engine with these switches", key="cls_apply"):
-            room.restart(switches, abort=how.startswith("now"))
+    kv_blocks = st.number_input(t("cls.kv.knob"), 32, 4096, room.kv_blocks or
+                                DEFAULT_KV_BLOCKS, step=32, key="cls_run_kv_blocks",
+                                help=t("cls.kv.knob.help"))
+    if switches != srv.switches or int(kv_blocks) != room.kv_blocks:
+        how = st.radio(t("cls.apply"), ("drain", "abort"), key="cls_how", horizontal=True,
+                       format_func=lambda v: t(f"cls.apply.{v}"))
+        if st.button(t("cls.apply.button"), key="cls_apply"):
+            try:
+                room.restart(switches, abort=how == "abort", kv_blocks=int(kv_blocks))
+            except (RuntimeError, OSError) as exc:
+                room.error = t("cls.apply.refused", why=str(exc))
             st.rerun()
-    if not srv.adopted and st.button("Stop the class server", key="cls_stop"):
+    if not srv.adopted and st.button(t("cls.stop"), key="cls_stop"):
         room.stop()
         st.rerun()
 
 
+@st.fragment(run_every=0.5)
+def swap_progress(room: ClassRoom) -> None:
+    """The switch flip, followed to its end on this page (no reload): the drain's countdown,
+    the build, then the whole page again with the new engine."""
+    state = room.swap_state()
+    if state is None or state.get("done") or state.get("phase") == "failed":
+        st.rerun(scope="app")
+        return
+    phase = state.get("phase", "building")
+    if phase == "draining":
+        left, bound = state.get("seconds_left", 0.0), state.get("drain_s", 0.0) or 1.0
+        st.info(t("cls.swap.draining", s=f"{left:.0f}", n=state.get("in_flight", 0)))
+        st.progress(max(0.0, min(1.0, 1 - left / bound)))
+    else:
+        st.info(t("cls.swap.building"))
+    st.caption(t("cls.swap.same_address"))
+
+
 def join_panel(srv: ClassServer) -> None:
     url = join_url(srv.url, srv.join_code)
-    st.markdown(f"### Join at `{srv.url}/class`")
-    st.markdown(f"### Join code: `{srv.join_code or '(none: this computer only)'}`")
-    st.image(qr_svg(url, scale=5), caption="scan to join", width=200)
+    st.markdown(f"### {t('cls.join.at')} `{srv.url}/class`")
+    st.markdown(f"### {t('cls.join.code')} `{srv.join_code or t('cls.join.none')}`")
+    st.image(qr_svg(url, scale=5), caption=t("cls.join.scan"), width=200)
     if srv.host.startswith("127."):
-        st.caption("Listening on 127.0.0.1: only this computer can join. Stop, tick "
-                   "\"Let phones on this network join\" and start again for the class.")
+        st.caption(t("cls.join.local"))
     elif not srv.adopted:
-        st.caption(f"Listening on {srv.host}, this computer's address on its network, "
-                   "because you asked phones to join; anyone on this network with the "
-                   "join code can ask questions.")
+        st.caption(t("cls.join.lan", host=srv.host))
 
 
 def simulated_users(room: ClassRoom) -> None:
-    st.subheader("Simulated users")
+    st.subheader(t("cls.sim.title"))
     run = room.load
     if run is not None and run.running:  # its progress bar is in the live view
-        if st.button("Stop the simulated users", key="cls_load_stop"):
+        if st.button(t("cls.sim.stop"), key="cls_load_stop"):
             run.stop()
         return
     a, b, c = st.columns(3)
-    n = a.number_input("Users", 1, 1000, 200, step=50, key="cls_users")
-    arrival = b.selectbox("Arrivals", ARRIVALS, key="cls_arrival")
-    rate = c.number_input("Rate (users/s)", 0.5, 200.0, 8.0, key="cls_rate",
+    n = a.number_input(t("cls.sim.users"), 1, 1000, 200, step=50, key="cls_users")
+    arrival = b.selectbox(t("cls.sim.arrivals"), ARRIVALS, key="cls_arrival")
+    rate = c.number_input(t("cls.sim.rate"), 0.5, 200.0, 8.0, key="cls_rate",
                           disabled=arrival == "all-at-once")
-    if st.button(f"Add {int(n)} simulated users", key="cls_load"):
+    if st.button(t("cls.sim.add", n=int(n)), key="cls_load"):
         room.load = LoadRun(room.server, int(n), arrival, float(rate))
         st.rerun()
 
 
-def live(room: ClassRoom, show_questions: bool) -> None:
+def live(room: ClassRoom, show_questions: bool, large: bool = False) -> None:
     t0 = time.perf_counter()
     room.record_load()
     stream = room.stream
     if stream is None:
         return
     report, history, owners = stream.snapshot()
+    if large:
+        st.html(LARGE_CSS)
     if stream.error:
         st.warning(stream.error)
     run = room.load
     if run is not None and run.running:
         st.progress(min(1.0, run.done / max(1, run.total)),
-                    text=f"simulated users: {run.done} of {run.total} served")
+                    text=t("cls.sim.progress", done=run.done, total=run.total))
     if report is None:
-        st.info("Waiting for the first step: ask a question from the students' page.")
+        st.info(t("cls.waiting_first"))
         return
-    labels = display_labels(report, owners)
-    shown = relabel(report, labels)
+    # empty seats keep the student who just left them for a few seconds, "answered"
+    held = held_seats(report, history, owners, time.monotonic())
+    labels = display_labels(held, owners)
+    short, full = fitted(labels)
+    shown = relabel(held, short)
     who = riders(report, owners)
-    st.markdown(f"**Step {report['step']}** · students seated: {who['person']} · "
-                f"simulated seated: {who['simulated']} · waiting: {len(report['waiting'])}")
+    answered = sum(1 for s in held["seats"] if s["state"] == "answered")
+    st.markdown(t("cls.live.line", step=report["step"], person=who["person"],
+                  answered=answered, sim=who["simulated"], waiting=len(report["waiting"])))
     values = gauge_values(history)
-    for col, g in zip(st.columns(len(values)), values):
-        col.metric(g["label"], g["value"], help=g["help"], border=True)
+    # three gauges a row: in a column of a 1280 or 1920 px projector a row of all of them
+    # cuts their values ("11% / 1...")
+    for i in range(0, len(values), 3):
+        for col, g in zip(st.columns(3), values[i:i + 3]):
+            col.metric(g["label"], g["value"], help=g["help"], border=True)
     seats_col, kv_col = st.columns(2, gap="medium")
     with seats_col:
-        st.html(seats_html(shown))
+        st.html(seats_html(shown, titles=full))
         st.html(door_html(report, owners, labels))
         if rows := student_rows(history, owners):  # (st.html refuses an empty body)
             st.html(students_html(rows))
     with kv_col:
-        st.html(kv_grid_html(shown["kv"], columns=32))  # a class pool is large
+        st.html(class_kv_html(shown["kv"], full))
         st.html(legend_html())
     if shown.get("spec"):  # this step's drafts: accepted green, rejected red
         st.html(SPEC_CSS + "".join(f"<b>{html.escape(rec['request_id'])}</b>"
@@ -211,11 +251,11 @@ def live(room: ClassRoom, show_questions: bool) -> None:
         pairs = [(q["nickname"], q["question"]) for q in list(qs.values())[::-1][:8]]
         st.html(questions_html(pairs))
     if room.table:
-        st.subheader("Each configuration, measured")
+        st.subheader(t("cls.table"))
         st.dataframe(list(room.table.values()), hide_index=True)
     ms = 1000 * (time.perf_counter() - t0)
     room.redraw_ms.append(ms)
-    st.caption(f"redrawn in {ms:.0f} ms · {stream.events} steps received")
+    st.caption(t("cls.redrawn", ms=f"{ms:.0f}", n=stream.events))
 
 
 def main() -> None:
@@ -223,30 +263,32 @@ def main() -> None:
 
     ensure_shell()
     room = classroom()
-    st.title("Classroom: the whole class on one engine")
-    st.caption("Each student asks from a phone; the projector shows their requests queue at "
-               "the door, take a seat, grow their page tables and leave. Then add a thousand "
-               "simulated users and flip the switches.")
+    st.title(t("cls.title"))
+    st.caption(t("cls.intro"))
     st.caption(t("plan.scale"))
     left, right = st.columns([3, 2], gap="large")
     with left:
         controls(room)
     srv = room.server
-    attach(None if srv is None or room.status else srv.url, srv.headers if srv else None)
-    if srv is None or room.status:
+    attach(None if srv is None else srv.url, srv.headers if srv else None)
+    if srv is None:
         return
-    with right:
+    with right:  # the same address and QR code through a switch flip
         join_panel(srv)
         vote_projector(st.session_state.get(REVEALS, {}))
+    if room.pending is not None:
+        return
     with left:
         simulated_users(room)
-        show_questions = st.toggle("Show questions on screen", value=False,
-                                   key="cls_questions",
-                                   help="Off: nicknames only. The projector is public.")
+        a, b = st.columns(2)
+        show_questions = a.toggle(t("cls.questions"), value=False, key="cls_questions",
+                                  help=t("cls.questions.help"))
+        large = b.toggle(t("cls.large"), value=False, key="cls_large",
+                         help=t("cls.large.help"))
 
     @st.fragment(run_every=1.0)
     def live_fragment():
-        live(room, show_questions)
+        live(room, show_questions, large)
 
     live_fragment()
 

@@ -16,15 +16,18 @@ from fastapi import FastAPI
 
 from engine.server.errors import add_error_handlers
 from engine.server.limits import Limits
-from engine.server.routes import classroom, openai, steps
+from engine.server.routes import classroom, engine_switch, openai, steps
 from engine.server.state import ServerSettings, ServerState
 
 __all__ = ["ServerSettings", "create_app"]
 
 
-def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
-    """The FastAPI app over `engine`. The stepping loop starts and stops with the app."""
-    state = ServerState(engine, settings or ServerSettings())
+def create_app(engine, settings: ServerSettings | None = None, engine_factory=None) -> FastAPI:
+    """The FastAPI app over `engine`. The stepping loop starts and stops with the app.
+    `engine_factory(config)` builds the engine a switch change asks for (default: an
+    `LLMEngine` of that configuration)."""
+    state = ServerState(engine, settings or ServerSettings(),
+                        engine_factory=engine_factory or _build_engine)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -42,5 +45,12 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
     add_error_handlers(app, state.metrics)
     app.include_router(openai.router(state))
     app.include_router(steps.router(state))
+    app.include_router(engine_switch.router(state))
     app.include_router(classroom.router(state))  # the class: its page, its ask route
     return app
+
+
+def _build_engine(config):
+    from engine.engine import LLMEngine
+
+    return LLMEngine(config)

@@ -30,14 +30,31 @@ watches, the report becomes one JSON object: `StepReport.to_dict()` plus
 "kind": "simulated" | "person"}}` for every request the report names (seats, queue, KV
 block tables, emitted, finished, aborted). `kind` is "simulated" when the user name starts
 with "sim-" (what `python -m engine.loadgen` sends), so a viewer can draw simulated riders
-apart from people. A viewer that falls behind is not queued a backlog: it gets the newest
-report when it is ready again (step numbers then skip).
+apart from people. The hub keeps the last `HUB_BACKLOG` events, so a viewer that redraws
+slower than the engine steps still gets every step (the projector must not lose a student
+who held a seat for one step); one that falls further behind skips to the oldest kept.
+
+Switching the engine inside the running server (`swap`): the class keeps its address and join
+code while the teacher flips a switch. The loop stops admitting (new requests wait in
+`held`, their handlers still waiting for admission), steps the requests in flight until they
+end or the drain's bound passes (or at once, with abort), fails the rest with
+`engine_restarting` (a phone asks again by itself), builds the new engine with `factory`,
+and then admits the held requests to it. The step stream carries `{"type": "restart",
+"phase": ...}` events all along (draining with its countdown, building, serving or failed);
+`swap_status` is the same for a poller. If the new engine cannot be built the old one goes
+on serving and the status says why.
+
+A request marked `journey` (a student's) gets its own slice of each step's report with its
+deltas: where it is (at the door and why, or its seat), its page table, the prefix blocks it
+shares (a count), its drafts' verdicts, the step of its tokens. Nothing in that slice names
+or measures another request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import logging
 import queue
@@ -53,6 +70,7 @@ from engine.server.protocol import APIError, finish_reason
 log = logging.getLogger("servelab.server")
 
 SIMULATED_PREFIX = "sim-"
+HUB_BACKLOG = 512  # step-stream events kept for viewers that fall behind
 
 
 def user_kind(user: str) -> str:
@@ -76,6 +94,8 @@ class Delta:
     # prompt's, once (the first prompt token's logprob is None)
     logprobs: list[dict] | None = None
     prompt_logprobs: list[dict] | None = None
+    step: int | None = None  # the engine step these tokens came from
+    journey: dict | None = None  # a journey ticket's own slice of this step (when it changed)
 
 
 @dataclass
@@ -99,6 +119,12 @@ class Ticket:
     num_output_tokens: int = 0
     open_samples: int = 1  # samples (n) not finished yet
     echo: bool = False  # the answer starts with the prompt's text
+    journey: bool = False  # a student's request: deltas carry its own slice of each step
+    arrival_step: int | None = None  # engine steps done when it entered the engine
+    boarded_step: int | None = None  # the step that first gave it a seat
+    board_wait_s: float = 0.0  # seconds from arrival to that step's end
+    waited_for: list[str] = field(default_factory=list)  # reason codes seen at the door
+    last_view: dict | None = None
 
     @property
     def kind(self) -> str:
@@ -147,13 +173,15 @@ class TokenText:
 
 
 class StepHub:
-    """The newest step report, for any number of viewers, without a backlog."""
+    """The step stream's recent events, for any number of viewers, each at its own pace."""
 
-    def __init__(self):
+    def __init__(self, backlog: int = HUB_BACKLOG):
         self._lock = threading.Lock()
         self._subs: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Event]] = {}
         self._next = 0
-        self.latest: tuple[int, str] | None = None  # (step, JSON)
+        self._seq = 0
+        self._buf: deque[tuple[int, str]] = deque(maxlen=backlog)
+        self.latest: tuple[int, str] | None = None  # (sequence number, JSON)
         self.closed = False  # the server is shutting down: every viewer's stream ends
 
     @property
@@ -185,9 +213,18 @@ class StepHub:
         with self._lock:
             self._subs.pop(key, None)
 
+    def since(self, seq: int | None) -> list[tuple[int, str]]:
+        """Events after sequence number `seq` (None: only the newest), oldest first."""
+        with self._lock:
+            if seq is None:
+                return [self.latest] if self.latest is not None else []
+            return [e for e in self._buf if e[0] > seq]
+
     def publish(self, step: int, payload: str) -> None:
         with self._lock:
-            self.latest = (step, payload)
+            self._seq += 1
+            self.latest = (self._seq, payload)
+            self._buf.append(self.latest)
             subs = list(self._subs.values())
         for aloop, ev in subs:
             try:
@@ -197,8 +234,10 @@ class StepHub:
 
 
 class EngineLoop:
-    def __init__(self, engine, metrics=None, max_tokens_cap: int | None = None):
+    def __init__(self, engine, metrics=None, max_tokens_cap: int | None = None,
+                 factory=None):
         self.engine = engine
+        self.factory = factory  # EngineConfig -> engine: what `swap` builds with
         self.metrics = metrics
         self.max_tokens_cap = max_tokens_cap or engine.config.max_model_len
         self.commands: queue.SimpleQueue = queue.SimpleQueue()
@@ -214,6 +253,10 @@ class EngineLoop:
         self.token_text = TokenText(engine.tokenizer)
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self._stopping = False
+        self.generation = 0  # engines built by `swap`
+        self._swap: dict | None = None  # the switch change under way (loop thread)
+        self.held: list[Ticket] = []  # requests that came while it was under way
+        self.swap_status: dict = {"phase": "serving", "generation": 0}  # for pollers
 
     # --- called from other threads ---------------------------------------------------------
     def start(self) -> None:
@@ -228,6 +271,21 @@ class EngineLoop:
 
     def abort(self, request_id: str) -> None:
         self.commands.put(("abort", request_id))
+
+    def swap(self, config, abort: bool = False, drain_s: float = 60.0) -> None:
+        """Change the engine to one built from `config`, keeping the server: finish the
+        requests in flight (up to `drain_s` seconds) or, with `abort`, cut them now."""
+        if self.factory is None:
+            raise APIError(501, "this server cannot change its engine (no engine factory)",
+                           "server_error")
+        if self.swap_status["phase"] != "serving" and self.swap_status["phase"] != "failed":
+            raise APIError(409, "a switch change is already under way; wait for it",
+                           code="restart_in_progress")
+        self.swap_status = {"phase": "draining", "generation": self.generation,
+                            "abort": abort, "drain_s": 0.0 if abort else drain_s,
+                            "seconds_left": 0.0 if abort else drain_s,
+                            "in_flight": len(self.tickets)}
+        self.commands.put(("swap", config, abort, drain_s))
 
     def call(self, fn) -> concurrent.futures.Future:
         """Run fn(engine) on the loop thread, between steps; the future holds its result."""
@@ -246,13 +304,13 @@ class EngineLoop:
                 log.error("engine loop error:\n%s", traceback.format_exc())
                 self._fail_all(APIError(500, "internal error in the server's engine loop",
                                         "server_error"))
-        for t in list(self.tickets.values()):  # shutting down: nobody is left waiting
+        for t in [*self.tickets.values(), *self.held]:  # shutting down: nobody is left waiting
             self._deliver(t, Delta(error=APIError(503, "the server is shutting down",
                                                   "server_error")))
 
     def _iteration(self) -> None:
         # an abort alone is work too: the next step's report lists it, for the viewers
-        busy = self.engine.has_unfinished() or bool(self._aborting)
+        busy = self.engine.has_unfinished() or bool(self._aborting) or self._swap is not None
         try:
             # idle: sleep until a command comes (no busy spin); busy: just look
             cmd = self.commands.get(block=not busy)
@@ -266,8 +324,58 @@ class EngineLoop:
                 cmd = self.commands.get_nowait()
             except queue.Empty:
                 cmd = None
-        if not self._stopping and (self.engine.has_unfinished() or self._aborting):
+        if self._stopping:
+            return
+        if self._swap is not None:
+            self._swap_step()
+        elif self.engine.has_unfinished() or self._aborting:
             self._step()
+
+    # --- changing the engine -----------------------------------------------------------------
+    def _restart_event(self, **status) -> None:
+        """The swap's state for pollers and, as one event, for the step stream's viewers."""
+        self.swap_status = {**status, "generation": self.generation}
+        self.hub.publish(-1, json.dumps({"type": "restart", **self.swap_status}))
+
+    def _swap_step(self) -> None:
+        sw = self._swap
+        left = sw["deadline"] - time.monotonic()
+        if self.engine.has_unfinished() and left > 0:
+            if time.monotonic() >= sw["next_event"]:  # the countdown, twice a second
+                sw["next_event"] = time.monotonic() + 0.5
+                self._restart_event(phase="draining", abort=sw["abort"], drain_s=sw["drain_s"],
+                                    seconds_left=round(left, 1), in_flight=len(self.tickets))
+            self._step()
+            return
+        cut = APIError(503, "the teacher changed a switch: the engine is restarting; ask "
+                            "again in a moment", "server_error", code="engine_restarting",
+                       headers={"Retry-After": "2"})
+        n_cut = len(self.tickets)
+        for rid, t in list(self.tickets.items()):
+            self._deliver(t, Delta(error=cut))
+            with contextlib.suppress(Exception):
+                self.engine.abort_request(rid)
+            self.engine.requests.pop(rid, None)
+        self.tickets.clear()
+        self._aborting.clear()
+        self.owners.clear()
+        self._restart_event(phase="building", cut=n_cut, config=_jsonable(sw["config"]))
+        old = self.engine
+        try:
+            new = self.factory(sw["config"])
+        except Exception as exc:  # the old engine goes on serving; the status says why
+            log.error("building the new engine failed:\n%s", traceback.format_exc())
+            self._swap = None
+            self._restart_event(phase="failed", error=f"{type(exc).__name__}: {exc}")
+        else:
+            self.engine = new
+            del old
+            self.generation += 1
+            self._swap = None
+            self._restart_event(phase="serving", config=_jsonable(new.config))
+        held, self.held = self.held, []
+        for t in held:
+            self._add(t)
 
     def _fail_all(self, err: APIError) -> None:
         """Every request in the engine fails with err and leaves it."""
@@ -289,9 +397,18 @@ class EngineLoop:
         if kind == "stop":
             self._stopping = True
         elif kind == "add":
-            self._add(cmd[1])
+            if self._swap is not None:
+                self.held.append(cmd[1])  # admitted once the new engine is up
+            else:
+                self._add(cmd[1])
+        elif kind == "swap":
+            _, config, abort, drain_s = cmd
+            self._swap = {"config": config, "abort": abort, "drain_s": drain_s,
+                          "deadline": time.monotonic() + (0.0 if abort else drain_s),
+                          "next_event": 0.0}
         elif kind == "abort":
             rid = cmd[1]
+            self.held = [t for t in self.held if t.request_id != rid]
             known = rid in self.engine.requests or rid in self.engine.groups
             if rid in self.tickets and known and not self.engine.is_finished(rid):
                 self.engine.abort_request(rid)  # seat and blocks are free from now on
@@ -354,6 +471,7 @@ class EngineLoop:
             return
         self.tickets[t.request_id] = t
         t.open_samples = t.params.n
+        t.arrival_step = eng.step_count
         for sid in eng.sample_ids(t.request_id):
             self.owners[sid] = {"user": t.user, "kind": t.kind}
         if self.metrics is not None:
@@ -385,7 +503,7 @@ class EngineLoop:
             t = self.tickets.get(rid)
             if t is None:
                 continue
-            d = out.setdefault((rid, idx), Delta(index=idx))
+            d = out.setdefault((rid, idx), Delta(index=idx, step=report.step))
             d.token_ids.extend(e.token_ids)
             d.text += e.text
             if e.logprobs is not None:
@@ -397,6 +515,8 @@ class EngineLoop:
                                      zip(req.prompt_token_ids, e.prompt_logprobs)]
             if e.token_ids:
                 self._observe_tokens(t, len(e.token_ids), now)
+        for d in out.values():
+            d.step = report.step
         finishing: dict[str, Ticket] = {}
         for sid in report.finished:
             rid, idx = self._owner(sid)
@@ -404,7 +524,7 @@ class EngineLoop:
             req = eng.requests.get(sid)
             if t is None or req is None:
                 continue
-            d = out.setdefault((rid, idx), Delta(index=idx))
+            d = out.setdefault((rid, idx), Delta(index=idx, step=report.step))
             d.finish_reason = req.finish_reason
             if req.finish_reason in ("eos", "stop_token") and d.token_ids:
                 # the end-of-sequence (or stop) token ends the answer; its text is not part
@@ -445,6 +565,9 @@ class EngineLoop:
                                  len(sched.waiting),
                                  1 - alloc.num_free_blocks / alloc.num_blocks,
                                  num_failed=len(failures))
+        if any(t.journey for t in self.tickets.values()) or \
+                any(t.journey for t in finishing.values()):
+            self._journeys(report, out, finishing, now)
         self._deliver_many([(t, d) for (rid, _), d in out.items()
                             if (t := self.tickets.get(rid) or finishing.get(rid)) is not None])
         if self.hub.watched:
@@ -467,6 +590,49 @@ class EngineLoop:
             return req.group_id or sid, req.index
         base, sep, i = sid.rpartition("#")
         return (base, int(i)) if sep and i.isdigit() else (sid, 0)
+
+    def _journeys(self, report, out: dict[tuple[str, int], Delta], finishing: dict[str, Ticket],
+                  now: float) -> None:
+        """Each journey ticket's own slice of this step, added to its delta when it changed
+        (a new delta when it has none). Only its own ids, blocks and counts: the set of
+        shared blocks is used for a count, never sent."""
+        kv = report.kv
+        seat_of = {s.request_id: s.index for s in report.seats if s.request_id is not None}
+        pos = {rid: i for i, rid in enumerate(report.waiting)}
+        shared = {b["block"] for b in kv.blocks if len(b["owners"]) > 1}
+        spec = {rec.request_id: rec for rec in report.spec}
+        for rid, t in [*self.tickets.items(), *finishing.items()]:
+            if not t.journey:
+                continue
+            view: dict = {}
+            if rid in pos:
+                view["door"] = {"position": pos[rid], "of": len(report.waiting)}
+                reason = reason_code(report.blocked_reason)
+                if reason and (not t.waited_for or t.waited_for[-1] != reason):
+                    t.waited_for.append(reason)
+                view["door"]["reasons"] = list(t.waited_for)
+            elif rid in seat_of:
+                if t.boarded_step is None:
+                    t.boarded_step = report.step
+                    # until the step that seated it began: its own prefill is not a wait
+                    t.board_wait_s = max(0.0, now - report.wall_s - t.arrival)
+                table = kv.block_tables.get(rid, [])
+                view["seat"] = {"index": seat_of[rid], "boarded_step": t.boarded_step,
+                                "waited_steps": t.boarded_step - 1 - (t.arrival_step or 0),
+                                "waited_s": round(t.board_wait_s, 3),
+                                "reasons": list(t.waited_for)}
+                view["blocks"] = list(table)
+                view["shared_blocks"] = sum(1 for b in table if b in shared)
+            changed = view != t.last_view
+            rec = spec.get(rid)
+            if not changed and rec is None:
+                continue
+            t.last_view = view
+            d = out.setdefault((rid, 0), Delta(index=0, step=report.step))
+            d.journey = {"step": report.step, **view}
+            if rec is not None:
+                d.journey["drafts"] = [{"text": x.text, "accepted": x.accepted}
+                                       for x in rec.drafted]
 
     def _observe_tokens(self, t: Ticket, n: int, now: float) -> None:
         m = self.metrics
@@ -509,6 +675,34 @@ class EngineLoop:
             t.aloop.call_soon_threadsafe(t.queue.put_nowait, d)
         except RuntimeError:  # the handler's event loop is gone (server shutting down)
             pass
+
+
+def reason_code(reason: str | None) -> str | None:
+    """The scheduler's blocked reason as a code a phone translates: "seats", "kv" (KV full,
+    or no run long enough: fragmentation), "static" (the bus still running), "budget", or
+    "other". Its text names the request at the head of the queue, so it never goes to a
+    phone as it is."""
+    if not reason:
+        return None
+    if reason == "all seats taken":
+        return "seats"
+    if reason.startswith("static"):
+        return "static"
+    if reason.startswith("token budget"):
+        return "budget"
+    if reason.startswith(("KV full", "external fragmentation")):
+        return "kv"
+    return "other"
+
+
+def _jsonable(config) -> dict:
+    """An EngineConfig as JSON-able data (the step stream and the status carry it)."""
+    import dataclasses
+
+    try:
+        return json.loads(json.dumps(dataclasses.asdict(config), default=str))
+    except TypeError:
+        return {}
 
 
 def _put_all(items: list[tuple[asyncio.Queue, Delta]]) -> None:

@@ -111,10 +111,11 @@ def _in_list(host: str, allowed: list[str]) -> bool:
 class ServerState:
     """One app's shared state. `inflight` is touched on the event loop thread only."""
 
-    def __init__(self, engine, settings: ServerSettings):
-        self.engine, self.settings = engine, settings
+    def __init__(self, engine, settings: ServerSettings, engine_factory=None):
+        self.settings = settings
         self.metrics = ServerMetrics(settings.model_name)
-        self.loop = EngineLoop(engine, self.metrics, settings.max_tokens_cap)
+        self.loop = EngineLoop(engine, self.metrics, settings.max_tokens_cap,
+                               factory=engine_factory)
         self.inflight: Counter[str] = Counter()  # client key -> requests in the server
         self.inflight_addr: Counter[str] = Counter()  # address -> requests in the server
         self.draining = False  # set once shutdown begins: no new requests, viewers end
@@ -231,6 +232,11 @@ class ServerState:
             if len(s) > MAX_STOP_CHARS:
                 raise APIError(400, f"stop: a stop string of {len(s)} characters; each may have "
                                     f"at most {MAX_STOP_CHARS}", param="stop")
+
+    @property
+    def engine(self):
+        """The engine now: a switch change (`EngineLoop.swap`) replaces it in the loop."""
+        return self.loop.engine
 
     @property
     def max_tokens_cap(self) -> int:

@@ -34,6 +34,12 @@ from app.components.kvmap import kv_grid_html
 from app.components.seats import seats_html
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "reports.json"
+
+
+@pytest.fixture(autouse=True)
+def english(monkeypatch):
+    """The components' strings in English (each test that checks Chinese says so)."""
+    monkeypatch.setattr("app.i18n.get_lang", lambda: "en")
 XSS = ("<script>alert(1)</script>", '<img src=x onerror="alert(2)">')
 
 
@@ -188,3 +194,77 @@ def test_students_list_keeps_short_answers_on_screen():
     assert rows[0]["state"] == "answered"
     html = students_html(rows)
     assert "<img src=x" not in html and "&lt;img src=x" in html
+
+
+def test_width_rules_fit_long_and_chinese_nicknames():
+    """A CJK character counts two columns; a name over the width ends in "…" and keeps its
+    full text for the tooltip; two names that shorten alike stay apart."""
+    from app.components.classroom import SEAT_WIDTH, display_width, fit, fitted
+
+    assert display_width("小明") == 4 == display_width("abcd")
+    assert fit("小明", SEAT_WIDTH) == "小明"
+    long = "a" * 30
+    assert fit(long, SEAT_WIDTH) == "a" * (SEAT_WIDTH - 1) + "…"
+    assert display_width(fit("很长的中文昵称真的很长", SEAT_WIDTH)) <= SEAT_WIDTH
+    short, full = fitted({"r1": long, "r2": "a" * 29 + "b", "r3": "小明"})
+    assert len(set(short.values())) == 3 and all(display_width(v) <= SEAT_WIDTH
+                                                 for v in short.values())
+    assert full[short["r1"]] == long and full[short["r2"]] == "a" * 29 + "b"
+    assert full[short["r3"]] == "小明"
+    # the seat card shows the short name, its tooltip the whole one
+    report, owners = class_report()
+    seated = [s["request_id"] for s in report["seats"] if s["request_id"]]
+    owners[seated[0]] = {"user": long, "kind": "person"}
+    labels = display_labels(report, owners)
+    short, full = fitted(labels)
+    page = seats_html(relabel(report, short), titles=full)
+    assert f'title="{long}: ' in page and f">{short[seated[0]]}<" in page
+    assert f">{long}<" not in page
+
+
+def test_a_seat_just_left_stays_on_the_projector_answered():
+    from app.components.classroom import HOLD_S, held_seats
+
+    report, owners = class_report()
+    seated = [s for s in report["seats"] if s["request_id"]]
+    rid, idx = seated[0]["request_id"], seated[0]["index"]
+    was = slim(report, received=100.0)
+    now_rep = copy.deepcopy(report)
+    now_rep["seats"][idx] = {**now_rep["seats"][idx], "request_id": None, "state": "empty"}
+    now_rep["finished"] = [rid]
+    history = [was, slim(now_rep, received=100.5)]
+    held = held_seats(now_rep, history, owners, now=101.0)
+    assert held["seats"][idx]["request_id"] == rid and held["seats"][idx]["state"] == "answered"
+    assert "answered" in seats_html(relabel(held, display_labels(held, owners)))
+    gone = held_seats(now_rep, history, owners, now=100.0 + HOLD_S + 1)
+    assert gone["seats"][idx]["request_id"] is None
+    # a simulated rider's seat is not held
+    owners[rid] = {"user": "sim-1", "kind": "simulated"}
+    assert held_seats(now_rep, history, owners, now=101.0)["seats"][idx]["request_id"] is None
+
+
+def test_the_class_kv_pool_names_each_blocks_owner_and_its_size():
+    from app.components.classroom import class_kv_html, fitted
+
+    report, owners = class_report()
+    seated = [s["request_id"] for s in report["seats"] if s["request_id"]]
+    owners[seated[0]] = {"user": "小明同学的名字很长", "kind": "person"}
+    labels = display_labels(report, owners)
+    short, full = fitted(labels)
+    shown = relabel(report, short)
+    page = class_kv_html(shown["kv"], full)
+    n = len(report["kv"]["block_tables"][seated[0]])
+    assert page.count("小明同学的名字很长") >= n  # every block's tooltip
+    assert "&lt;img src=x" in page and "<img src=x" not in page
+    used = sum(1 for b in report["kv"]["blocks"] if b["owners"])
+    assert f"{used} of {report['kv']['num_blocks']} blocks in use" in page
+
+
+def test_the_components_speak_chinese(monkeypatch):
+    monkeypatch.setattr("app.i18n.get_lang", lambda: "zh")
+    report, owners = class_report()
+    report["waiting"] = ["p1", "s1"]
+    owners.update({"p1": {"user": "小明", "kind": "person"},
+                   "s1": {"user": "sim-1", "kind": "simulated"}})
+    page = door_html(report, owners, display_labels(report, owners))
+    assert "门口等待：2" in page and "小明" in page and "1 个模拟用户" in page

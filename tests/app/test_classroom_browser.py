@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from app.components.classroom import CHIP_WIDTH, SEAT_WIDTH, fit
 from tests.app.test_browser import CHROMIUM, ROOT, Tab, browser, server  # noqa: F401
 
 SHOTS = pathlib.Path(os.environ.get("SERVELAB_SCREENSHOTS", ROOT / "build" / "screenshots"))
@@ -29,6 +30,14 @@ QUESTIONS = ('<img src=x onerror="self.__x=3"> What is the capital of France? Th
              "me a long story about it.",
              "<script>self.__x=4</script> Write a long poem about the sea.")
 PHONE = {"width": 390, "height": 844}
+# a nickname in a seat, or in the latest students' list with the seat it took
+# (names are shortened on screen by the width rules; st.html's sanitizer may drop a tooltip
+# holding "</script>", so the shortened text is what is matched)
+SEATED_JS = r"""([seat, chip]) => [...document.querySelectorAll('.sl-seat .sl-rid')].some(
+    e => e.textContent === seat) ||
+  [...document.querySelectorAll('.sl-students li')].some(
+    li => li.querySelector('.sl-chip')?.textContent === chip &&
+          /seat \d+, [1-9]\d* blocks/.test(li.textContent))"""
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -85,9 +94,8 @@ def test_a_class_in_the_browser_with_screenshots(browser, server):  # noqa: F811
             while len(seen) < 2 and time.monotonic() < deadline:
                 for nick in XSS_NICK:
                     # in a seat now, or in the latest students' list with the seat it took
-                    if page.locator(".sl-seat", has_text=nick).count() or page.locator(
-                            ".sl-students li", has_text=nick).filter(
-                            has_text=re.compile(r"seat \d+, [1-9]\d* blocks")).count():
+                    # (a long nickname is shortened on screen; its tooltip holds it whole)
+                    if page.evaluate(SEATED_JS, [fit(nick, SEAT_WIDTH), fit(nick, CHIP_WIDTH)]):
                         seen.add(nick)
                 if page.locator(".sl-seat .sl-rid").count() and not shot:
                     shot = True  # mid-class: riders in their seats, on a projector-tall page

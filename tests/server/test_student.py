@@ -95,7 +95,7 @@ def test_students_over_a_real_server(engine):
             assert status == 200, events
             kinds = [e["type"] for e in events]
             assert kinds[0] == "accepted" and kinds[-1] == "done", kinds
-            assert set(kinds) <= {"accepted", "seat", "delta", "done"}
+            assert set(kinds) <= {"accepted", "seat", "journey", "delta", "done"}
             assert "seat" in kinds
             seat = next(e for e in events if e["type"] == "seat")
             assert 0 <= seat["seat"] < engine.config.max_num_seqs and seat["blocks"] >= 1

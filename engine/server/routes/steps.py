@@ -2,9 +2,11 @@
 
 Routes (under `/v1/servelab/`, so the teacher's admin key guards them when one is set):
 - `GET /v1/servelab/steps`: the engine's StepReports as server-sent events, each with its
-  `owners` map (`engine/server/loop.py` says what a viewer reads); newest first when a viewer
-  falls behind, an `: idle` comment while the engine has no work. `?limit=N` closes after N
-  events. The stream ends when the server shuts down (`StepHub.close`).
+  `owners` map (`engine/server/loop.py` says what a viewer reads), and the engine's
+  `{"type": "restart"}` events while a switch change runs; every event in order while the hub
+  keeps it (a viewer that falls far behind skips ahead), an `: idle` comment while the engine
+  has no work. `?limit=N` closes after N events. The stream ends when the server shuts down
+  (`StepHub.close`).
 - `GET /v1/servelab/config`: the engine's configuration (what
   `python -m engine.loadgen --compare-offline` reruns) and, under "plan", how its steps run
   (engine/plan.py; not a config field).
@@ -31,7 +33,8 @@ def router(state: ServerState) -> APIRouter:
 
     @r.get("/v1/servelab/config")
     async def engine_config():
-        return {**dataclasses.asdict(state.engine.config), "plan": state.engine.plan.as_dict()}
+        eng = state.loop.engine  # the engine now (after swaps)
+        return {**dataclasses.asdict(eng.config), "plan": eng.plan.as_dict()}
 
     @r.get("/v1/servelab/steps")
     async def steps(request: Request, limit: int = 0):
@@ -53,12 +56,12 @@ def router(state: ServerState) -> APIRouter:
                     ev.clear()
                     if hub.closed:  # the server is shutting down: this stream ends
                         break
-                    latest = hub.latest
-                    if latest is None or latest[0] == last:
-                        continue
-                    last = latest[0]
-                    yield f"data: {latest[1]}\n\n"
-                    sent += 1
+                    for seq, payload in hub.since(last):
+                        if limit and sent >= limit:
+                            break
+                        last = seq
+                        yield f"data: {payload}\n\n"
+                        sent += 1
             finally:
                 hub.unsubscribe(key)
 

@@ -1,0 +1,128 @@
+"""The students' page in chromium, on a real class server (in this process): its language
+follows the phone's (zh-CN, en-US) with a toggle, the journey panel fills from the phone's
+own request, and a reload mid-answer reattaches to the answer and shows the rest of it.
+Screenshots of a Chinese phone's journey go to build/screenshots/."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import httpx
+import pytest
+
+from engine import EngineConfig, LLMEngine
+from engine.server import ServerSettings
+from tests.server.conftest import SMALL, running_server
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = pathlib.Path(os.environ.get("SERVELAB_SCREENSHOTS", ROOT / "build" / "screenshots"))
+PHONE = {"width": 390, "height": 844}
+JOIN, ADMIN = "join-code-1", "admin-key-1"
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def class_server():
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium fonts-noto-cjk")
+    engine = LLMEngine(EngineConfig(**SMALL))
+    with running_server(engine, ServerSettings(api_key=JOIN, admin_key=ADMIN)) as (url, app):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def chromium(class_server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-background-networking", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+def phone(chromium, url: str, locale: str):
+    ctx = chromium.new_context(viewport=PHONE, is_mobile=True, locale=locale)
+    p = ctx.new_page()
+    p.set_default_timeout(120_000)
+    errors: list[str] = []
+    p.on("pageerror", lambda e: errors.append(str(e)))
+    p.goto(f"{url}/class#code={JOIN}")
+    return ctx, p, errors
+
+
+def test_the_students_page_speaks_the_phones_language(chromium, class_server):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    zh_ctx, zh, zh_err = phone(chromium, class_server, "zh-CN")
+    en_ctx, en, en_err = phone(chromium, class_server, "en-US")
+    try:
+        assert zh.inner_text("#ask") == "提问" and zh.inner_text("label[for=code]") == "加入码"
+        assert zh.evaluate("document.documentElement.lang") == "zh-CN"
+        assert "小型英文模型" in zh.inner_text(".model")
+        assert en.inner_text("#ask") == "Ask" and en.inner_text("label[for=code]") == "Join code"
+        assert "small English model" in en.inner_text(".model")
+        # the toggle: the other language, every labelled string, and back
+        en.click("#lang")
+        assert en.inner_text("#ask") == "提问" and en.inner_text("h1").startswith("ServeLab：")
+        en.click("#lang")
+        assert en.inner_text("#ask") == "Ask"
+        # a Chinese nickname and question, end to end, and the journey panel in Chinese
+        zh.fill("#nick", "小明")
+        zh.fill("#q", "请写一首关于大海的长诗。")
+        zh.click("#ask")
+        zh.wait_for_function("() => /[0-9]/.test(document.getElementById('rate').textContent)")
+        assert zh.inner_text("#asked") == "小明: 请写一首关于大海的长诗。"
+        assert zh.inner_text("#answer").strip()
+        assert "\ufffd" not in zh.inner_text("#answer")
+        assert zh.inner_text("#seat").startswith("座位 ")
+        assert "首个词元" in zh.inner_text("#ttft")
+        assert "第" in zh.inner_text("#j-seat") and "步上车" in zh.inner_text("#j-seat")
+        assert zh.locator("#pages span").count() >= 1
+        assert zh.locator("#pages span").first.inner_text().startswith("0 → ")
+        assert zh.locator("#tokens .tk sup").count() >= 1  # tokens with their step numbers
+        assert zh.inner_text("#j-class")  # the class comparison line
+        zh.screenshot(path=str(SHOTS / "class-phone-zh-journey.png"), full_page=True)
+        assert not zh_err and not en_err, (zh_err, en_err)
+    finally:
+        zh_ctx.close()
+        en_ctx.close()
+
+
+def test_a_reload_mid_answer_shows_the_rest_of_it(chromium, class_server):
+    ctx, p, errors = phone(chromium, class_server, "en-US")
+    try:
+        p.fill("#nick", "reloader")
+        p.fill("#q", "Write a long story about a ship at sea, with many details.")
+        p.click("#ask")
+        p.wait_for_function("() => document.getElementById('answer').textContent.length > 20")
+        before = p.inner_text("#answer")
+        assert not p.evaluate("() => /[0-9]/.test(document.getElementById('rate')"
+                              ".textContent)"), "the answer ended before the reload"
+        saved = p.evaluate("() => JSON.parse(localStorage.getItem('servelab-answer'))")
+        p.reload()
+        p.wait_for_function("() => /[0-9]/.test(document.getElementById('rate').textContent)")
+        after = p.inner_text("#answer")
+        assert after.startswith(before.rstrip()[:20]) and len(after) > len(before), (before,
+                                                                                    after)
+        assert p.inner_text("#asked").startswith("reloader: Write a long story")
+        assert p.inner_text("#note") == "Reconnected to your answer."
+        # the whole answer, as the server kept it for this phone
+        secret = p.evaluate("() => localStorage.getItem('servelab-phone')")
+        with httpx.stream("GET", f"{class_server}/class/answer/{saved['rid']}",
+                          headers={"Authorization": f"Bearer {JOIN}",
+                                   "X-Phone-Secret": secret}, timeout=60) as r:
+            import json
+            text = "".join(json.loads(line[6:]).get("text", "") for line in r.iter_lines()
+                           if line.startswith("data: ")
+                           and json.loads(line[6:])["type"] == "delta")
+        assert after == text
+        # a second reload once it is over shows the finished answer again
+        p.reload()
+        p.wait_for_function("() => /[0-9]/.test(document.getElementById('rate').textContent)")
+        assert p.inner_text("#answer") == text
+        assert not errors, errors
+    finally:
+        ctx.close()
