@@ -90,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--max-requests-per-user", type=int, default=8, help="per client; then 429")
     a("--max-tokens-cap", type=int, default=None, help="largest max_tokens (default: model len)")
     a("--max-body-bytes", type=int, default=1 << 20, help="larger bodies get 413")
+    a("--no-step-stream", action="store_true",
+      help="serve no step stream (as vLLM): the teacher's views read /metrics only")
+    a("--record", default=None, metavar="PATH",
+      help="record every step (with who asked) to PATH, a gzip JSONL recording the app replays")
     a("--log-level", default="warning")
     return ap
 
@@ -131,12 +135,24 @@ def main(argv: list[str] | None = None) -> int:
         model_name=args.served_model_name or args.model, api_key=api_key,
         max_queue=args.max_queue, max_requests_per_user=args.max_requests_per_user,
         max_tokens_cap=args.max_tokens_cap, max_body_bytes=args.max_body_bytes,
-        admin_key=args.admin_key)
+        admin_key=args.admin_key, step_stream=not args.no_step_stream)
     app = create_app(engine, settings)
+    recorder = None
+    if args.record:
+        from engine.recording import Recorder, machine_facts
+
+        recorder = Recorder(args.record, config, machine_facts(str(engine.device)),
+                            source="class-server")
+        app.state.loop.recorder = recorder
     print(f"[{engine.describe()}] {config.batching} batching, {config.kv_layout} KV, "
           f"{config.max_num_seqs} seats; serving {settings.model_name!r} on "
           f"http://{args.host}:{args.port}/v1", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        if recorder is not None:  # after the loop stopped: no step writes while it closes
+            recorder.close()
+            print(f"recorded {recorder.steps[0]} steps to {args.record}", flush=True)
     return 0
 
 

@@ -34,6 +34,9 @@ class ServerSettings:
     # need it instead of `api_key` (the join code every student has), so no student can read
     # the others' answers off the step stream
     admin_key: str | None = None
+    # False: no step stream (as a vLLM or SGLang deployment has none); the teacher's views
+    # then read /metrics only
+    step_stream: bool = True
 
 
 class ServerState:
