@@ -9,13 +9,18 @@ import streamlit as st
 
 from app.i18n import language_selector, t
 from app.live import ensure_model, get_session
+from app.replay import is_recording, recording_controls, recording_shell
 from app.sidebar import device_line, draw_sidebar
 
 
 def shell() -> None:
     session = get_session()
+    if is_recording(session):  # a replay: no model, no engine (app/replay.py)
+        recording_shell(session)
+        return
     ensure_model(session.settings.model)
     draw_sidebar(session)
+    recording_controls()
     try:
         device_line(session.primary.engine.describe())
     except ValueError as exc:  # a KV budget too small for one request, for example
