@@ -166,6 +166,12 @@ def live(room: ClassRoom, show_questions: bool) -> None:
     if stream is None:
         return
     report, history, owners = stream.snapshot()
+    if report is None and stream.error and "404" in stream.error and room.server is not None:
+        # a server with no step stream (vLLM, SGLang, --no-step-stream): its /metrics instead
+        from app.components.metrics_panel import server_metrics_view
+
+        server_metrics_view(room.server.url, room.server.headers)
+        return
     if stream.error:
         st.warning(stream.error)
     run = room.load

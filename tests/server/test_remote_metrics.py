@@ -86,3 +86,47 @@ def test_own_server_without_step_stream_feeds_the_metrics_reader(engine, tmp_pat
     assert {o["user"] for o in replay.owners.values()} == {"小明", "amy"}
     emitted = sum(len(e["token_ids"]) for r in replay.runs[0] for e in r["emitted"])
     assert emitted == 10
+
+
+def _panel_from_fixture(lang: str) -> None:
+    import pathlib
+
+    import streamlit as st
+
+    from app.components.metrics_panel import metrics_panel
+    from app.remote_metrics import parse_metrics
+
+    st.session_state["lang"] = lang
+    text = (pathlib.Path("tests/fixtures/vllm_metrics.txt")).read_text()
+    metrics_panel(parse_metrics(text))
+
+
+@pytest.mark.parametrize("lang, running, header", [("en", "Running", "no step stream"),
+                                                   ("zh", "运行中", "没有逐步数据流")])
+def test_the_panel_draws_vllm_metrics_in_both_languages(lang, running, header):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_panel_from_fixture, args=(lang,), default_timeout=60).run()
+    assert not at.exception, at.exception[0].value
+    shown = {m.label: m.value for m in at.metric}
+    assert shown[running] == "37" and "81%" in shown.values()
+    assert any(header in s.value for s in at.subheader)
+    assert any("p50 15" in c.value for c in at.caption)  # TTFT p50: about 152 ms, buckets
+
+
+def _panel_from_server(url: str) -> None:
+    import streamlit as st
+
+    from app.components.metrics_panel import server_metrics_view
+
+    st.session_state["lang"] = "en"
+    server_metrics_view(url, {})
+
+
+def test_the_panel_reads_an_unreachable_server_as_an_error_line():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_panel_from_server, args=("http://127.0.0.1:9",),
+                               default_timeout=60).run()
+    assert not at.exception
+    assert "Cannot read the server's metrics" in at.error[0].value
