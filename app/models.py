@@ -78,10 +78,11 @@ def serve_args_for(model: str) -> list[str]:
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise ValueError(f"{path} is not a .gguf file or a Hugging Face folder")
-        return ["--model", str(path)]
+        return ["--model", str(path), "--served-model-name", path.stem]
     if not (path / "config.json").is_file():
         raise ValueError(f"{path} is not a Hugging Face model folder (no config.json)")
     if describe_folder(path) is None:
         raise ValueError(f"{path}: not a Llama- or Qwen-family model with safetensors weights "
                          f"({', '.join(SUPPORTED_ARCHITECTURES)})")
-    return ["--model", str(path)]
+    # clients see the folder's name, not where it lies on the teacher's disk
+    return ["--model", str(path), "--served-model-name", path.name]

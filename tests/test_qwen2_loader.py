@@ -66,7 +66,12 @@ def test_models_on_disk_lists_it_with_serve_args(tiny_qwen2, tmp_path):
     assert str(folder) in [m["path"] for m in found]
     entry = next(m for m in found if m["path"] == str(folder))
     assert entry["kind"] == "hf" and entry["architecture"] == "Qwen2ForCausalLM"
-    assert serve_args_for(str(folder)) == ["--model", str(folder)]
+    assert serve_args_for(str(folder)) == ["--model", str(folder), "--served-model-name",
+                                           folder.name]
+    from app.classroom import DEFAULT_SWITCHES, serve_args
+
+    argv = serve_args({**DEFAULT_SWITCHES, "model": str(folder)}, "127.0.0.1", 8000, None)
+    assert argv[argv.index("--model") + 1] == str(folder)
     with pytest.raises(ValueError, match="no such"):
         serve_args_for(str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="config.json"):

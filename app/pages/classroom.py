@@ -91,6 +91,10 @@ def controls(room: ClassRoom) -> None:
     if srv is None:
         st.subheader("Start the class")
         switches = switch_radios(DEFAULT_SWITCHES, "cls_new")
+        from app.components.model_choice import model_choice
+
+        if model := model_choice():
+            switches["model"] = model
         lan = lan_address()
         on_net = st.checkbox(
             "Let phones on this network join", value=False, key="cls_network",
@@ -117,6 +121,8 @@ def controls(room: ClassRoom) -> None:
     # a running class: its switches, and Stop
     st.subheader("The class engine's switches")
     switches = switch_radios(srv.switches, "cls_run")
+    if srv.switches.get("model"):  # a restart keeps the class's model
+        switches["model"] = srv.switches["model"]
     if switches != srv.switches and not srv.adopted:
         how = st.radio("Apply", ("after the requests in flight finish", "now, aborting them"),
                        key="cls_how", horizontal=True)
