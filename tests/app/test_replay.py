@@ -115,3 +115,26 @@ def test_a_header_of_another_kind_is_refused():
     with pytest.raises(RecordingError) as err:
         open_recording(gzip.compress(b'{"kind": "chat-log", "version": 1}\n'))
     assert err.value.code == "foreign"
+
+
+def test_a_live_session_recorded_replays_its_own_reports(tmp_path):
+    """The app's save path on a real (tiny) engine: every run the session drew, replayed step
+    for step, equals the live run's reports."""
+    import json
+
+    from app.recorded import page_variants, record_session_runs
+    from app.state import Session, Settings
+    from kernels.gpu_engine_check import save_tiny_llama
+
+    model = str(save_tiny_llama(tmp_path / "tiny"))
+    settings = Settings(model=model, num_requests=3, seats=2, num_blocks=48)
+    live = Session(settings=settings)
+    path = record_session_runs(live, page_variants(settings), tmp_path / "s.jsonl.gz")
+    replay = open_recording(path)
+    assert set(replay.runs) == set(live.runs)
+    replay.tick = live.tick
+    for settings_, run in live.runs.items():
+        assert replay.run(settings_).history == json.loads(json.dumps(run.history))
+        assert replay.run(settings_).names == run.names
+    with pytest.raises(ValueError, match="no run"):
+        replay.run(settings.with_(seats=7))
