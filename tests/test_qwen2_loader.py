@@ -76,3 +76,19 @@ def test_models_on_disk_lists_it_with_serve_args(tiny_qwen2, tmp_path):
         serve_args_for(str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="config.json"):
         serve_args_for(str(tmp_path / "not-a-model"))
+
+
+@pytest.mark.slow
+def test_a_gguf_file_path_is_converted_once_and_loads(tmp_path, monkeypatch):
+    """`--model FILE.gguf`: a GGUF file on disk (here the bundled one, by its path) becomes a
+    cached Hugging Face folder once; a second call finds it."""
+    from engine.model.loader import _bundled_gguf
+
+    gguf = _bundled_gguf("smollm2-135m")
+    monkeypatch.setenv("SERVELAB_CACHE", str(tmp_path))
+    folder = hf_folder(str(gguf))
+    assert folder.parent == tmp_path and (folder / "model.safetensors").is_file()
+    assert (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
+    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    assert hf_folder(str(gguf)) == folder
+    assert (folder / "model.safetensors").stat().st_mtime_ns == stamp
