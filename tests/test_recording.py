@@ -20,6 +20,9 @@ from engine.recording import (
 )
 
 
+pytestmark = pytest.mark.slow  # a real run of the bundled model
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """A short real run, recorded as it steps; its reports as the caller saw them."""

@@ -56,6 +56,7 @@ def test_an_unreachable_server_names_its_url():
         fetch_metrics("http://127.0.0.1:9/v1", timeout=2)
 
 
+@pytest.mark.slow
 def test_own_server_without_step_stream_feeds_the_metrics_reader(engine, tmp_path):
     """--no-step-stream: the step stream answers 404 (OpenAI's error body), /metrics carries
     the figures; the server's recorder keeps every step with who asked."""
