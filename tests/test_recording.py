@@ -20,9 +20,6 @@ from engine.recording import (
 )
 
 
-pytestmark = pytest.mark.slow  # a real run of the bundled model
-
-
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """A short real run, recorded as it steps; its reports as the caller saw them."""
@@ -43,6 +40,7 @@ def recorded(tmp_path_factory):
     return path, seen, cfg
 
 
+@pytest.mark.slow  # a real run of the bundled model
 def test_replayed_reports_equal_the_live_run(recorded):
     path, seen, cfg = recorded
     rec = read_recording(path)
@@ -60,6 +58,7 @@ def test_replayed_reports_equal_the_live_run(recorded):
     assert rec.complete
 
 
+@pytest.mark.slow  # a real run of the bundled model
 def test_the_first_line_is_the_header_then_one_report_a_line(recorded):
     path, seen, _ = recorded
     lines = gzip.decompress(path.read_bytes()).decode().splitlines()
@@ -69,6 +68,7 @@ def test_the_first_line_is_the_header_then_one_report_a_line(recorded):
     assert len(reports) == len(seen)
 
 
+@pytest.mark.slow  # a real run of the bundled model
 def test_a_cut_off_recording_replays_what_it_holds(recorded, tmp_path):
     path, seen, _ = recorded
     data = gzip.decompress(path.read_bytes())
