@@ -138,3 +138,26 @@ def test_a_live_session_recorded_replays_its_own_reports(tmp_path):
         assert replay.run(settings_).names == run.names
     with pytest.raises(ValueError, match="no run"):
         replay.run(settings.with_(seats=7))
+
+
+@pytest.mark.slow
+def test_the_sidebar_saves_the_live_run_and_opens_the_bundled_one():
+    """Live app: step, save (a recording of the session's runs is offered for download), then
+    open the bundled recording from the sidebar and close it again."""
+    from app.replay import SAVED_KEY
+
+    at = AppTest.from_file(MAIN, default_timeout=300)
+    at.session_state["lang"] = "en"
+    at.run()
+    at.button(key="ctl_step").click().run()
+    at.button(key="rec_save").click().run()
+    assert not at.exception, at.exception[0].value
+    saved = open_recording(at.session_state[SAVED_KEY])
+    assert saved.primary.reports[0]["step"] == 1 and saved.recording.source == "app"
+    live = at.session_state[SESSION_KEY]
+    at.selectbox(key="rec_bundled").set_value(BUNDLED.name)
+    at.button(key="rec_open").click().run()
+    assert isinstance(at.session_state[SESSION_KEY], RecordedSession)
+    assert "Replaying a recording" in "\n".join(h.value for h in at.html)
+    at.button(key="rec_close").click().run()
+    assert at.session_state[SESSION_KEY] is live
