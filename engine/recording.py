@@ -210,8 +210,10 @@ def engine_pieces(tokenizer, reports: Iterable[dict]) -> dict[int, str]:
     for r in reports:
         for e in r.get("emitted", ()):
             ids.update(int(t) for t in e.get("token_ids", ()))
-        for s in r.get("spec", ()) or ():
-            ids.update(int(t) for t in s.get("drafted", ()) or ())
+        for s in r.get("spec", ()) or ():  # SpecDecision dicts: drafted tokens, the next one
+            ids.update(int(d["token_id"]) for d in s.get("drafted", ()) or ())
+            if s.get("next_token_id") is not None:
+                ids.add(int(s["next_token_id"]))
     return {i: tokenizer.convert_ids_to_tokens(i) for i in sorted(ids)}
 
 
