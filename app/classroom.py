@@ -127,6 +127,10 @@ def serve_args(switches: dict, host: str, port: int, join_code: str | None,
         args += ["--num-kv-blocks", str(kv_blocks)]
     if (spec := spec_of(switches)) is not None:
         args += ["--speculative-config", json.dumps(spec)]
+    if switches.get("model"):  # a model on disk (app/models.py checks the path)
+        from app.models import serve_args_for
+
+        args += serve_args_for(switches["model"])
     if join_code:
         args.append(f"--api-key={join_code}")  # one argument: a code may start with "-"
     return args

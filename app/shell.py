@@ -10,14 +10,19 @@ import streamlit as st
 from app.components.gauges import METRIC_CSS
 from app.i18n import language_selector, t
 from app.live import ensure_model, get_session
+from app.replay import is_recording, recording_controls, recording_shell
 from app.sidebar import device_line, draw_sidebar
 
 
 def shell() -> None:
     session = get_session()
+    if is_recording(session):  # a replay: no model, no engine (app/replay.py)
+        recording_shell(session)
+        return
     ensure_model(session.settings.model)
     draw_sidebar(session)
     st.sidebar.html(METRIC_CSS)  # style only: applies to the whole page
+    recording_controls()
     try:
         device_line(session.primary.engine.describe())
     except ValueError as exc:  # a KV budget too small for one request, for example

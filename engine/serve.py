@@ -115,6 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
       help="Ctrl-C: seconds answers in progress may go on before they are cut")
     a("--max-tokens-cap", type=int, default=None, help="largest max_tokens (default: model len)")
     a("--max-body-bytes", type=int, default=1 << 20, help="larger bodies get 413")
+    a("--no-step-stream", action="store_true",
+      help="serve no step stream (as vLLM): the teacher's views read /metrics only")
+    a("--record", default=None, metavar="PATH",
+      help="record every step (with who asked) to PATH, a gzip JSONL recording the app replays")
     a("--log-level", default="warning")
     return ap
 
@@ -169,13 +173,27 @@ def main(argv: list[str] | None = None) -> int:
         max_tokens_cap=args.max_tokens_cap, max_body_bytes=args.max_body_bytes,
         body_timeout_s=args.body_timeout, admin_key=args.admin_key,
         forwarded_allow_ips=_names(args.forwarded_allow_ips),
-        allowed_hosts=_names(args.allowed_hosts), bind_host=args.host)
+        allowed_hosts=_names(args.allowed_hosts), bind_host=args.host,
+        step_stream=not args.no_step_stream)
     app = create_app(engine, settings)
+    recorder = None
+    if args.record:
+        from engine.recording import Recorder, machine_facts
+
+        recorder = Recorder(args.record, config, machine_facts(str(engine.device)),
+                            source="class-server")
+        app.state.loop.recorder = recorder
     print(f"[{engine.describe()}] {config.batching} batching, {config.kv_layout} KV, "
           f"{config.max_num_seqs} seats; serving {settings.model_name!r} on "
           f"http://{args.host}:{args.port}/v1", flush=True)
-    make_server(app, args.host, args.port, args.log_level, header_timeout_s=args.header_timeout,
-                shutdown_timeout_s=args.shutdown_timeout).run()
+    try:
+        make_server(app, args.host, args.port, args.log_level,
+                    header_timeout_s=args.header_timeout,
+                    shutdown_timeout_s=args.shutdown_timeout).run()
+    finally:
+        if recorder is not None:  # after the loop stopped: no step writes while it closes
+            recorder.close()
+            print(f"recorded {recorder.steps[0]} steps to {args.record}", flush=True)
     return 0
 
 

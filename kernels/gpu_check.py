@@ -562,6 +562,15 @@ def main(argv=None) -> int:
     for name in c.report["sections"]:
         fn, min_left_s = runs[name]
         c.section(name, fn, min_left_s=min_left_s)
+    if only is None and c.time_left() > (0 if args.dry_run else 60):
+        # a class-sized recording of this GPU's run, for a laptop class (kernels/gpu_recording.py)
+        from servelab_kernels.gpu_recording import record_class_run
+
+        try:
+            c.report["recording"] = record_class_run(args.out, sizes.model, args.dry_run)
+        except Exception as e:  # noqa: BLE001 - the check's sections are what matters
+            c.report["recording"] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        print(f"   recording ok={c.report['recording'].get('ok')}", flush=True)
     c.report["finished"] = _now()
     c.save()
     print(f"\n== summary (t={c.elapsed():.0f}s) -> {c.path}")

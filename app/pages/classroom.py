@@ -100,6 +100,10 @@ def controls(room: ClassRoom) -> None:
     if srv is None:
         st.subheader(t("cls.start.title"))
         switches = switch_radios(DEFAULT_SWITCHES, "cls_new")
+        from app.components.model_choice import model_choice
+
+        if model := model_choice():
+            switches["model"] = model
         lan = lan_address()
         on_net = st.checkbox(t("cls.network"), value=False, key="cls_network",
                              help=t("cls.network.help"))
@@ -202,6 +206,12 @@ def live(room: ClassRoom, show_questions: bool, large: bool = False) -> None:
     report, history, owners = stream.snapshot()
     if large:
         st.html(LARGE_CSS)
+    if report is None and stream.error and "404" in stream.error and room.server is not None:
+        # a server with no step stream (vLLM, SGLang, --no-step-stream): its /metrics instead
+        from app.components.metrics_panel import server_metrics_view
+
+        server_metrics_view(room.server.url, room.server.headers)
+        return
     if stream.error:
         st.warning(stream.error)
     run = room.load

@@ -171,6 +171,18 @@ def hf_folder(name: str, progress: Progress | None = None) -> Path:
                     _convert_gguf(_bundled_gguf(name), out, progress)
         return out
     path = Path(name).expanduser()
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        # a GGUF file on disk: dequantized once into the cache, keyed by its path and size
+        import hashlib
+
+        key = hashlib.sha1(f"{path.resolve()}:{path.stat().st_size}".encode()).hexdigest()[:12]
+        out = cache_root() / f"gguf-{path.stem}-{key}"
+        if not (out / "model.safetensors").is_file():
+            with _convert_lock:
+                if not (out / "model.safetensors").is_file():
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    _convert_gguf(path, out, progress)
+        return out
     if not path.exists():
         raise ModelLoadError(
             f"unknown model {name!r}: not a bundled model ({sorted(BUNDLED_MODELS)}) "

@@ -244,6 +244,8 @@ class EngineLoop:
         self.tickets: dict[str, Ticket] = {}  # unfinished requests in the engine
         self.owners: dict[str, dict] = {}  # request id -> {"user", "kind"} while it is drawn
         self.hub = StepHub()
+        # engine/recording.py's Recorder: every step's report with its owners, when set
+        self.recorder = None
         # recent aborts: {"request_id", "received_step" (steps done when the abort came),
         # "freed_step" (the step whose report lists it)}: how fast a disconnect frees blocks
         self.abort_log: deque[dict] = deque(maxlen=1024)
@@ -572,6 +574,8 @@ class EngineLoop:
                             if (t := self.tickets.get(rid) or finishing.get(rid)) is not None])
         if self.hub.watched:
             self.hub.publish(report.step, self._step_json(report))
+        if self.recorder is not None:
+            self.recorder.report(self._step_dict(report))
         # forget owners of requests that left and hold no seat (static riders keep theirs)
         seated = {s.request_id for s in report.seats if s.request_id is not None}
         for rid in [*report.finished, *report.aborted]:
@@ -648,12 +652,15 @@ class EngineLoop:
             m.generation_tokens.inc(n)
 
     def _step_json(self, report) -> str:
+        return json.dumps(self._step_dict(report), ensure_ascii=False)
+
+    def _step_dict(self, report) -> dict:
         d = report.to_dict()
         named = set(d["waiting"]) | set(d["kv"]["block_tables"]) | set(report.finished)
         named |= set(report.aborted) | {e.request_id for e in report.emitted}
         named |= {s.request_id for s in report.seats if s.request_id is not None}
         d["owners"] = {rid: self.owners[rid] for rid in named if rid in self.owners}
-        return json.dumps(d, ensure_ascii=False)
+        return d
 
     @staticmethod
     def _deliver_many(pairs: list[tuple[Ticket, Delta]]) -> None:

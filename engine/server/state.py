@@ -72,6 +72,9 @@ class ServerSettings:
     # (DNS rebinding: a page a student opens must not reach this server under its own name)
     allowed_hosts: list[str] = field(default_factory=list)
     bind_host: str | None = None
+    # False: no step stream (as a vLLM or SGLang deployment has none); the teacher's views
+    # then read /metrics only
+    step_stream: bool = True
 
     @property
     def class_mode(self) -> bool:

@@ -56,3 +56,10 @@ def test_weights_flag_takes_every_engine_choice():
     assert build_parser().parse_args([]).weights == "auto"
     for name in WEIGHTS:
         assert build_parser().parse_args(["--weights", name]).weights == name
+
+
+def test_record_and_no_step_stream_flags():
+    args = build_parser().parse_args(["--record", "class.jsonl.gz", "--no-step-stream"])
+    assert args.record == "class.jsonl.gz" and args.no_step_stream
+    plain = build_parser().parse_args([])
+    assert plain.record is None and not plain.no_step_stream

@@ -39,6 +39,9 @@ def router(state: ServerState) -> APIRouter:
     @r.get("/v1/servelab/steps")
     async def steps(request: Request, limit: int = 0):
         """Server-sent events: one JSON object per engine step (newest first if behind)."""
+        if not state.settings.step_stream:
+            raise APIError(404, "this server runs without a step stream (--no-step-stream); "
+                                "read /metrics", "not_found_error")
         if limit < 0:
             raise APIError(400, "limit must be >= 0 (0: no limit)", param="limit")
         # subscribe now, so a viewer that has its headers sees every step from here on
