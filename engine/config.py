@@ -8,6 +8,7 @@ raises `ValueError` naming the field and its allowed range.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -281,3 +282,26 @@ class SamplingParams:
         """A draft may be verified for it: plain sampling, one sample, no logprobs (the
         verifier reads neither processed logits nor logprobs)."""
         return not self.processes_logits and self.logprobs is None and self.n == 1
+
+
+def spec_config(text: str | None) -> SpecConfig | None:
+    """vLLM's --speculative-config JSON: {"method": "ngram" | "draft" | "eagle",
+    "num_speculative_tokens": k, "model": <draft model>, "prompt_lookup_min/max": n}, plus
+    ServeLab's "adaptive_k": true (choose k each step), "min_confidence" and
+    "prompt_lookup_first": true (a draft or eagle model behind prompt lookup)."""
+    if not text:
+        return None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--speculative-config is not valid JSON ({exc.msg})") from None
+    if not isinstance(obj, dict):
+        raise ValueError("--speculative-config must be a JSON object")
+    known = {"method", "num_speculative_tokens", "model", "prompt_lookup_min",
+             "prompt_lookup_max", "adaptive_k", "min_confidence", "prompt_lookup_first"}
+    if unknown := set(obj) - known:
+        raise ValueError(f"--speculative-config: unknown keys {sorted(unknown)}; "
+                         f"known: {sorted(known)}")
+    if "model" in obj:
+        obj["draft_model"] = obj.pop("model")
+    return SpecConfig(**obj)

@@ -137,14 +137,20 @@ class ModelFacts:
     @classmethod
     def of(cls, name: str, config) -> ModelFacts:
         """From a model name and its `ModelConfig` (engine/model/loader.py)."""
-        from engine.model.llama import LlamaModel
         from engine.model.loader import BUNDLED_MODELS
 
-        return cls(name in BUNDLED_MODELS, tuple(LlamaModel.linear_shapes(config)),
+        return cls(name in BUNDLED_MODELS, tuple(linear_shapes(config)),
                    not config.qkv_bias and not config.qk_norm)
 
 
 # SmolLM2-135M's shapes: the bundled model, for a plan made before its config is read
+def linear_shapes(cfg) -> list[tuple[int, int]]:
+    """The [out, in] shapes of a Llama-family model's fused linear weights and its lm_head."""
+    h, d, inter = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+    return [((cfg.num_heads + 2 * cfg.num_kv_heads) * d, h), (h, cfg.num_heads * d),
+            (2 * inter, h), (h, inter), (cfg.vocab_size, h)]
+
+
 SMOLLM2 = ModelFacts(True, ((960, 576), (576, 576), (3072, 576), (576, 1536), (49152, 576)), True)
 
 

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import json
 import os
 import secrets
 import sys
 
-from engine.config import WEIGHTS, EngineConfig, SpecConfig
+from engine.config import WEIGHTS, EngineConfig, SpecConfig, spec_config  # noqa: F401 (re-exported)
 from engine.server.http import HEADER_TIMEOUT_S, SHUTDOWN_TIMEOUT_S
 
 CLASS_PER_CLIENT = 8  # class mode's default requests in flight per phone (or address)
@@ -42,29 +41,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def spec_config(text: str | None) -> SpecConfig | None:
-    """vLLM's --speculative-config JSON: {"method": "ngram" | "draft" | "eagle",
-    "num_speculative_tokens": k, "model": <draft model>, "prompt_lookup_min/max": n}, plus
-    ServeLab's "adaptive_k": true (choose k each step), "min_confidence" and
-    "prompt_lookup_first": true (a draft or eagle model behind prompt lookup)."""
-    if not text:
-        return None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--speculative-config is not valid JSON ({exc.msg})") from None
-    if not isinstance(obj, dict):
-        raise ValueError("--speculative-config must be a JSON object")
-    known = {"method", "num_speculative_tokens", "model", "prompt_lookup_min",
-             "prompt_lookup_max", "adaptive_k", "min_confidence", "prompt_lookup_first"}
-    if unknown := set(obj) - known:
-        raise ValueError(f"--speculative-config: unknown keys {sorted(unknown)}; "
-                         f"known: {sorted(known)}")
-    if "model" in obj:
-        obj["draft_model"] = obj.pop("model")
-    return SpecConfig(**obj)
 
 
 def build_parser() -> argparse.ArgumentParser:

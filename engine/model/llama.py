@@ -236,9 +236,9 @@ class LlamaModel:
     @staticmethod
     def linear_shapes(cfg: ModelConfig) -> list[tuple[int, int]]:
         """The [out, in] shapes of the fused linear weights and the lm_head."""
-        h, d, inter = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
-        return [((cfg.num_heads + 2 * cfg.num_kv_heads) * d, h), (h, cfg.num_heads * d),
-                (2 * inter, h), (h, inter), (cfg.vocab_size, h)]
+        from engine.plan import linear_shapes
+
+        return linear_shapes(cfg)
 
     @property
     def packed(self) -> bool:

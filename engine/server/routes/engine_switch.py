@@ -40,7 +40,7 @@ class SwitchBody(BaseModel):
 
 def new_config(current: EngineConfig, changes: dict) -> EngineConfig:
     """`current` with `changes` applied, validated as the engine validates its own."""
-    from engine.serve import spec_config
+    from engine.config import spec_config
 
     if unknown := set(changes) - set(CHANGEABLE):
         raise APIError(400, f"cannot change {sorted(unknown)} while serving; the switches "
