@@ -55,7 +55,7 @@ VOTE_PANEL = r"""
   const $ = (id) => document.getElementById(id);
   const nav = (navigator.language || "en").toLowerCase();
   let lang = localStorage.getItem("servelab-lang") || (nav.startsWith("zh") ? "zh" : "en");
-  let phone = localStorage.getItem("servelab-phone") || "";
+  let phone = localStorage.getItem("servelab-vote-id") || "";
   let shown = "";
   const t = (k, v) => S[lang][k].replace(/\{(\w+)\}/g, (_, n) => (v || {})[n]);
   function code() {
@@ -83,7 +83,7 @@ VOTE_PANEL = r"""
   async function join() {
     const d = await call("POST", "/class/join", {phone: phone || null});
     phone = d.phone;
-    localStorage.setItem("servelab-phone", phone);
+    localStorage.setItem("servelab-vote-id", phone);
   }
   function button(text, cls, onclick) {
     const b = document.createElement("button");

@@ -137,7 +137,7 @@ def test_class_limits_count_phones_and_addresses_not_names(engine):
 
         async def main():
             async with httpx.AsyncClient(base_url=url, timeout=120) as c:
-                phone = (await c.post("/class/join", headers=auth)).json()["phone"]
+                phone = (await c.post("/class/token", headers=auth)).json()["phone"]
 
                 async def ask(i):
                     async with c.stream("POST", "/class/ask", headers={

@@ -27,7 +27,7 @@ def test_page_writes_text_only():
 
 def join(client: httpx.Client, code: str = JOIN) -> str:
     """A phone joins: the server's token for it."""
-    r = client.post("/class/join", headers={"Authorization": f"Bearer {code}"})
+    r = client.post("/class/token", headers={"Authorization": f"Bearer {code}"})
     assert r.status_code == 200, r.text
     return r.json()["phone"]
 

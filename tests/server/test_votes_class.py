@@ -111,13 +111,13 @@ def test_a_class_of_forty_votes_and_gains(engine):
                 p.on("response", lambda r, log=seen_bodies, b=b: log.append((b, r))
                      if "/class/vote" in r.url or "/class/test" in r.url else None)
                 p.goto(f"{url}/class#code={JOIN}")
-                p.wait_for_function("() => !!localStorage.getItem('servelab-phone')")
+                p.wait_for_function("() => !!localStorage.getItem('servelab-vote-id')")
                 pages.append(p)
-            pids = [p.evaluate("() => localStorage.getItem('servelab-phone')") for p in pages]
+            pids = [p.evaluate("() => localStorage.getItem('servelab-vote-id')") for p in pages]
             # a reload keeps the phone's id
             pages[0].reload()
             pages[0].wait_for_timeout(1500)
-            assert pages[0].evaluate("() => localStorage.getItem('servelab-phone')") == pids[0]
+            assert pages[0].evaluate("() => localStorage.getItem('servelab-vote-id')") == pids[0]
             phone_h = {"Authorization": f"Bearer {JOIN}"}
             assert http.post("/class/join", json={}).status_code == 401  # no join code
             for s in range(N_BROWSER, N):

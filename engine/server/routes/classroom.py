@@ -35,7 +35,7 @@ Routes (`router(state)`):
 - `GET /v1/servelab/class/questions`: recent questions by request id, for the teacher's
   "show questions on screen" (under /v1/servelab/, so the teacher's admin key guards it).
 
-- `POST /class/join` (the join code): `{"phone": <token>}`, a token the server signs for
+- `POST /class/token` (the join code): `{"phone": <token>}`, a token the server signs for
   this phone at this address (`ServerState.phone_token`); the page sends it back with each
   question as `X-ServeLab-Phone`.
 
@@ -263,7 +263,7 @@ def router(state: ServerState, limits: ClassLimits | None = None) -> APIRouter:
             "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff",
             "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"})
 
-    @r.post(PAGE_PATH + "/join")
+    @r.post(PAGE_PATH + "/token")
     async def join(request: Request):
         """A phone joins: a token signed for it at its address (the limits' key)."""
         return {"phone": state.phone_token(state.address_of(request))}
@@ -633,7 +633,7 @@ async function joinOnce(code) {
   // the server's token for this phone: its limits count by it, not by the nickname
   if (phoneToken) return;
   try {
-    const r = await fetch("/class/join", {method: "POST", headers: {"Authorization": "Bearer " + code}});
+    const r = await fetch("/class/token", {method: "POST", headers: {"Authorization": "Bearer " + code}});
     if (r.ok) { phoneToken = (await r.json()).phone; sessionStorage.setItem("servelab-phone", phoneToken); }
   } catch (e) {}
 }
