@@ -276,7 +276,8 @@ class ServerState:
                                code="too_many_requests_per_address",
                                headers={"Retry-After": "1"})
         self.inflight[client.key] += 1
-        self.inflight_addr[client.address] += 1
+        if client.role != TEACHER:  # the teacher's (simulated) users share no student's cap
+            self.inflight_addr[client.address] += 1
         try:
             if ticket.prompt_ids is None:
                 ticket.prompt_ids = await self.prompt_ids(ticket)
@@ -297,7 +298,10 @@ class ServerState:
 
     def release(self, ticket: Ticket) -> None:
         c = ticket.client
-        for counter, key in ((self.inflight, c.key), (self.inflight_addr, c.address)):
+        counted = [(self.inflight, c.key)]
+        if c.role != TEACHER:
+            counted.append((self.inflight_addr, c.address))
+        for counter, key in counted:
             counter[key] -= 1
             if counter[key] <= 0:
                 del counter[key]
