@@ -34,6 +34,7 @@ class Training:
     proc: subprocess.Popen
     log: Path
     extra: list[str] = field(default_factory=list)
+    announced: bool = False  # the app has rerun once for this finished training
 
     @property
     def running(self) -> bool:
@@ -102,6 +103,7 @@ def stop_all() -> None:
             if job.running:
                 job.proc.terminate()
                 job.proc.wait(timeout=30)
+        _JOBS.clear()
 
 
 def panel(model: str, t, ready: bool) -> None:
@@ -120,8 +122,11 @@ def panel(model: str, t, ready: bool) -> None:
             done = job.progress()
             st.progress(done, text=t("apprentice.training", pct=round(100 * done)))
             return
-        if job is not None and job.proc.poll() == 0:
-            st.rerun(scope="app")  # the head is written: the switch now offers it
+        if job is not None and job.proc.poll() == 0 and not job.announced:
+            # the head is written: rerun once so the switch offers it (once: a head written
+            # elsewhere, with --out, must not rerun the app forever)
+            job.announced = True
+            st.rerun(scope="app")
         if job is not None and job.failed:
             st.error(t("apprentice.failed", tail=job.tail(400)))
         st.caption(t("apprentice.missing"))

@@ -52,6 +52,12 @@ def test_a_tiny_training_runs_as_a_child_and_writes_its_head(tmp_path):
         assert job.proc.returncode == 0, job.tail()
         assert job.progress() == 1.0 and out.is_file()
         assert all(0.0 <= p <= 1.0 for p in seen) and seen == sorted(seen)
+        # the app reruns once for the finished training, not forever (its head is elsewhere)
+        from streamlit.testing.v1 import AppTest
+
+        at = AppTest.from_file(str(ROOT / "app/main.py"), default_timeout=120).run()
+        assert not at.exception, at.exception[0].value
+        assert job.announced
     finally:
         apprentice.stop_all()
         job.log.unlink(missing_ok=True)
