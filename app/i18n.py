@@ -263,13 +263,6 @@ STRINGS: dict[str, dict[str, str]] = {
     "paging.select": {"zh": "查看哪个请求的页表", "en": "Page table of request"},
     "paging.select.help": {"zh": "它的块在图中用黄框标出。",
                            "en": "Its blocks are outlined in yellow on the map."},
-    "paging.useful": {"zh": "有效 KV", "en": "Useful KV"},
-    "paging.useful.help": {"zh": "真正存着 token 的槽位 ÷ 被请求占用（分配或预留）的槽位。",
-                           "en": "Slots holding real tokens ÷ slots held (allocated or "
-                                 "reserved) by requests."},
-    "paging.waste": {"zh": "内部浪费", "en": "Internal waste"},
-    "paging.waste.help": {"zh": "已分配或预留、却没有写入 token 的槽位。",
-                          "en": "Slots allocated or reserved but holding no token."},
     "paging.concurrency": {"zh": "同时运行", "en": "Running at once"},
     "paging.concurrency.help": {"zh": "此刻持有 KV 的请求数。",
                                 "en": "Requests holding KV right now."},

@@ -64,7 +64,12 @@ def test_text_matches_decode_of_ids(tokenizer):
     outs = eng.generate(["我最喜欢的水果是", "Emoji time: 🎉"],
                         SamplingParams(max_tokens=16, ignore_eos=True))
     for out in outs:
-        assert out.text == tokenizer.decode(out.token_ids)
+        # the text is decode(ids), less an unfinished character at the cut (max_tokens):
+        # the detokenizer never ends a text in U+FFFD (tests/test_detokenizer.py)
+        whole = tokenizer.decode(out.token_ids)
+        held = whole[len(out.text):]
+        assert whole.startswith(out.text) and "\ufffd" not in out.text
+        assert not held or "\ufffd" in held, (out.text, whole)
 
 
 def test_engines_share_one_model_and_stay_independent(references):

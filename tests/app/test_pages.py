@@ -142,7 +142,7 @@ def test_paging_page_shows_both_maps_and_a_page_table():
     assert "sl-b reserved" in page, "the contiguous layout reserves blocks ahead"
     assert at.selectbox(key="kv_selected").value
     assert len(at.dataframe) >= 1
-    m = [mm.value for mm in at.metric if mm.label == "Useful KV"]
+    m = [mm.value for mm in at.metric if mm.label == "Held slots holding tokens"]
     assert len(m) == 2 and m[0] != m[1], "useful KV differs between the two layouts"
     before = page
     step(at)

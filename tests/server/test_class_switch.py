@@ -37,12 +37,20 @@ def events_of(r: httpx.Response, out: list, stop_after: int | None = None) -> No
                 return
 
 
+def token(c: httpx.Client) -> dict:
+    """A new phone joins: the header with the server's token for it (its limits' key)."""
+    r = c.post("/class/token", headers=STUDENT)
+    assert r.status_code == 200, r.text
+    return {**STUDENT, "X-ServeLab-Phone": r.json()["phone"]}
+
+
 def ask(c: httpx.Client, nick: str, q: str, phone: str | None = None) -> list[dict]:
+    """One question from a phone of its own (a fresh token each call)."""
     out: list[dict] = []
     body = {"nickname": nick, "question": q}
     if phone:
         body["phone"] = phone
-    with c.stream("POST", "/class/ask", json=body, headers=STUDENT) as r:
+    with c.stream("POST", "/class/ask", json=body, headers=token(c)) as r:
         assert r.status_code == 200, r.read()
         events_of(r, out)
     return out
@@ -150,7 +158,9 @@ def test_a_phone_reattaches_to_its_answer(engine):
             httpx.Client(base_url=url, timeout=120) as c:
         first: list[dict] = []
         body = {"nickname": "小明", "question": "写一首关于大海的长诗。", "phone": phone}
-        with c.stream("POST", "/class/ask", json=body, headers=STUDENT) as r:
+        mine = token(c)
+        with c.stream("POST", "/class/ask", json=body, headers=mine) as r:
+            assert r.status_code == 200, r.read()
             events_of(r, first, stop_after=6)  # then the phone reloads: the connection ends
         rid = first[0]["request_id"]
         assert first[0]["question"] == body["question"]
@@ -159,7 +169,7 @@ def test_a_phone_reattaches_to_its_answer(engine):
             r = c.get(f"/class/answer/{rid}", headers={**STUDENT, **h})
             assert r.status_code == 404 and r.json()["error"]["code"] == "answer_not_found"
         # asking again is refused while it runs: the answer is still the student's
-        r = c.post("/class/ask", json=body, headers=STUDENT)
+        r = c.post("/class/ask", json=body, headers=mine)
         assert r.status_code == 429
         rest: list[dict] = []
         with c.stream("GET", f"/class/answer/{rid}?start={len(first)}",
@@ -193,7 +203,7 @@ def test_a_students_stream_holds_only_their_own_request(engine):
             results[nicks[i]] = ask(c, nicks[i], qs[i], phone=f"phone-secret-{i:04d}-abcdef")
 
         def sim(i):
-            r = c.post("/v1/completions", headers=STUDENT, json={
+            r = c.post("/v1/completions", headers=TEACHER, json={  # the teacher's riders
                 "model": "smollm2-135m", "prompt": f"sim prompt {i}: once upon a time",
                 "max_tokens": 24, "user": f"sim-{i}"})
             sims_ok.append(r.status_code)
