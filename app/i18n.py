@@ -951,8 +951,14 @@ STRINGS.update({
     "beyond.acc.residual": {"zh": "残差 norm((p − q)⁺)", "en": "residual norm((p − q)⁺)"},
     "beyond.acc.computed": {"zh": "接受概率 Σmin(p, q)（计算所得）",
                             "en": "Acceptance probability Σmin(p, q) (computed)"},
-    "beyond.acc.measured": {"zh": "引擎的拒绝采样器实际接受的比例（本机实时，{n} 次抽样）",
-                            "en": "Share the engine's rejection sampler accepts (live on this machine, {n} draws)"},
+    "beyond.acc.computed_help": {"zh": "按公式 Σ min(p, q) 算出，不是测量。",
+                                 "en": "Worked out from Σ min(p, q), not measured."},
+    "beyond.acc.measured": {"zh": "引擎拒绝采样器的接受比例（本机实测）",
+                            "en": "Engine's rejection sampler, measured live"},
+    "beyond.acc.measured_help": {
+        "zh": "engine/spec/rejection.py 的采样器此刻在本机跑 {n} 次：每次从 q 抽一个草稿 token 再验证。",
+        "en": "The sampler in engine/spec/rejection.py, run {n} times on this machine just now: "
+              "each time a draft token is drawn from q and verified."},
     "beyond.acc.caption": {
         "zh": "从 q 抽一个草稿 token x，以 min(1, p(x)/q(x)) 的概率接受；所以被接受的总概率是 "
               "Σ q(x)·min(1, p(x)/q(x)) = Σ min(p, q)，也就是两组柱子重叠的面积。被拒绝时改从残差 "
@@ -1048,8 +1054,9 @@ STRINGS.update({
     "beyond.tl.tpot": {"zh": "TPOT", "en": "TPOT"},
     "beyond.tl.itl_max": {"zh": "最长 ITL", "en": "Longest ITL"},
     "beyond.tl.seconds": {"zh": "秒（引擎计算时间，从运行开始算）", "en": "seconds (engine time since the run began)"},
-    "beyond.tl.tokens": {"zh": "这一步得到的 token 数", "en": "tokens this step"},
-    "beyond.tl.counts": {"zh": "{tokens} 个 token，分 {steps} 次到达", "en": "{tokens} tokens in {steps} deliveries"},
+    "beyond.tl.run": {"zh": "运行", "en": "run"},
+    "beyond.tl.tokens_col": {"zh": "token 数", "en": "tokens"},
+    "beyond.tl.steps_col": {"zh": "交付次数", "en": "deliveries"},
     "beyond.tl.caption": {
         "zh": "灰条是等第一个 token 的时间（TTFT，含排队和预填充）；每个点是一次交付，点越大这一步到的 token 越多，"
               "数字标出投机一次交付的个数。TPOT = (末 token − 首 token) ÷ (token 数 − 1)，把时间摊到每个 token；"

@@ -28,11 +28,13 @@ def acceptance_charts(tokens: list[str], p, q, res) -> tuple[alt.Chart, alt.Char
         [{"token": lab, "who": t("beyond.acc.target"), "prob": a} for lab, a in zip(labels, p)]
         + [{"token": lab, "who": t("beyond.acc.draft"), "prob": b} for lab, b in zip(labels, q)])
     left = alt.Chart(pq, title=t("beyond.acc.left_title")).mark_bar().encode(
-        x=alt.X("token:N", sort=order, title=None, axis=alt.Axis(labelAngle=-40)),
+        x=alt.X("token:N", sort=order, title=None,
+                  axis=alt.Axis(labelAngle=-40, labelOverlap=False, labelLimit=160)),
         xOffset=alt.XOffset("who:N", sort=[t("beyond.acc.target"), t("beyond.acc.draft")]),
         y=alt.Y("prob:Q", title=t("beyond.acc.prob")),
         color=alt.Color("who:N", title=None, sort=[t("beyond.acc.target"), t("beyond.acc.draft")],
-                        scale=alt.Scale(range=[TARGET, DRAFT]), legend=alt.Legend(orient="top")),
+                        scale=alt.Scale(range=[TARGET, DRAFT]),
+                        legend=alt.Legend(orient="top", labelLimit=400)),
         tooltip=["token:N", "who:N", alt.Tooltip("prob:Q", format=".4f")],
     ).properties(height=320)
     split = pd.DataFrame(
@@ -46,13 +48,14 @@ def acceptance_charts(tokens: list[str], p, q, res) -> tuple[alt.Chart, alt.Char
                       for o in split["o"]]
     parts = [t("beyond.acc.kept"), t("beyond.acc.excess"), t("beyond.acc.residual")]
     right = alt.Chart(split, title=t("beyond.acc.right_title")).mark_bar().encode(
-        x=alt.X("token:N", sort=order, title=None, axis=alt.Axis(labelAngle=-40)),
+        x=alt.X("token:N", sort=order, title=None,
+                  axis=alt.Axis(labelAngle=-40, labelOverlap=False, labelLimit=160)),
         xOffset=alt.XOffset("stack:N", sort=[t("beyond.acc.target"), t("beyond.acc.residual")]),
         y=alt.Y("prob:Q", title=t("beyond.acc.prob"), stack="zero"),
         order=alt.Order("o:Q"),
         color=alt.Color("part:N", title=None, sort=parts,
                         scale=alt.Scale(domain=parts, range=[KEPT, RESIDUAL, "#f4a3a3"]),
-                        legend=alt.Legend(orient="top")),
+                        legend=alt.Legend(orient="top", labelLimit=400)),
         tooltip=["token:N", "part:N", alt.Tooltip("prob:Q", format=".4f")],
     ).properties(height=320)
     return _style(left), _style(right)
@@ -72,11 +75,12 @@ def roofline_charts(rows: list[dict], crossover: float | None) -> tuple[alt.Char
     x = alt.X("batch:Q", scale=alt.Scale(type="log", base=2), title=t("beyond.roof.batch"))
     lines = base.mark_line().encode(
         x=x, y=alt.Y("ms:Q", scale=alt.Scale(type="log"), title=t("beyond.roof.ms")),
-        color=alt.Color("step:N", title=None, legend=alt.Legend(orient="top")))
+        color=alt.Color("step:N", title=None,
+                        legend=alt.Legend(orient="top", labelLimit=400)))
     points = base.mark_point(size=90, filled=True).encode(
         x=x, y="ms:Q", color="step:N",
         shape=alt.Shape("bound:N", title=None, sort=[mem, comp],
-                        legend=alt.Legend(orient="top")),
+                        legend=alt.Legend(orient="top", labelLimit=400)),
         tooltip=["batch:Q", "step:N", alt.Tooltip("ms:Q", format=".2f"), "bound:N"])
     layers = [lines, points]
     if crossover is not None:
@@ -106,14 +110,14 @@ def timeline_chart(lines: dict[str, dict]) -> alt.Chart:
             dots.append({"run": name, "t": a["t"], "tokens": a["tokens"],
                          "label": str(a["tokens"]) if a["tokens"] > 1 else ""})
     order = list(lines)
-    y = alt.Y("run:N", sort=order, title=None)
+    y = alt.Y("run:N", sort=order, title=None, axis=alt.Axis(labelLimit=400))
     bar = alt.Chart(pd.DataFrame(spans)).mark_bar(height=10, color="#9e9e9e").encode(
         x=alt.X("start:Q", title=t("beyond.tl.seconds")), x2="end:Q", y=y,
         tooltip=["run:N", alt.Tooltip("start:Q", format=".2f"), alt.Tooltip("end:Q", format=".2f")])
     ddf = pd.DataFrame(dots)
     pts = alt.Chart(ddf).mark_circle(opacity=0.8).encode(
         x="t:Q", y=y,
-        size=alt.Size("tokens:Q", title=t("beyond.tl.tokens"), scale=alt.Scale(range=[40, 500])),
+        size=alt.Size("tokens:Q", scale=alt.Scale(range=[40, 500]), legend=None),
         color=alt.Color("run:N", sort=order, legend=None),
         tooltip=["run:N", alt.Tooltip("t:Q", format=".3f"), "tokens:Q"])
     text = alt.Chart(ddf).mark_text(dy=-16, fontSize=FONT - 2).encode(x="t:Q", y=y, text="label:N")
@@ -131,14 +135,14 @@ def blocks_chart(snaps: list[dict]) -> alt.Chart:
             for ev, s in zip(events, snaps) for b in s["blocks"]]
     df = pd.DataFrame(rows)
     y = alt.Y("event:N", sort=events, title=None)
-    x = alt.X("logical:O", title=t("beyond.blk.logical"))
+    x = alt.X("logical:O", title=t("beyond.blk.logical"), axis=alt.Axis(labelAngle=0))
     cells = alt.Chart(df).mark_rect(stroke="white", strokeWidth=2).encode(
         x=x, y=y,
         color=alt.Color("what:N", title=None, sort=[names[m] for m in marks],
                         scale=alt.Scale(domain=[names[m] for m in marks],
                                         range=["#64b5f6", "#81c784", "#ce93d8", "#ffb74d",
                                                "#cfd8dc", "#f5f5f5", "#e57373"]),
-                        legend=alt.Legend(orient="top")),
+                        legend=alt.Legend(orient="bottom", columns=4, labelLimit=400)),
         tooltip=["event:N", "logical:O", "what:N", "cell:N"])
     text = alt.Chart(df).mark_text(fontSize=FONT - 1, color="black").encode(x=x, y=y, text="cell:N")
     return _style(alt.layer(cells, text).properties(height=60 * len(snaps)))

@@ -68,13 +68,14 @@ def draw_acceptance() -> None:
     p = bc.as_distribution(data["probs"], "p")
     q = bc.draft_from(p, temperature, mix)
     left, right = acceptance_charts(data["tokens"], p, q, bc.residual(p, q))
-    c1, c2 = st.columns(2)
-    c1.altair_chart(left, width="stretch")
-    c2.altair_chart(right, width="stretch")
+    st.altair_chart(left, width="stretch")
     m1, m2 = st.columns(2)
-    m1.metric(t("beyond.acc.computed"), f"{bc.overlap(p, q):.3f}", border=True)
-    m2.metric(t("beyond.acc.measured", n=SAMPLER_DRAWS),
-              f"{_sampled(tuple(float(x) for x in p), temperature, mix):.3f}", border=True)
+    m1.metric(t("beyond.acc.computed"), f"{bc.overlap(p, q):.3f}", border=True,
+              help=t("beyond.acc.computed_help"))
+    m2.metric(t("beyond.acc.measured"),
+              f"{_sampled(tuple(float(x) for x in p), temperature, mix):.3f}", border=True,
+              help=t("beyond.acc.measured_help", n=SAMPLER_DRAWS))
+    st.altair_chart(right, width="stretch")
     st.caption(t("beyond.acc.caption"))
 
 
@@ -102,16 +103,16 @@ def draw_roofline() -> None:
     cross_v = bc.crossover_batch(gpu, model, context, k + 1)
     shown = cross if cross <= top else None
     left, right = roofline_charts(rows, shown)
-    c1, c2 = st.columns(2)
-    c1.altair_chart(left, width="stretch")
-    c2.altair_chart(right, width="stretch")
-    m1, m2, m3, m4 = st.columns(4)
+    st.altair_chart(left, width="stretch")
+    m1, m2 = st.columns(2)
     m1.metric(t("beyond.roof.cross"), f"{cross:.0f}" if shown else t("beyond.roof.never"),
               border=True)
     m2.metric(t("beyond.roof.cross_verify", n=k + 1),
               f"{cross_v:.0f}" if cross_v <= top else t("beyond.roof.never"), border=True)
+    m3, m4 = st.columns(2)
     m3.metric(t("beyond.roof.fit"), f"{top}", border=True)
     m4.metric(t("beyond.roof.gain1"), f"{rows[0]['speedup']:.2f}x", border=True)
+    st.altair_chart(right, width="stretch")
     st.caption(t("beyond.roof.caption", e=f"{bc.tokens_per_pass(alpha, k):.2f}"))
 
 
@@ -150,15 +151,15 @@ def draw_timeline() -> None:
     off_name, on_name = t("beyond.tl.off"), t("beyond.tl.on", spec=data["spec"], k=data["k"])
     st.altair_chart(timeline_chart({off_name: data["off"], on_name: data["on"]}),
                     width="stretch")
-    cols = st.columns(2)
-    for col, name, tl in ((cols[0], off_name, data["off"]), (cols[1], on_name, data["on"])):
-        col.markdown(f"**{name}**")
-        x, y, z = col.columns(3)
-        x.metric(t("beyond.tl.ttft"), f"{tl['ttft']:.2f} s", border=True)
-        y.metric(t("beyond.tl.tpot"), f"{1000 * tl['tpot']:.0f} ms", border=True)
-        itl = max(tl["itl"]) if tl["itl"] else 0.0
-        z.metric(t("beyond.tl.itl_max"), f"{1000 * itl:.0f} ms", border=True)
-        col.caption(t("beyond.tl.counts", tokens=tl["tokens"], steps=tl["steps"]))
+    table = {t("beyond.tl.run"): [], t("beyond.tl.ttft"): [], t("beyond.tl.tpot"): [],
+             t("beyond.tl.itl_max"): [], t("beyond.tl.tokens_col"): [],
+             t("beyond.tl.steps_col"): []}
+    for name, tl in ((off_name, data["off"]), (on_name, data["on"])):
+        for col, value in zip(table.values(), (
+                name, f"{tl['ttft']:.2f} s", f"{1000 * tl['tpot']:.0f} ms",
+                f"{1000 * max(tl['itl'] or [0.0]):.0f} ms", tl["tokens"], tl["steps"])):
+            col.append(value)
+    st.table(table)
     st.caption(t("beyond.tl.caption"))
 
 
