@@ -1022,7 +1022,7 @@ STRINGS.update({
               "所以加速比接近 {e}；批一大、这一步转为算力受限，它的代价按 k + 1 倍增长，加速比就掉下来，甚至低于 1。"
               "上下文为 0 时转折点就是峰值算力 ÷ 带宽 × 每个权重 2 字节 ÷ 每个权重 2 FLOPs：H100 约 "
               "{{figure:h100_ridge_batch}}、H200 约 {{figure:h200_ridge_batch}} 个请求。上下文一长，每个请求都要读自己的 KV，"
-              "而多头注意力每读 1 字节 KV 只做约 1 次 FLOP，解码可能在显存放满之前一直受限于带宽——这时投机的验证仍然便宜。"
+              "而多头注意力每读 1 字节 KV 只做约 1 次 FLOP，解码可能在显存放满之前一直受限于带宽；若验证这一步也一直受限于带宽，投机在放得下的每个批大小上都保住加速。"
               "横轴只画到显存放得下的批。",
         "en": "Each verify yields (1 − α^(k+1)) ÷ (1 − α) = {e} tokens on average (Leviathan et "
               "al., 2023). A verify step computes k + 1 tokens per request: while the step is "
@@ -1033,8 +1033,8 @@ STRINGS.update({
               "{{figure:h100_ridge_batch}} requests on an H100, {{figure:h200_ridge_batch}} on an "
               "H200. With long contexts each request reads its own KV, and multi-head attention "
               "does about one FLOP per byte of KV, so decode can stay memory-bound until memory "
-              "is full — and then verifying stays cheap. The x axis stops at the largest batch "
-              "that fits."},
+              "is full; where the verify step stays memory-bound too, speculation keeps its gain "
+              "at every batch that fits. The x axis stops at the largest batch that fits."},
     # 3. one request's timeline
     "beyond.tl.header": {"zh": "一个请求的时间线：TTFT、TPOT、ITL 和投机的成串到达",
                          "en": "One request's timeline: TTFT, TPOT, ITL and speculation's bursts"},
@@ -1046,8 +1046,9 @@ STRINGS.update({
               "engine ({machine} cores, {date}), {seats} seats, {n} requests arriving together, "
               "continuous batching + paged; once without speculation, once with {spec} (k = {k}). "
               "Followed here, request {rid}:"},
-    "beyond.tl.missing": {"zh": "没有找到附带的录制文件，这张图画不出来。",
-                          "en": "The bundled recording was not found, so this picture cannot be drawn."},
+    "beyond.tl.missing": {"zh": "没有找到附带的录制（要有同一批请求不投机和投机各一遍），这张图画不出来。",
+                          "en": "The bundled recording (the same requests with and without "
+                                "speculation) was not found, so this picture cannot be drawn."},
     "beyond.tl.off": {"zh": "不投机", "en": "no speculation"},
     "beyond.tl.on": {"zh": "{spec} 投机（k = {k}）", "en": "{spec} speculation (k = {k})"},
     "beyond.tl.ttft": {"zh": "首 token 延迟（TTFT）", "en": "TTFT"},

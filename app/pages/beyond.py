@@ -124,9 +124,11 @@ def _recorded_timelines() -> dict | None:
         return None
     rec = read_recording(RECORDING)
     settings = [r["settings"] for r in rec.header["runs"]]
-    off = next(i for i, s in enumerate(settings)
-               if s["spec"] == "off" and s["batching"] == "continuous")
-    on = next(i for i, s in enumerate(settings) if s["spec"] != "off")
+    off = next((i for i, s in enumerate(settings)
+                if s["spec"] == "off" and s["batching"] == "continuous"), None)
+    on = next((i for i, s in enumerate(settings) if s["spec"] != "off"), None)
+    if off is None or on is None:  # a recording without both runs: nothing to set side by side
+        return None
     rid = bc.pick_request([rec.runs[off], rec.runs[on]])
     question = rec.prompts[off].get(rid, "")
     question = question.split("user\n", 1)[-1].split("<|im_end|>", 1)[0]
