@@ -55,8 +55,8 @@ STRINGS: dict[str, dict[str, str]] = {
     "lesson.try_links": {"zh": "一键设置开关：", "en": "Set the switches in one click:"},
     "lesson.step": {"zh": "第 {n} 步", "en": "Step {n}"},
     "lesson.live_only_here": {
-        "zh": "本页没有实时画面；上面的链接会带你去能看到效果的页面。",
-        "en": "This page has no live view; the links above open pages that do.",
+        "zh": "本页没有实时仪表盘；上面的链接会带你去能看到引擎实时运行的页面。",
+        "en": "This page has no live dashboard; the links above open pages that have one.",
     },
     # quiz
     "quiz.intro": {
@@ -902,4 +902,213 @@ STRINGS.update({
                      "en": "block #{n} · {who} · {tokens}/{size} tokens"},
     "cls.kv.size": {"zh": "KV 池：已用 {used} / {total} 块（{pct}%），每块 {bs} 个词元",
                     "en": "KV pool: {used} of {total} blocks in use ({pct}%), {bs} tokens each"},
+})
+
+# the "beyond" page's four pictures (app/pages/beyond.py)
+STRINGS.update({
+    "beyond.figs_header": {"zh": "CPU 演示不了的，用公式画出来", "en": "What a CPU cannot show, drawn from the formulas"},
+    "beyond.figs_intro": {
+        "zh": "下面四张图各自标明来源：「计算所得」是按公式算出的（不是测量）；「实测」写明命令、机器和日期；"
+              "「录制」来自随应用附带的一次真实引擎运行；「本机实时」是此刻在这台机器上跑引擎自己的代码。",
+        "en": "Each of the four pictures below says where it comes from: \"computed\" is worked out "
+              "from the formulas (not measured); \"measured\" names its command, machine and date; "
+              "\"recorded\" comes from a real engine run bundled with the app; \"live on this "
+              "machine\" runs the engine's own code right now."},
+    # 1. the acceptance rule
+    "beyond.acc.header": {"zh": "接受规则：两组柱子的重叠就是接受概率",
+                          "en": "The acceptance rule: the overlap of the two bar charts is the acceptance probability"},
+    "beyond.acc.source": {
+        "zh": "目标分布 p（实测）：{model} 在「{prompt}」之后下一个 token 概率最高的 {n} 个，"
+              "只在这 {n} 个里重新归一化（相当于 top-k = {n} 采样真正采样的分布）；"
+              "命令 `{command}`，机器：{machine}，{date}。草稿分布 q 由 p 变形而来（计算所得），用下面的滑块拖动。",
+        "en": "Target p (measured): {model}'s {n} most likely next tokens after \"{prompt}\", "
+              "renormalised over those {n} (the distribution top-k = {n} sampling really samples); "
+              "`{command}` on {machine}, {date}. The draft q is made from p (computed): drag it "
+              "with the sliders."},
+    "beyond.acc.constructed": {
+        "zh": "没有找到录制的模型分布（assets/beyond/next_token.json），下面是一个人为构造的例子。",
+        "en": "No recorded model distribution (assets/beyond/next_token.json) was found: below is "
+              "a constructed example."},
+    "beyond.acc.temperature": {"zh": "草稿温度（q ∝ p^(1/温度)；1 = 与 p 相同）",
+                               "en": "Draft temperature (q ∝ p^(1/temperature); 1 = same as p)"},
+    "beyond.acc.mix": {"zh": "把草稿拉回 p 的比例（1 = q 就是 p）",
+                       "en": "Share of the draft moved back to p (1 = q is p)"},
+    "beyond.acc.target": {"zh": "目标 p", "en": "target p"},
+    "beyond.acc.draft": {"zh": "草稿 q", "en": "draft q"},
+    "beyond.acc.prob": {"zh": "概率", "en": "probability"},
+    "beyond.acc.left_title": {"zh": "目标与草稿", "en": "Target and draft"},
+    "beyond.acc.right_title": {"zh": "p = min(p, q) + (p − q)⁺；右侧为归一化残差",
+                               "en": "p = min(p, q) + (p − q)⁺; right: the normalised residual"},
+    "beyond.acc.kept": {"zh": "min(p, q)：被接受的部分", "en": "min(p, q): accepted mass"},
+    "beyond.acc.excess": {"zh": "(p − q)⁺：拒绝后补回的部分", "en": "(p − q)⁺: mass a rejection restores"},
+    "beyond.acc.residual": {"zh": "残差 norm((p − q)⁺)", "en": "residual norm((p − q)⁺)"},
+    "beyond.acc.computed": {"zh": "接受概率 Σmin(p, q)（计算所得）",
+                            "en": "Acceptance probability Σmin(p, q) (computed)"},
+    "beyond.acc.computed_help": {"zh": "按公式 Σ min(p, q) 算出，不是测量。",
+                                 "en": "Worked out from Σ min(p, q), not measured."},
+    "beyond.acc.measured": {"zh": "引擎拒绝采样器的接受比例（本机实测）",
+                            "en": "Engine's rejection sampler, measured live"},
+    "beyond.acc.measured_help": {
+        "zh": "engine/spec/rejection.py 的采样器此刻在本机跑 {n} 次：每次从 q 抽一个草稿 token 再验证。",
+        "en": "The sampler in engine/spec/rejection.py, run {n} times on this machine just now: "
+              "each time a draft token is drawn from q and verified."},
+    "beyond.acc.caption": {
+        "zh": "从 q 抽一个草稿 token x，以 min(1, p(x)/q(x)) 的概率接受；所以被接受的总概率是 "
+              "Σ q(x)·min(1, p(x)/q(x)) = Σ min(p, q)，也就是两组柱子重叠的面积。被拒绝时改从残差 "
+              "norm((p − q)⁺) 抽一个 token，正好补上 p 比 q 多出来的部分，于是输出的分布和目标模型独自采样完全相同"
+              "（Leviathan 等，ICML 2023；Chen 等，2023）。右边的数是 engine/spec/rejection.py 的采样器跑出来的，"
+              "和左边的公式之差只是抽样误差。",
+        "en": "A draft token x is drawn from q and kept with probability min(1, p(x)/q(x)); so the "
+              "chance it is kept is Σ q(x)·min(1, p(x)/q(x)) = Σ min(p, q), the area where the two "
+              "bar charts overlap. On a rejection a token is drawn from the residual "
+              "norm((p − q)⁺), which puts back exactly the mass where p exceeds q, so the output is "
+              "distributed as if the target had sampled alone (Leviathan et al., ICML 2023; Chen "
+              "et al., 2023). The right-hand number comes from the sampler in "
+              "engine/spec/rejection.py; it differs from the formula only by sampling noise."},
+    # 2. the roofline
+    "beyond.roof.header": {"zh": "GPU 规模的屋顶线：70 亿参数模型在 H100 / H200 上的一步解码（计算所得）",
+                           "en": "A GPU-scale roofline: one decode step of a 7B model on an H100 / H200 (computed)"},
+    "beyond.roof.source": {
+        "zh": "计算所得，不是测量。模型：Llama-2-7B 的形状，{{figure:llama2_7b_params}} 参数（{{source:llama2}}），"
+              "bf16 权重和 KV，每个 token 的 KV 为 {{figure:llama2_kv_per_token}}。"
+              "H100 SXM：带宽 {{figure:h100_bandwidth}}、稠密 BF16 {{figure:h100_bf16_tflops}}、显存 {{figure:h100_memory}}"
+              "（{{source:h100-datasheet}}）；H200 SXM：{{figure:h200_bandwidth}}、{{figure:h200_bf16_tflops}}、"
+              "{{figure:h200_memory}}（{{source:h200-datasheet}}）。每步：字节 = 权重 + 批内每个请求读一遍它的 KV；"
+              "FLOPs ≈ 2 × 参数量 × 新 token 数 + 注意力（每层 4 × d_model × 上下文 × 新 token 数）；"
+              "时间 = max(字节 ÷ 带宽, FLOPs ÷ 峰值算力)。真实内核达不到峰值，这里给的是上限。",
+        "en": "Computed, not measured. Model: Llama-2-7B's shape, {{figure:llama2_7b_params}} "
+              "parameters ({{source:llama2}}), bf16 weights and KV, {{figure:llama2_kv_per_token}} "
+              "of KV per token. H100 SXM: {{figure:h100_bandwidth}}, dense BF16 "
+              "{{figure:h100_bf16_tflops}}, {{figure:h100_memory}} ({{source:h100-datasheet}}); "
+              "H200 SXM: {{figure:h200_bandwidth}}, {{figure:h200_bf16_tflops}}, "
+              "{{figure:h200_memory}} ({{source:h200-datasheet}}). Per step: bytes = weights + each "
+              "request's KV read once; FLOPs ≈ 2 × parameters × new tokens + attention (per layer "
+              "4 × d_model × context × new tokens); time = max(bytes ÷ bandwidth, FLOPs ÷ peak). "
+              "Real kernels reach neither peak: these are bounds."},
+    "beyond.roof.gpu": {"zh": "GPU", "en": "GPU"},
+    "beyond.roof.context": {"zh": "每个请求已有的上下文（token）", "en": "Context already cached per request (tokens)"},
+    "beyond.roof.k": {"zh": "每轮起草的 token 数 k", "en": "Tokens drafted per round, k"},
+    "beyond.roof.alpha": {"zh": "每个草稿 token 的接受率 α", "en": "Acceptance rate per drafted token, α"},
+    "beyond.roof.draft_cost": {"zh": "起草一个 token 的代价（占一步解码的比例）",
+                               "en": "Cost of drafting one token (share of a decode step)"},
+    "beyond.roof.no_fit": {"zh": "这个上下文下，连一个请求的权重加 KV 都放不进显存。",
+                           "en": "At this context not even one request's weights and KV fit in memory."},
+    "beyond.roof.decode": {"zh": "解码（每请求 1 个 token）", "en": "decode (1 token per request)"},
+    "beyond.roof.verify": {"zh": "验证（每请求 k + 1 个 token）", "en": "verify (k + 1 tokens per request)"},
+    "beyond.roof.memory": {"zh": "内存带宽受限", "en": "memory-bound"},
+    "beyond.roof.compute": {"zh": "算力受限", "en": "compute-bound"},
+    "beyond.roof.batch": {"zh": "批大小（请求数）", "en": "batch (requests)"},
+    "beyond.roof.ms": {"zh": "每步时间（毫秒，计算所得）", "en": "step time (ms, computed)"},
+    "beyond.roof.speedup": {"zh": "投机加速比（计算所得）", "en": "speculation speedup (computed)"},
+    "beyond.roof.left_title": {"zh": "一步的时间；虚线：解码转为算力受限的批大小",
+                               "en": "Time of one step; dashed: the batch where decode turns compute-bound"},
+    "beyond.roof.right_title": {"zh": "投机的加速比随批大小下降", "en": "Speculation's gain falls with batch"},
+    "beyond.roof.cross": {"zh": "解码转为算力受限的批大小", "en": "Batch where decode turns compute-bound"},
+    "beyond.roof.cross_verify": {"zh": "验证（每请求 {n} 个 token）转为算力受限的批大小",
+                                 "en": "Batch where verifying ({n} tokens per request) does"},
+    "beyond.roof.never": {"zh": "显存放满前不会", "en": "not before memory is full"},
+    "beyond.roof.fit": {"zh": "显存能放下的最大批", "en": "Largest batch that fits in memory"},
+    "beyond.roof.gain1": {"zh": "批大小 1 时的加速比", "en": "Speedup at batch 1"},
+    "beyond.roof.caption": {
+        "zh": "每轮验证期望得到 (1 − α^(k+1)) ÷ (1 − α) = {e} 个 token（Leviathan 等，2023）。"
+              "验证一步要算 k + 1 个 token：在内存带宽受限区，它和一步普通解码几乎一样贵（权重只读一遍），"
+              "所以加速比接近 {e}；批一大、这一步转为算力受限，它的代价按 k + 1 倍增长，加速比就掉下来，甚至低于 1。"
+              "上下文为 0 时转折点就是峰值算力 ÷ 带宽 × 每个权重 2 字节 ÷ 每个权重 2 FLOPs：H100 约 "
+              "{{figure:h100_ridge_batch}}、H200 约 {{figure:h200_ridge_batch}} 个请求。上下文一长，每个请求都要读自己的 KV，"
+              "而多头注意力每读 1 字节 KV 只做约 1 次 FLOP，解码可能在显存放满之前一直受限于带宽；若验证这一步也一直受限于带宽，投机在放得下的每个批大小上都保住加速。"
+              "横轴只画到显存放得下的批。",
+        "en": "Each verify yields (1 − α^(k+1)) ÷ (1 − α) = {e} tokens on average (Leviathan et "
+              "al., 2023). A verify step computes k + 1 tokens per request: while the step is "
+              "memory-bound it costs about one decode step (the weights are read once), so the "
+              "speedup is near {e}; as the batch grows the step turns compute-bound, its cost "
+              "grows k + 1-fold and the gain falls, even below 1. At context 0 the crossover is "
+              "peak ÷ bandwidth × 2 bytes per weight ÷ 2 FLOPs per weight: about "
+              "{{figure:h100_ridge_batch}} requests on an H100, {{figure:h200_ridge_batch}} on an "
+              "H200. With long contexts each request reads its own KV, and multi-head attention "
+              "does about one FLOP per byte of KV, so decode can stay memory-bound until memory "
+              "is full; where the verify step stays memory-bound too, speculation keeps its gain "
+              "at every batch that fits. The x axis stops at the largest batch that fits."},
+    # 3. one request's timeline
+    "beyond.tl.header": {"zh": "一个请求的时间线：TTFT、TPOT、ITL 和投机的成串到达",
+                         "en": "One request's timeline: TTFT, TPOT, ITL and speculation's bursts"},
+    "beyond.tl.source": {
+        "zh": "录制：随应用附带的 {file}，同一批请求在这台引擎上真实跑了两遍（{machine} 核，{date}），"
+              "{seats} 个座位、{n} 个请求同时到达，连续批处理 + 分页；一遍不投机，一遍用 {spec}（k = {k}）。"
+              "下面跟踪请求 {rid}：",
+        "en": "Recorded: {file}, bundled with the app, the same requests run twice through this "
+              "engine ({machine} cores, {date}), {seats} seats, {n} requests arriving together, "
+              "continuous batching + paged; once without speculation, once with {spec} (k = {k}). "
+              "Followed here, request {rid}:"},
+    "beyond.tl.missing": {"zh": "没有找到附带的录制（要有同一批请求不投机和投机各一遍），这张图画不出来。",
+                          "en": "The bundled recording (the same requests with and without "
+                                "speculation) was not found, so this picture cannot be drawn."},
+    "beyond.tl.off": {"zh": "不投机", "en": "no speculation"},
+    "beyond.tl.on": {"zh": "{spec} 投机（k = {k}）", "en": "{spec} speculation (k = {k})"},
+    "beyond.tl.ttft": {"zh": "首 token 延迟（TTFT）", "en": "TTFT"},
+    "beyond.tl.tpot": {"zh": "TPOT", "en": "TPOT"},
+    "beyond.tl.itl_max": {"zh": "最长 ITL", "en": "Longest ITL"},
+    "beyond.tl.seconds": {"zh": "秒（引擎计算时间，从运行开始算）", "en": "seconds (engine time since the run began)"},
+    "beyond.tl.run": {"zh": "运行", "en": "run"},
+    "beyond.tl.tokens_col": {"zh": "token 数", "en": "tokens"},
+    "beyond.tl.steps_col": {"zh": "交付次数", "en": "deliveries"},
+    "beyond.tl.caption": {
+        "zh": "灰条是等第一个 token 的时间（TTFT，含排队和预填充）；每个点是一次交付，点越大这一步到的 token 越多，"
+              "数字标出投机一次交付的个数。TPOT = (末 token − 首 token) ÷ (token 数 − 1)，把时间摊到每个 token；"
+              "ITL 是相邻两次交付的间隔。投机让 TPOT 下降，而 ITL 约等于一轮起草 + 验证。"
+              "时间是引擎逐步记下的计算时间，这台 CPU 上的小模型，绝对值不能拿去和 GPU 比。",
+        "en": "The grey bar is the wait for the first token (TTFT, queueing and prefill "
+              "included); each dot is one delivery, larger when the step brought more tokens, "
+              "with the count written on speculation's bursts. TPOT = (last − first token) ÷ "
+              "(tokens − 1) spreads the time over every token; ITL is the gap between two "
+              "deliveries. Speculation lowers TPOT, while an ITL is about one round of draft + "
+              "verify. Times are the engine's per-step clock, a small model on this CPU: do not "
+              "compare their absolute values with a GPU's."},
+    # 4. one request's blocks
+    "beyond.blk.header": {"zh": "一个请求的 KV 块的一生", "en": "One request's KV blocks through their life"},
+    "beyond.blk.source": {
+        "zh": "本机实时：下面每一行都是把引擎自己的分页分配器（engine/kv/paged.py，开启前缀缓存，块大小 4 个 token）"
+              "按剧本驱动一遍后的真实状态，不是画出来的示意。格子里是物理块号和引用计数（×n 表示有 n 个请求持有它）。",
+        "en": "Live on this machine: each row is the real state of the engine's own paged "
+              "allocator (engine/kv/paged.py, prefix caching on, blocks of 4 tokens) driven "
+              "through the script below, not a drawing. A cell shows the physical block and its "
+              "reference count (×n: n requests hold it)."},
+    "beyond.blk.logical": {"zh": "逻辑块（请求里的第几块）", "en": "logical block (position in the request)"},
+    "beyond.blk.mark.new": {"zh": "按需新分配", "en": "allocated on demand"},
+    "beyond.blk.mark.prefix": {"zh": "前缀缓存命中", "en": "prefix-cache hit"},
+    "beyond.blk.mark.shared": {"zh": "与第二个样本共享", "en": "shared with the second sample"},
+    "beyond.blk.mark.copied": {"zh": "写时复制", "en": "copied on write"},
+    "beyond.blk.mark.held": {"zh": "照旧持有", "en": "held as before"},
+    "beyond.blk.mark.freed": {"zh": "被抢占时释放", "en": "released on preemption"},
+    "beyond.blk.mark.recomputed": {"zh": "重新计算", "en": "recomputed"},
+    "beyond.blk.event.admit": {"zh": "1 到达", "en": "1 arrives"},
+    "beyond.blk.event.fork": {"zh": "2 n = 2", "en": "2 n = 2"},
+    "beyond.blk.event.cow": {"zh": "3 写入", "en": "3 writes"},
+    "beyond.blk.event.grow": {"zh": "4 增长", "en": "4 grows"},
+    "beyond.blk.event.preempt": {"zh": "5 抢占", "en": "5 preempted"},
+    "beyond.blk.event.recompute": {"zh": "6 回来", "en": "6 comes back"},
+    "beyond.blk.explain.admit": {
+        "zh": "之前一个请求用过同样的系统提示词，它的两个满块留在缓存里：本请求直接引用它们，只为剩下的 3 个 token 新分配一块。",
+        "en": "An earlier request had the same system prompt and its two full blocks stayed "
+              "cached: this request takes them by reference and gets one fresh block for its "
+              "last 3 tokens."},
+    "beyond.blk.explain.fork": {
+        "zh": "要两个样本（n = 2）：第二个样本不复制 KV，只让每个块的引用计数加一。",
+        "en": "Two samples (n = 2): the second copies no KV; each block's reference count goes up by one."},
+    "beyond.blk.explain.cow": {
+        "zh": "第一个新 token 要写进最后那个没满、又被共享的块：先复制一份给自己再写（写时复制）；满块不会再被写，继续共享。",
+        "en": "The first new token must go into the last block, partly filled and shared: the "
+              "request first gets its own copy (copy on write); full blocks are never written "
+              "again and stay shared."},
+    "beyond.blk.explain.grow": {
+        "zh": "解码把这一块写满后，下一个 token 到来时才按需分配新块。",
+        "en": "Decoding fills that block; only when the next token comes is a new block allocated, on demand."},
+    "beyond.blk.explain.preempt": {
+        "zh": "显存紧张，调度器让它让位（重算式抢占）：它的块全部释放，引用计数减一；满块的内容还留在前缀缓存里，直到被别人用掉。",
+        "en": "Memory runs short and the scheduler asks it to step out (preemption by "
+              "recompute): every block is released, each count down by one; full blocks keep "
+              "their content in the prefix cache until someone else needs the space."},
+    "beyond.blk.explain.recompute": {
+        "zh": "回来时把已有的 token 当作提示词重新预填充：缓存里还在的满块直接命中，只有最后没满的那块要重新计算。",
+        "en": "Back again, its tokens so far are prefilled again as if they were a prompt: full "
+              "blocks still cached are hits, and only the last, partial block is recomputed."},
 })

@@ -531,3 +531,30 @@ def test_the_class_page_offers_the_spec_refinements(app):
     at.radio(key="cls_new_spec").set_value("draft").run()
     assert not at.exception, at.exception[0].value
     assert {"cls_new_adaptive_k", "cls_new_lookup_first"} <= {c.key for c in at.checkbox}
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_the_beyond_page_draws_its_four_pictures(lang):
+    """Acceptance rule, GPU roofline, one request's timeline, one request's blocks: each
+    drawn, each labelled by its source; dragging the draft onto the target accepts all."""
+    from app.i18n import STRINGS
+
+    at = goto(start(lang), "beyond")
+    assert not at.exception, at.exception[0].value
+    heads = [h.value for h in at.subheader]
+    for key in ("beyond.acc.header", "beyond.roof.header", "beyond.tl.header",
+                "beyond.blk.header"):
+        assert STRINGS[key][lang] in heads, (key, heads)
+    assert len(at.get("vega_lite_chart")) >= 6  # 2 acceptance, 2 roofline, timeline, blocks
+    assert len(at.table) == 1  # the timeline's TTFT, TPOT and ITL, both runs
+    labels = {m.label: m.value for m in at.metric}
+    computed = STRINGS["beyond.acc.computed"][lang]
+    assert ("计算所得" if lang == "zh" else "computed") in computed
+    assert 0.0 < float(labels[computed]) < 1.0
+    assert not at.error and not at.warning and not at.info
+    at.select_slider(key="beyond_temp").set_value(1.0).run()
+    assert not at.exception, at.exception[0].value
+    labels = {m.label: m.value for m in at.metric}
+    assert float(labels[computed]) == 1.0
+    measured = [v for k, v in labels.items() if k == STRINGS["beyond.acc.measured"][lang]]
+    assert measured == ["1.000"]
