@@ -249,6 +249,15 @@ STRINGS: dict[str, dict[str, str]] = {
     "kv.legend.free": {"zh": "空闲", "en": "free"},
     "kv.legend.shared": {"zh": "多请求共享（×引用数）", "en": "shared (× references)"},
     "kv.legend.cached": {"zh": "无主缓存（前缀待复用）", "en": "cached, no owner (prefix for reuse)"},
+    "kv.legend.copied": {"zh": "本步写时复制（⧉源块）", "en": "copied on write this step (⧉ source)"},
+    "kv.refs": {"zh": "引用数 {n}", "en": "{n} references"},
+    "kv.copied_from": {"zh": "本步从块 #{src} 写时复制而来", "en": "copied on write from #{src} this step"},
+    "kv.fork.line": {"zh": "**{rid}** 的 n={n} 个采样（{samples}）在 fork 后共享提示词的块：{shared}。",
+                     "en": "**{rid}**'s n={n} samples ({samples}) share the prompt's blocks since "
+                           "their fork: {shared}."},
+    "kv.fork.copied": {"zh": "本步写时复制：{copies}（某个采样要写入兄弟采样仍在引用的块，先复制一份）。",
+                       "en": "Copied on write this step: {copies} (a sample was about to write "
+                             "into a block its siblings still hold, so it got its own copy)."},
     "kv.col.logical": {"zh": "逻辑块", "en": "logical block"},
     "kv.col.physical": {"zh": "物理块", "en": "physical block"},
     "kv.col.tokens": {"zh": "已写 token", "en": "tokens held"},

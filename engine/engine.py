@@ -325,9 +325,10 @@ class LLMEngine:
             self.spec_decoder.propose(self.scheduler.running)
         t_drafted = time.perf_counter()
         sched = self.scheduler.schedule()
-        sampled, spec_records = {}, []
+        sampled, spec_records, copied = {}, [], []
         if sched.scheduled:
             fwd = self.runner.run(sched.scheduled)
+            copied = self.runner.copied
             if fwd.hidden is not None and self.spec_decoder is not None:
                 self.spec_decoder.observe(fwd)
             if fwd.hidden is not None and self.feature_observer is not None:
@@ -363,7 +364,7 @@ class LLMEngine:
             self.spec_decoder.on_step(sched, t1 - t_drafted)  # adaptive k learns the cost
             plan = self.spec_decoder.plan()
         report = build_report(self.step_count, t1 - t0, self.config, self.scheduler, sched,
-                              emitted, finished, aborted, spec_records, plan)
+                              emitted, finished, aborted, spec_records, plan, copied)
         running = self.scheduler.running
         self.metrics.on_step(t1, t1 - t0, sum(len(e.token_ids) for e in emitted),
                              busy=sum(1 for r in running if not r.idle_finished),

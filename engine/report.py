@@ -50,6 +50,9 @@ class KVSummary:
     useful_frac: float  # used / allocated (1.0 when nothing is allocated)
     external_frag: float  # 1 - largest_free_run / free_blocks (0 when no free block)
     prefix_hit_rate: float | None = None
+    # copy-on-write this step: [source, destination] blocks, copied before a request wrote
+    # into a block another request still held (n > 1 samples after their fork)
+    copies: list[list[int]] = field(default_factory=list)
 
 
 @dataclass
@@ -77,7 +80,7 @@ class StepReport:
         return asdict(self)
 
 
-def kv_summary(allocator, running: list) -> KVSummary:
+def kv_summary(allocator, running: list, copies=()) -> KVSummary:
     """The KV map and its totals, from the allocator and the running requests' block tables
     (cost: the blocks in use, not the pool)."""
     bs = allocator.block_size
@@ -96,6 +99,7 @@ def kv_summary(allocator, running: list) -> KVSummary:
         useful_frac=used / held if held else 1.0,
         external_frag=1 - largest / free_blocks if free_blocks else 0.0,
         prefix_hit_rate=getattr(allocator, "prefix_hit_rate", None),
+        copies=[[a, b] for a, b in copies],
     )
 
 
@@ -114,7 +118,7 @@ def seats_of(scheduler, computed: dict[str, int]) -> list[Seat]:
 
 def build_report(step: int, wall_s: float, config, scheduler, sched, emitted: list[Emitted],
                  finished: list[str], aborted: list[str], spec: list[SpecDecision],
-                 spec_plan: dict | None = None) -> StepReport:
+                 spec_plan: dict | None = None, copies=()) -> StepReport:
     """Describe one step: `sched` is what the scheduler chose, the rest what came of it."""
     computed = {s.req.request_id: s.num_tokens for s in sched.scheduled}
     return StepReport(
@@ -123,6 +127,7 @@ def build_report(step: int, wall_s: float, config, scheduler, sched, emitted: li
         waiting=[r.request_id for r in scheduler.waiting],
         admitted=sched.admitted, finished=finished, preempted=sched.preempted,
         blocked_reason=sched.blocked_reason, emitted=emitted,
-        kv=kv_summary(scheduler.allocator, scheduler.running), spec=spec, aborted=aborted,
+        kv=kv_summary(scheduler.allocator, scheduler.running, copies), spec=spec,
+        aborted=aborted,
         spec_plan=spec_plan,
     )

@@ -64,10 +64,12 @@ class ModelRunner:
         self.staging = Staging(device) if torch.device(device).type == "cuda" else None
         self.keep_hidden = False  # keep the last forward's hidden states (self.hidden)
         self.hidden: torch.Tensor | None = None
+        self.copied: list[tuple[int, int]] = []  # the last run's copy-on-write blocks
 
     def run(self, batch: list[ScheduledRequest]) -> ForwardResult:
         """The scheduler's batch: each request's next num_tokens tokens (drafts included)."""
         copies = self.allocator.take_copies()
+        self.copied = copies  # the step's report draws them (KVSummary.copies)
         if copies:  # copy-on-write of shared blocks this step writes into, before it does
             self.pool.copy_blocks(copies)
         chunks: list[Chunk] = []

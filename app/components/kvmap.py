@@ -4,7 +4,9 @@ Pure functions of a StepReport's `kv` dict. In the map each cell is one physical
 coloured by its owner and filled from the bottom as far as its slots hold real tokens;
 reserved-but-unwritten blocks are hatched, free blocks blank, blocks shared by several
 requests framed in black with their reference count, cached blocks (no owner, content kept
-for a later prefix hit) dotted grey. Request ids in HTML go through `html.escape`.
+for a later prefix hit) dotted grey. The n > 1 samples of one request (`<id>#<i>`) hold its
+prompt's blocks by reference after their fork; a block copied on write this step (a sample
+wrote into a block its siblings still held) is framed in red with its source block. Request ids in HTML go through `html.escape`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ CSS = """
 .sl-b.free span{color:#aaa;text-shadow:none;}
 .sl-b.cached{background:#fff;border:2px dotted #888;}
 .sl-b.shared{border:3px solid #000;}
+.sl-b.copied{border:3px solid #d62728;}
+.sl-b i.cow{position:absolute;right:1px;top:1px;font-size:min(11px,30cqw);font-style:normal;
+ background:#d62728;color:#fff;border-radius:3px;padding:0 2px;white-space:nowrap;line-height:1.1;}
 .sl-b.sel{outline:4px solid #ffd400;outline-offset:1px;z-index:1;}
 .sl-b b{position:absolute;right:1px;bottom:1px;font-size:min(13px,34cqw);background:#000;
  color:#fff;border-radius:3px;padding:0 2px;white-space:nowrap;line-height:1.1;}
@@ -51,10 +56,49 @@ def _hatch(color: str) -> str:
     return f"background:repeating-linear-gradient(45deg,{color}66 0 5px,#fff 5px 10px);"
 
 
-def block_title(block: dict, block_size: int) -> str:
+def block_title(block: dict, block_size: int, copied_from: int | None = None) -> str:
     owners = ", ".join(block["owners"]) or "-"
     state = t(f"kv.state.{block['state']}")
-    return f"#{block['block']} · {owners} · {block['tokens']}/{block_size} · {state}"
+    refs = f" · {t('kv.refs', n=len(block['owners']))}" if len(block["owners"]) > 1 else ""
+    cow = f" · {t('kv.copied_from', src=copied_from)}" if copied_from is not None else ""
+    return f"#{block['block']} · {owners} · {block['tokens']}/{block_size} · {state}{refs}{cow}"
+
+
+def copied_into(kv: dict) -> dict[int, int]:
+    """This step's copy-on-write: destination block -> the shared block it was copied from."""
+    return {int(dst): int(src) for src, dst in kv.get("copies") or []}
+
+
+def forked_groups(kv: dict) -> dict[str, list[str]]:
+    """The n > 1 requests on the map: the client's id -> its samples' ids (`<id>#<i>`)."""
+    groups: dict[str, list[str]] = {}
+    for rid in kv["block_tables"]:
+        base, sep, index = rid.rpartition("#")
+        if sep and base and index.isdigit():
+            groups.setdefault(base, []).append(rid)
+    return {g: sorted(ids, key=lambda r: int(r.rpartition("#")[2]))
+            for g, ids in groups.items() if len(ids) > 1}
+
+
+def fork_lines(kv: dict) -> list[str]:
+    """One line per forked request: its samples, the blocks they still share (with their
+    reference counts), and the blocks copied on write this step."""
+    copies = copied_into(kv)
+    blocks = {b["block"]: b for b in kv["blocks"]}
+    lines = []
+    for group, ids in forked_groups(kv).items():
+        mine = set(ids)
+        shared = [b for b in kv["blocks"] if len(mine.intersection(b["owners"])) > 1]
+        shared_txt = ", ".join(f"#{b['block']}×{len(b['owners'])}" for b in shared) or "-"
+        cow = [f"#{src} → #{dst} ({', '.join(blocks.get(dst, {}).get('owners', [])) or '-'})"
+               for dst, src in copies.items()
+               if mine.intersection(blocks.get(dst, {}).get("owners", []))]
+        line = t("kv.fork.line", rid=group, n=len(ids), samples=", ".join(ids),
+                 shared=shared_txt)
+        if cow:
+            line += " " + t("kv.fork.copied", copies="; ".join(cow))
+        lines.append(line)
+    return lines
 
 
 MAX_CELLS = 4096  # a page draws at most this many blocks; a larger pool shows its first ones
@@ -65,6 +109,7 @@ def kv_grid_html(kv: dict, selected: str | None = None, columns: int = COLUMNS) 
     bs = kv["block_size"]
     cells = []
     listed = {b["block"]: b for b in kv["blocks"]}  # the report lists blocks not free
+    copies = copied_into(kv)
     for i in range(min(kv["num_blocks"], MAX_CELLS)):
         block = listed.get(i) or {"block": i, "state": "free", "owners": [], "tokens": 0}
         state, owners = block["state"], block["owners"]
@@ -76,7 +121,11 @@ def kv_grid_html(kv: dict, selected: str | None = None, columns: int = COLUMNS) 
         if selected is not None and selected in owners:
             classes.append("sel")
         badge = f"<b>×{len(owners)}</b>" if len(owners) > 1 else ""
-        title = html.escape(block_title(block, bs), quote=True)
+        src = copies.get(i)
+        if src is not None:
+            classes.append("copied")
+            badge += f'<i class="cow">⧉{src}</i>'
+        title = html.escape(block_title(block, bs, src), quote=True)
         cells.append(f'<div class="{" ".join(classes)}" style="{style}" title="{title}">'
                      f"<span>{block['block']}</span>{badge}</div>")
     grid = (f'<div class="sl-kv" style="grid-template-columns:repeat({columns},minmax(0,1fr))">'
@@ -93,6 +142,7 @@ def legend_html() -> str:
         ("background:#fff;border:1px dashed #bbb;", t("kv.legend.free")),
         (_fill(c, 1.0) + "border:3px solid #000;", t("kv.legend.shared")),
         ("background:#fff;border:2px dotted #888;", t("kv.legend.cached")),
+        (_fill(c, 0.4) + "border:3px solid #d62728;", t("kv.legend.copied")),
     ]
     spans = "".join(f'<span><i style="{s}"></i>{html.escape(label)}</span>' for s, label in items)
     return f'{CSS}<div class="sl-legend">{spans}</div>'

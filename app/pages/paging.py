@@ -15,6 +15,7 @@ import streamlit as st  # noqa: E402
 
 from app.classplan import page_variants  # noqa: E402
 from app.components.kvmap import (  # noqa: E402
+    fork_lines,
     kv_grid_html,
     kv_stats,
     legend_html,
@@ -67,6 +68,8 @@ def draw_run(run: Run, selected: str | None) -> None:
              help=t("paging.largest_run.help"))
     f.metric(t("paging.shared"), s["shared_blocks"], help=t("paging.shared.help"))
     st.html(kv_grid_html(kv, selected))
+    for line in fork_lines(kv):  # n > 1 samples: what they share, and what was copied
+        st.markdown(line)
     if waits_on_fragmentation(last):
         st.warning(t("paging.frag_wait", free=s["free"], run=s["largest_free_run"],
                      reason=last["blocked_reason"]))

@@ -51,6 +51,9 @@ class StreamOptions(BaseModel):
 
     include_usage: bool | None = None  # a last chunk with `usage` and no choices
     include_obfuscation: bool | None = None  # refused when true: no obfuscation padding here
+    # vLLM's extension (guidellm sends it): with include_usage, every chunk carries the usage
+    # so far, so a client can count tokens per chunk without a tokenizer
+    continuous_usage_stats: bool | None = None
 
 
 class _Sampling(BaseModel):
@@ -89,6 +92,10 @@ class _Sampling(BaseModel):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def continuous_usage(self) -> bool:
+        return self.include_usage and bool(self.stream_options.continuous_usage_stats)
 
 
 class CompletionRequest(_Sampling):

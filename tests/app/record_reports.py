@@ -2,9 +2,10 @@
 
     PYTHONPATH=. python tests/app/record_reports.py
 
-Four short runs of the real engine on the bundled model: static batching over a contiguous
-KV layout, continuous batching over a paged layout with prefix sharing, and n-gram and draft
-speculation at temperature 1. The component tests draw from these reports.
+Five short runs of the real engine on the bundled model: static batching over a contiguous
+KV layout, continuous batching over a paged layout with prefix sharing, n-gram and draft
+speculation at temperature 1, and n = 2 parallel samples over a paged layout (forked
+samples sharing the prompt's blocks, copy-on-write of the last partial one). The component tests draw from these reports.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ OUT = Path(__file__).resolve().parent / "fixtures" / "reports.json"
 
 
 def record(config: EngineConfig, workload: str, n: int, cap: int, temperature: float = 0.0,
-           max_steps: int = 40) -> list[dict]:
+           max_steps: int = 40, samples: int = 1) -> list[dict]:
     eng = LLMEngine(config)
     for i, item in enumerate(get_workload(workload, n)):
         eng.add_request(item.prompt, SamplingParams(max_tokens=min(cap, item.max_tokens),
                                                     ignore_eos=True, temperature=temperature,
-                                                    seed=i))
+                                                    seed=i, n=samples))
     reports = []
     while eng.has_unfinished() and len(reports) < max_steps:
         reports.append(eng.step().to_dict())
@@ -47,6 +48,10 @@ def main() -> None:
         "spec_draft": record(
             EngineConfig(spec=SpecConfig("draft", 3), max_num_seqs=2, num_kv_blocks=32,
                          max_model_len=256), "grounded", 2, 10, temperature=1.0),
+        "paged_n2": record(
+            EngineConfig(kv_layout="paged", max_num_seqs=4, num_kv_blocks=40,
+                         max_model_len=256, block_size=16), "grounded", 2, 6,
+            temperature=1.0, samples=2),
     }
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(runs, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
@@ -54,8 +59,9 @@ def main() -> None:
         shared = sum(1 for r in reports for b in r["kv"]["blocks"] if b["state"] == "shared")
         idle = sum(1 for r in reports for s in r["seats"] if s["state"] == "idle-finished")
         spec = sum(len(r["spec"]) for r in reports)
+        copies = sum(len(r["kv"]["copies"]) for r in reports)
         print(f"{name}: {len(reports)} steps, shared blocks {shared}, idle seats {idle}, "
-              f"spec records {spec}")
+              f"spec records {spec}, copies on write {copies}")
     print(f"wrote {OUT} ({OUT.stat().st_size // 1024} KiB)")
 
 

@@ -166,8 +166,64 @@ def test_kv_grid_escapes_owner_names():
 
 def test_legend_names_every_block_state():
     out = kvmap.legend_html()
-    for label in ("full block", "reserved, unused", "free", "shared", "cached"):
+    for label in ("full block", "reserved, unused", "free", "shared", "cached", "copied on write"):
         assert label in out
+
+
+def test_forked_samples_share_the_prompt_then_copy_on_write():
+    """n = 2 over paged KV, from a real engine run: after the fork both samples' page tables
+    point at the prompt's blocks (reference count 2); the step a sample first writes into the
+    shared partial block, the engine copies it, and the map frames the copy with its source."""
+    history = run("paged_n2")
+    forked = [r for r in history if kvmap.forked_groups(r["kv"])]
+    assert forked, "the recorded run has forked samples"
+    kv0 = forked[0]["kv"]
+    group, ids = next(iter(kvmap.forked_groups(kv0).items()))
+    assert ids == [f"{group}#0", f"{group}#1"]
+    shared = [b for b in kv0["blocks"] if set(ids) <= set(b["owners"])]
+    assert shared and all(b["state"] == "shared" for b in shared)
+    # the engine's own tables agree: the shared blocks are in both samples' tables
+    assert {b["block"] for b in shared} <= set(kv0["block_tables"][ids[0]]) & set(
+        kv0["block_tables"][ids[1]])
+    out = kvmap.kv_grid_html(kv0)
+    assert out.count("<b>×2</b>") >= len(shared)
+    line = kvmap.fork_lines(kv0)[0]
+    assert group in line and f"#{shared[0]['block']}×2" in line
+
+    # the copy: a step whose report lists (source, destination) blocks
+    i, rep = next((i, r) for i, r in enumerate(history) if r["kv"]["copies"])
+    kv, before = rep["kv"], history[i - 1]["kv"]
+    groups = kvmap.forked_groups(kv)
+    for src, dst in kv["copies"]:
+        # the source was shared by a request's samples the step before; now one of them holds
+        # the copy at the same logical place in its table, and its sibling kept the source
+        group, ids = next((g, s) for g, s in groups.items()
+                          if any(dst in kv["block_tables"][r] for r in s))
+        assert set(ids) <= {o for b in before["blocks"] if b["block"] == src
+                            for o in b["owners"]}
+        holder = next(r for r in ids if dst in kv["block_tables"][r])
+        other = next(r for r in ids if r != holder)
+        at = kv["block_tables"][holder].index(dst)
+        assert before["block_tables"][holder][at] == src
+        assert kv["block_tables"][other][at] == src
+        assert kvmap.copied_into(kv)[dst] == src
+        out = kvmap.kv_grid_html(kv)
+        assert f'<i class="cow">⧉{src}</i>' in out
+        assert f"copied on write from #{src} this step" in out
+        line = next(x for x in kvmap.fork_lines(kv) if f"**{group}**" in x)
+        assert f"#{src} → #{dst} ({holder})" in line
+    assert kvmap.kv_grid_html(kv).count("sl-b used copied") == len(kv["copies"])
+    # no copy in a step that made none: the frame is this step's event, not a history
+    quiet = next(r for r in history[i + 1:] if not r["kv"]["copies"])
+    assert "copied" not in kvmap.kv_grid_html(quiet["kv"]).split("</style>")[1]
+
+
+def test_fork_lines_in_both_languages(monkeypatch):
+    kv = next(r["kv"] for r in run("paged_n2") if r["kv"]["copies"])
+    en = kvmap.fork_lines(kv)
+    monkeypatch.setattr("app.i18n.get_lang", lambda: "zh")
+    zh = kvmap.fork_lines(kv)
+    assert en and zh and en != zh and "写时复制" in zh[0] and "Copied on write" in en[0]
 
 
 # ---------------------------------------------------------------- speculation

@@ -6,6 +6,8 @@ field this server does not implement."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import openai
 import pytest
@@ -174,3 +176,27 @@ def test_unknown_model_404_and_refused_fields_400(client):
         with pytest.raises(openai.BadRequestError) as e:
             client.completions.create(model=MODEL, prompt="x", max_tokens=1, **kw)
         assert e.value.param == param
+
+
+def test_continuous_usage_stats_counts_each_chunk(server):
+    """vLLM's `stream_options.continuous_usage_stats` (guidellm sends it): each chunk's usage
+    is the tokens so far, ending at the request's total; without it chunks carry none."""
+    url, _ = server
+    req = {"model": MODEL, "prompt": PROMPT, "max_tokens": 6, "ignore_eos": True,
+           "temperature": 0, "stream": True}
+    for continuous in (True, False):
+        so = {"include_usage": True, "continuous_usage_stats": continuous}
+        with httpx.stream("POST", f"{url}/v1/completions", json={**req, "stream_options": so},
+                          timeout=60) as r:
+            assert r.status_code == 200
+            chunks = [json.loads(line[6:]) for line in r.iter_lines()
+                      if line.startswith("data: {")]
+        with_text = [c for c in chunks if c["choices"]]
+        assert len(with_text) == 6
+        if continuous:
+            assert [c["usage"]["completion_tokens"] for c in with_text] == [1, 2, 3, 4, 5, 6]
+            assert all(c["usage"]["prompt_tokens"] == chunks[-1]["usage"]["prompt_tokens"]
+                       for c in with_text)
+        else:
+            assert all("usage" not in c for c in with_text)
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 6

@@ -121,7 +121,8 @@ def _sse(obj) -> str:
 
 async def respond(state: ServerState, shape: Shape, ticket: Ticket, request: Request,
                   accepted: Delta, stream: bool, include_usage: bool, return_ids: bool,
-                  want_logprobs: bool = False, echo: str | None = None):
+                  want_logprobs: bool = False, echo: str | None = None,
+                  continuous_usage: bool = False):
     """Relay an admitted ticket's deltas: SSE chunks, or one body at the end. `echo`: the
     prompt's text, put before each answer (and its tokens' logprobs before the answer's)."""
     rid, created, model = ticket.request_id, now(), state.settings.model_name
@@ -185,7 +186,8 @@ async def respond(state: ServerState, shape: Shape, ticket: Ticket, request: Req
                         ids = d.token_ids if return_ids else None
                         yield _sse(body(shape.chunk_object, [choice(
                             d.index, shape.chunk(text, ids), finish_reason(d.finish_reason),
-                            lps, None if ids is None else {"token_ids": ids})]))
+                            lps, None if ids is None else {"token_ids": ids})],
+                            n_out if continuous_usage else None))
                     if d.finish_reason is not None:
                         open_ -= 1
                 lease.done = True
@@ -304,7 +306,7 @@ async def run(state: ServerState, shape: Shape, body, request: Request,
         echo_text = prompt if isinstance(prompt, str) else accepted.prompt_text
     return await respond(state, shape, ticket, request, accepted, bool(body.stream),
                          body.include_usage, bool(body.return_token_ids),
-                         logprobs is not None, echo_text)
+                         logprobs is not None, echo_text, body.continuous_usage)
 
 
 def router(state: ServerState) -> APIRouter:
