@@ -108,8 +108,24 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-1])
 
 
-def _norm_warps(n: int) -> int:
-    return 1 if n <= 256 else (4 if n <= 2048 else 8)
+def rms_norm_meta(n: int, add: bool) -> dict:
+    """Constexprs and launch options of `_rms_norm_kernel` (also compile_check.py)."""
+    return dict(N=n, BLOCK_N=next_pow2(n), ADD=add,
+                num_warps=1 if n <= 256 else (4 if n <= 2048 else 8))
+
+
+def rope_meta(heads: int, d: int) -> dict:
+    """Constexprs and launch options of `_rope_kernel` (also compile_check.py)."""
+    return dict(HEADS=heads, D=d, BLOCK_H=next_pow2(heads),
+                num_warps=1 if heads * d <= 1024 else 4)
+
+
+SILU_BLOCK = 1024  # columns per program: a row of a large MLP spreads over several programs
+
+
+def silu_mul_meta(n: int) -> dict:
+    """Constexprs and launch options of `_silu_mul_kernel` (also compile_check.py)."""
+    return dict(N=n, BLOCK=min(SILU_BLOCK, next_pow2(n)), num_warps=4)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -120,8 +136,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     out = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
     if x2.shape[0]:
         _rms_norm_kernel[(x2.shape[0],)](x2, x2, weight, out, out, x2.stride(0), x2.stride(0),
-                                         eps, N=n, BLOCK_N=next_pow2(n), ADD=False,
-                                         num_warps=_norm_warps(n))
+                                         eps, **rms_norm_meta(n, add=False))
     return out.view(x.shape)
 
 
@@ -138,8 +153,7 @@ def add_rms_norm(h: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps
     total = torch.empty(h2.shape, dtype=h.dtype, device=h.device)
     if h2.shape[0]:
         _rms_norm_kernel[(h2.shape[0],)](h2, d2, weight, out, total, h2.stride(0), d2.stride(0),
-                                         eps, N=n, BLOCK_N=next_pow2(n), ADD=True,
-                                         num_warps=_norm_warps(n))
+                                         eps, **rms_norm_meta(n, add=True))
     return total.view(h.shape), out.view(h.shape)
 
 
@@ -158,12 +172,8 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.
     out = torch.empty((t, heads, d), dtype=x.dtype, device=x.device)
     if t:
         _rope_kernel[(t,)](x, cos2, sin2, out, x.stride(0), x.stride(1), cos2.stride(0),
-                           HEADS=heads, D=d, BLOCK_H=next_pow2(heads),
-                           num_warps=1 if heads * d <= 1024 else 4)
+                           **rope_meta(heads, d))
     return out
-
-
-SILU_BLOCK = 1024  # columns per program: a row of a large MLP spreads over several programs
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
@@ -174,10 +184,10 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"silu_mul: the last dim holds gate and up, got odd {gu.shape[-1]}")
     n = gu.shape[-1] // 2
     out = torch.empty((gu.shape[0], n), dtype=gate_up.dtype, device=gate_up.device)
-    block = min(SILU_BLOCK, next_pow2(n))
+    meta = silu_mul_meta(n)
     if gu.shape[0]:
-        _silu_mul_kernel[(gu.shape[0], triton.cdiv(n, block))](gu, out, gu.stride(0), N=n,
-                                                               BLOCK=block, num_warps=4)
+        _silu_mul_kernel[(gu.shape[0], triton.cdiv(n, meta["BLOCK"]))](gu, out, gu.stride(0),
+                                                                       **meta)
     return out.view(*gate_up.shape[:-1], n)
 
 
