@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -123,6 +124,51 @@ def system_info(log: str) -> str | None:
         if "system_info:" in line:
             return line.split("system_info:", 1)[1].strip()
     return None
+
+
+_THREADS = re.compile(r"n_threads\s*=\s*(\d+)(?:\s*\(n_threads_batch\s*=\s*(\d+)\))?"
+                      r"(?:\s*/\s*(\d+))?")
+
+
+def parse_system_info(info: str) -> dict:
+    """llama.cpp's system info (what `system_info` returns, with or without the `system_info:`
+    prefix) as fields: its threads and, per ggml backend, the features it was built with.
+
+    llama.cpp writes `n_threads = T (n_threads_batch = B) / H | ` and then, for each backend
+    that lists features, `NAME : FEAT = VALUE | FEAT = VALUE | ...` (common_params_get_system_info
+    and llama_print_system_info); older builds wrote the features without a backend name. The
+    JSON keeps the line too, so a format this does not know loses nothing."""
+    text = info.split("system_info:", 1)[-1].strip()
+    out: dict = {"n_threads": None, "n_threads_batch": None, "hardware_threads": None,
+                 "backends": {}}
+    fields = [f.strip() for f in text.split("|")]
+    if fields and (m := _THREADS.search(fields[0])):
+        out["n_threads"] = int(m.group(1))
+        out["n_threads_batch"] = int(m.group(2)) if m.group(2) else None
+        out["hardware_threads"] = int(m.group(3)) if m.group(3) else None
+        fields = fields[1:]
+    backend = "CPU"  # builds before backends named themselves listed the CPU's features only
+    for f in fields:
+        if "=" not in f:
+            continue  # the empty field after the last "|"
+        if ":" in f.split("=", 1)[0]:  # "CPU : SSE3 = 1": a backend's first feature
+            name, f = f.split(":", 1)
+            backend = name.strip()
+        name, _, value = (p.strip() for p in f.partition("="))
+        if name:
+            out["backends"].setdefault(backend, {})[name] = value
+    # the features it runs with: a value other than "0" (flags are "1"; SVE_CNT is a width)
+    out["features"] = sorted({n for feats in out["backends"].values()
+                              for n, v in feats.items() if v not in ("0", "")})
+    return out
+
+
+def kernel_paths(plan, peer_result: dict | None) -> dict:
+    """Each side's kernel paths, for the JSON: the engine's execution plan (engine/plan.py) and
+    llama.cpp's system info line with its fields (None where the peer's log had none)."""
+    info = _get(peer_result, "system_info")
+    return {"engine": {"describe": plan.describe(), "plan": plan.as_dict()},
+            "peer": None if info is None else {"system_info": info, **parse_system_info(info)}}
 
 
 @dataclass
@@ -485,9 +531,10 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.common import write_json
     from engine.plan import plan_for
 
-    write_json(args.out, "cpu", args, plan=plan_for(config_from_json(json.dumps(config))),
-               peer={"name": args.peer, "binary": binary,
-                                            "version": version, "gguf": str(gguf)},
+    plan = plan_for(config_from_json(json.dumps(config)))
+    write_json(args.out, "cpu", args, plan=plan,
+               peer={"name": args.peer, "binary": binary, "version": version, "gguf": str(gguf)},
+               kernel_paths=kernel_paths(plan, peer),
                cpu=cpu, engine_config=config, threads=threads, workload=wl.name,
                load_average={"before": load_before, "after": load_after},
                elapsed_s=time.perf_counter() - t0,

@@ -120,6 +120,11 @@ class EngineConfig:
     weights: str = "auto"
     pack_weights: bool = True  # CPU + bf16: lay linear weights out for our matmuls (False: F.linear)
     cpu_kernels: bool = True  # CPU: norms, rotary, SwiGLU, KV writes as C++ kernels if they build
+    # CUDA: RMSNorm (with the residual add), rotary and SwiGLU as fused Triton kernels
+    # (kernels/fused_ops.py: one launch each instead of several PyTorch ops); off: PyTorch's ops.
+    # A CPU never runs them (the C++ kernels do this work there): True on a CPU is an error,
+    # except under TRITON_INTERPRET=1 (tests). `python -m servelab_kernels.gpu_check` times both
+    fused_ops: bool = False
     gpu_memory_utilization: float = 0.5  # CUDA: the most of the free memory the KV pool may take
     # decode-only steps replay a captured CUDA graph (engine/graphs.py; vLLM's enforce_eager,
     # inverted). None = on for CUDA, off elsewhere; True on a CPU runs the same path with a
@@ -149,6 +154,8 @@ class EngineConfig:
             raise ValueError(f"pack_weights must be True or False, got {self.pack_weights!r}")
         if not isinstance(self.cpu_kernels, bool):
             raise ValueError(f"cpu_kernels must be True or False, got {self.cpu_kernels!r}")
+        if not isinstance(self.fused_ops, bool):
+            raise ValueError(f"fused_ops must be True or False, got {self.fused_ops!r}")
         if self.cuda_graphs is not None and not isinstance(self.cuda_graphs, bool):
             raise ValueError(f"cuda_graphs must be None, True or False, got {self.cuda_graphs!r}")
         if self.enable_prefix_caching and self.kv_layout != "paged":

@@ -73,7 +73,8 @@ class LLMEngine:
         self.weights = plan.weights
         # shared by every engine in this process with the same weights, dtype, layout, kernels
         self.model = shared_model(loaded, self.device, self.dtype, cfg.max_model_len + k + 1,
-                                  cpu_kernels=plan.cpu_kernels, layout=plan.layout)
+                                  cpu_kernels=plan.cpu_kernels, layout=plan.layout,
+                                  fused_ops=plan.layer_ops == "triton")
         self.backend = get_backend(self.backend_name)
         if self.backend_name == "triton":  # ValueError on CUDA under TRITON_INTERPRET
             self.backend.check_device(self.device)

@@ -31,6 +31,10 @@ The rules, and why:
               CPU's dot-product instructions. None without the C++ kernels.
   attention   "auto": Triton on CUDA; on a CPU the C++ kernels' backend if they loaded, else
               torch's.
+  layer_ops   the small per-layer ops (RMSNorm, rotary, SwiGLU): the C++ kernels where they
+              run; on CUDA with fused_ops=True the fused Triton kernels ("triton"), else
+              PyTorch's. Never "triton" on a CPU: fused_ops=True there is a ValueError (except
+              under TRITON_INTERPRET=1, which tests use to run the kernels on CPU tensors).
   layer_loop  "cpp" where the C++ layer loop may run a step (weights our C++ matmul reads,
               the C++ attention, plain Llama layers): steps whose attention its kernel takes
               whole run every layer in one call; the others run the Python loop, which calls
@@ -163,7 +167,7 @@ class ExecutionPlan:
     weights: str  # "dense" or the GGUF blocks: "gguf", "gguf-q8", "gguf-q16"
     layout: str  # the linear weights' layout and matmul (LAYOUTS)
     isa: str | None  # the C++ matmul's instruction set; None without the C++ kernels
-    layer_ops: str  # the small per-layer ops: "cpu" (C++ kernels) or "torch"
+    layer_ops: str  # the small per-layer ops: "cpu" (C++ kernels), "triton" (fused) or "torch"
     attention: str  # the attention backend: "cpu", "torch" or "triton"
     layer_loop: str  # "cpp" (C++ where a step's attention is taken whole) or "python"
     cuda_graphs: bool  # decode-only steps replay captured CUDA graphs
@@ -190,6 +194,8 @@ class ExecutionPlan:
             parts.append("C++ layer loop")
         elif self.layer_ops == "cpu":
             parts.append("C++ layer ops")
+        elif self.layer_ops == "triton":
+            parts.append("fused Triton layer ops")
         if self.cuda_graphs:
             parts.append("CUDA graphs")
         parts.append(f"{self.threads} thread{'s' if self.threads != 1 else ''}")
@@ -291,11 +297,20 @@ def resolve_plan(config: EngineConfig, machine: MachineFacts,
                              "True on a CPU with g++); use 'torch'")
     layer_loop = ("cpp" if layout in CPP_LOOP_LAYOUTS and attention == "cpu"
                   and model.plain_layers else "python")
+    layer_ops = "cpu" if uses_kernels else "torch"
+    if cfg.fused_ops:
+        if device != "cuda" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+            raise ValueError(f"fused_ops=True runs Triton kernels on CUDA; device is {device} "
+                             "(the C++ CPU kernels do this work on a CPU)")
+        if layout != "plain":  # the interpreter's CPU run: plain weights only
+            raise ValueError(f"fused_ops=True on a CPU (under the interpreter) needs plain "
+                             f"weights; the plan's layout is {layout!r}")
+        layer_ops = "triton"
     graphs = cfg.cuda_graphs if cfg.cuda_graphs is not None else device == "cuda"
     if cfg.cpu_kernels and device == "cpu" and not uses_kernels:
         notes.append("the C++ CPU kernels did not load: PyTorch ops")
-    return ExecutionPlan(device, dtype, weights, layout, isa, "cpu" if uses_kernels else "torch",
-                         attention, layer_loop, graphs, machine.threads, tuple(notes))
+    return ExecutionPlan(device, dtype, weights, layout, isa, layer_ops, attention, layer_loop,
+                         graphs, machine.threads, tuple(notes))
 
 
 def dense_layout(shapes, device: str, dtype: str, pack: bool, cpu_kernels: bool,

@@ -47,7 +47,7 @@ def _compile(fn, ptr_types: dict, meta: dict, capability: int):
         elif name in ptr_types:
             sig[name] = ptr_types[name]
             attrs[(i,)] = [["tt.divisibility", 16]]
-        elif name == "scale_log2":
+        elif name in ("scale_log2", "eps"):
             sig[name] = "fp32"
         else:
             sig[name] = "i32"
@@ -88,6 +88,14 @@ def cases(layouts=LAYOUTS, dtypes=(torch.bfloat16, torch.float16, torch.float32)
         split_kernel_meta,
     )
     from servelab_kernels.extend_attention import _extend_kernel, extend_kernel_meta
+    from servelab_kernels.fused_ops import (
+        _rms_norm_kernel,
+        _rope_kernel,
+        _silu_mul_kernel,
+        rms_norm_meta,
+        rope_meta,
+        silu_mul_meta,
+    )
     from servelab_kernels.store_kv import _store_kv_kernel, store_kernel_meta
 
     block_size = 16
@@ -107,6 +115,9 @@ def cases(layouts=LAYOUTS, dtypes=(torch.bfloat16, torch.float16, torch.float32)
                 "k_ptr": f"*{t}",
                 "v_ptr": f"*{t}",
                 "slot_mapping_ptr": "*i64",
+                # the fused per-layer ops (fused_ops.py)
+                **{name: f"*{t}" for name in ("x_ptr", "d_ptr", "w_ptr", "sum_ptr", "cos_ptr",
+                                              "sin_ptr", "gu_ptr")},
             }
             tag = f"{h}q{kvh}kv{d} {t}"
             yield f"store_kv {tag}", _store_kv_kernel, ptrs, store_kernel_meta(kvh, d, block_size)
@@ -117,6 +128,13 @@ def cases(layouts=LAYOUTS, dtypes=(torch.bfloat16, torch.float16, torch.float32)
             for q_len in (5, 512):  # speculative verification, prefill chunk
                 meta = extend_kernel_meta(h, kvh, d, block_size, dtype, q_len)
                 yield f"extend q_len={q_len} {tag}", _extend_kernel, ptrs, meta
+            # the model's per-layer ops at this layout's sizes (hidden = heads x head_dim, the
+            # MLP four times wider)
+            for add in (False, True):
+                yield (f"rms_norm add={add} {tag}", _rms_norm_kernel, ptrs,
+                       rms_norm_meta(h * d, add))
+            yield f"rope {tag}", _rope_kernel, ptrs, rope_meta(h + kvh, d)
+            yield f"silu_mul {tag}", _silu_mul_kernel, ptrs, silu_mul_meta(4 * h * d)
 
 
 def run(capability: int = 90, layouts=LAYOUTS, dtypes=None) -> list[dict]:

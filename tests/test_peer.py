@@ -228,6 +228,58 @@ def test_the_peer_alone_writes_its_json_and_the_table_keeps_empty_columns(
     text = capsys.readouterr().out
     assert "batch-1 decode, tok/s" in text and "llama-server" in text
 
+    assert data["kernel_paths"]["engine"]["plan"] == data["plan"]
+    assert data["kernel_paths"]["engine"]["describe"] == data["plan"]["describe"]
+    assert data["kernel_paths"]["peer"]["system_info"] == "n_threads = 2 | FAKE = 1 |"
+    assert data["kernel_paths"]["peer"]["backends"] == {"CPU": {"FAKE": "1"}}
+
+
+# llama.cpp's line as common_params_get_system_info and llama_print_system_info write it:
+# "system_info: n_threads = T (n_threads_batch = B) / hardware threads | " then, per backend
+# that lists features, "NAME : FEATURE = VALUE | " for each feature (ggml-cpu's names)
+LLAMA_CPP_LINE = ("main: system_info: n_threads = 2 (n_threads_batch = 2) / 2 | CPU : SSE3 = 1 | "
+                  "SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | AVX512 = 1 | "
+                  "AVX512_VBMI = 1 | AVX512_VNNI = 1 | AVX512_BF16 = 1 | AMX_INT8 = 1 | "
+                  "LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 | ")
+# an older build: no n_threads_batch, features without a backend name, zeros listed
+LLAMA_CPP_OLD_LINE = ("system_info: n_threads = 4 / 8 | AVX = 1 | AVX2 = 1 | AVX512 = 0 | "
+                      "FMA = 1 | NEON = 0 | F16C = 1 | BLAS = 0 | SSE3 = 1 | VSX = 0 | ")
+
+
+def test_parse_llama_cpp_system_info_line():
+    info = peer.system_info("llama server listening\n" + LLAMA_CPP_LINE + "\nmore log\n")
+    assert info.startswith("n_threads = 2 (n_threads_batch = 2) / 2 | CPU : SSE3 = 1")
+    got = peer.parse_system_info(info)
+    assert (got["n_threads"], got["n_threads_batch"], got["hardware_threads"]) == (2, 2, 2)
+    assert list(got["backends"]) == ["CPU"]
+    assert got["backends"]["CPU"]["SSE3"] == "1" and got["backends"]["CPU"]["REPACK"] == "1"
+    assert len(got["backends"]["CPU"]) == 15
+    assert {"AVX512_VNNI", "AMX_INT8", "AVX512_BF16", "OPENMP"} <= set(got["features"])
+    assert peer.parse_system_info(LLAMA_CPP_LINE) == got  # the prefix is optional
+
+    old = peer.parse_system_info(LLAMA_CPP_OLD_LINE)
+    assert (old["n_threads"], old["n_threads_batch"], old["hardware_threads"]) == (4, None, 8)
+    assert old["backends"]["CPU"]["AVX512"] == "0"
+    assert old["features"] == ["AVX", "AVX2", "F16C", "FMA", "SSE3"]  # the zeros are not used
+
+    two = peer.parse_system_info("n_threads = 8 / 16 | CUDA : ARCHS = 890 | USE_GRAPHS = 1 | "
+                                 "CPU : AVX2 = 1 | SVE_CNT = 32 | ")
+    assert two["backends"] == {"CUDA": {"ARCHS": "890", "USE_GRAPHS": "1"},
+                               "CPU": {"AVX2": "1", "SVE_CNT": "32"}}
+
+
+def test_kernel_paths_record_the_engines_plan_and_the_peers_line():
+    from engine.config import EngineConfig
+    from engine.plan import MachineFacts, resolve_plan
+
+    plan = resolve_plan(EngineConfig(), MachineFacts.of(cpu_flags={"avx2", "fma", "f16c"}))
+    kp = peer.kernel_paths(plan, {"system_info": peer.system_info(LLAMA_CPP_LINE)})
+    assert kp["engine"]["plan"]["layout"] == plan.layout and kp["engine"]["describe"] == str(plan)
+    assert kp["peer"]["system_info"].endswith("REPACK = 1 |")
+    assert "AMX_INT8" in kp["peer"]["features"]
+    assert peer.kernel_paths(plan, {"decode_b1": {}})["peer"] is None
+    json.dumps(kp)  # the JSON takes it as it is
+
 
 def test_comparison_table_ratios():
     def http(decode, tps, ttft, cpu):

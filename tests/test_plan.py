@@ -530,3 +530,27 @@ def test_the_engine_runs_its_plan():
     assert eng.uses_cpu_kernels == (p.layer_ops == "cpu") and eng.uses_graphs == p.cuda_graphs
     assert (eng.model.cpp_layer_weights is not None) == (p.layer_loop == "cpp")
     assert eng.describe() == f"smollm2-135m on {p.describe()}"
+
+
+def test_fused_triton_ops_are_a_cuda_option_the_cpu_never_gets(monkeypatch):
+    """fused_ops: off by default everywhere; asked for, the plan gives them to CUDA only (every
+    CPU kind is refused with a message naming the field; the C++ kernels do that work there)."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    for cpu in CPUS:
+        for device in DEVICES:
+            try:
+                facts = machine(cpu, device)
+                p = resolve_plan(EngineConfig(device=device), facts)
+            except ValueError:
+                continue
+            assert p.layer_ops != "triton", (cpu, device)
+            if p.device == "cuda":
+                fused = resolve_plan(EngineConfig(device=device, fused_ops=True), facts)
+                assert fused.layer_ops == "triton" and not fused.cpu_kernels
+                assert "fused Triton layer ops" in fused.describe()
+                assert dataclasses.replace(fused, layer_ops=p.layer_ops, notes=p.notes) == p
+            else:
+                with pytest.raises(ValueError, match="^fused_ops=True runs Triton kernels on CUDA"):
+                    resolve_plan(EngineConfig(device=device, fused_ops=True), facts)
+    with pytest.raises(ValueError, match="fused_ops must be True or False"):
+        EngineConfig(fused_ops="yes")

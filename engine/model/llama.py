@@ -123,6 +123,8 @@ class LlamaModel:
         llama.cpp does, with the activations rounded to int8 per block of 32.
         "gguf-q16": regrouped two q bytes at a time (pack_q16), the activations rounded to
         int16 per block of 32.
+    fused_ops: the small per-layer ops as fused Triton kernels (kernels/fused_ops.py; CUDA, or
+        CPU tensors under TRITON_INTERPRET=1), instead of PyTorch's or the C++ kernels.
     cpp_layer_loop: with weights our C++ matmuls read (amx, bf16, gguf*) and plain Llama layers
         (no q/k/v bias, no q/k norm), let steps whose attention the C++ kernel takes whole run
         the layer loop in C++ (off: the same kernels, called from Python; tests and the kernel
@@ -133,7 +135,7 @@ class LlamaModel:
 
     def __init__(self, loaded: LoadedModel, device: torch.device, dtype: torch.dtype,
                  max_positions: int, cpu_kernels: bool = False, layout: str = "plain",
-                 cpp_layer_loop: bool = True):
+                 cpp_layer_loop: bool = True, fused_ops: bool = False):
         cfg = self.cfg = loaded.config
         self.device, self.dtype = device, dtype
         self.loaded = loaded  # the loader's per-process copy: plain weights stay reachable
@@ -185,7 +187,14 @@ class LlamaModel:
                 if t is not None)
         self._weight_bytes = n + self.lm_head.numel() * self.lm_head.element_size()
 
-        self.ops = cpu_kernel_ops() if cpu_kernels else TORCH_OPS
+        if fused_ops:
+            if cpu_kernels:
+                raise ValueError("fused_ops and cpu_kernels are two sets of the same ops: pick one")
+            from servelab_kernels.fused_ops import fused_layer_ops
+
+            self.ops = fused_layer_ops()
+        else:
+            self.ops = cpu_kernel_ops() if cpu_kernels else TORCH_OPS
         # y = x W^T (+ b), for weights in this layout (the built-in draft: its int4/int8 ones)
         self.layout = layout
         pack, self.linear = PACKERS[layout]
@@ -349,7 +358,8 @@ class LlamaModel:
 
 def shared_model(loaded: LoadedModel, device: torch.device, dtype: torch.dtype,
                  max_positions: int, pack: bool = False, cpu_kernels: bool = False,
-                 weights: str = "dense", layout: str | None = None) -> LlamaModel:
+                 weights: str = "dense", layout: str | None = None,
+                 fused_ops: bool = False) -> LlamaModel:
     """The LlamaModel for these weights, device, dtype, ops and layout, built once per process
     (engine/model/weights_cache.py). Its weights are read-only, so engines share it and own only their
     KV pools; the rotary tables grow to the longest max_positions asked for.
@@ -367,8 +377,8 @@ def shared_model(loaded: LoadedModel, device: torch.device, dtype: torch.dtype,
     if layout in GGUF_LAYOUTS and (device.type != "cpu" or not cpu_kernels):
         raise ValueError(f"weights={layout!r} runs on the CPU with the C++ kernels "
                          "(device='cpu', cpu_kernels=True, and g++ to build them)")
-    key = (str(loaded.folder), str(device), dtype, cpu_kernels, layout)
+    key = (str(loaded.folder), str(device), dtype, cpu_kernels, layout, fused_ops)
     model = weights_cache.get("model", key, lambda: LlamaModel(loaded, device, dtype, max_positions,
-                                                      cpu_kernels, layout))
+                                                      cpu_kernels, layout, fused_ops=fused_ops))
     model.ensure_positions(max_positions)
     return model

@@ -31,6 +31,7 @@ INTERPRETER_MODULES = (
     "test_kernel_backend.py",
     "test_kernel_engine_e2e.py",
     "test_kernel_warmup.py",
+    "test_kernel_fused_ops.py",
 )
 CHILD_TIMEOUT_S = 900  # whole module, on a shared 2-core machine (about 30 s each today)
 

@@ -106,3 +106,29 @@ def test_triton_backend_speculative_verification(tiny_llama):
     ref = _generate(tiny_llama, "torch")
     got = _generate(tiny_llama, "triton", spec=spec)
     assert got == ref  # greedy speculation is lossless
+
+
+def test_fused_layer_ops_match_torch_greedy(tiny_llama, monkeypatch):
+    """fused_ops=True: the engine's plan picks the fused Triton RMSNorm/RoPE/SwiGLU (allowed on
+    CPU tensors only under the interpreter), and every call goes through them; the greedy
+    tokens are the PyTorch ops', through prefill, chunked prefill with decodes, and decode."""
+    from servelab_kernels import fused_ops
+
+    calls = {"rms_norm": 0, "add_rms_norm": 0, "rope": 0, "silu_mul": 0}
+    for name in calls:
+        real = getattr(fused_ops, name)
+
+        def spy(*a, _real=real, _name=name):
+            calls[_name] += 1
+            return _real(*a)
+
+        monkeypatch.setattr(fused_ops, name, spy)
+    for budget in (512, 24):
+        ref = _generate(tiny_llama, "torch", max_num_batched_tokens=budget)
+        got = _generate(tiny_llama, "triton", fused_ops=True, max_num_batched_tokens=budget)
+        assert got == ref
+    assert all(n > 0 for n in calls.values()), calls
+    eng = LLMEngine(EngineConfig(model=tiny_llama, attention_backend="triton", device="cpu",
+                                 dtype="float32", max_model_len=96, fused_ops=True))
+    assert eng.plan.layer_ops == "triton" and eng.model.ops.name == "triton"
+    assert "fused Triton layer ops" in eng.describe()
