@@ -640,7 +640,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "Read bandwidth {bw:.1f} GB/s, weights {w:.0f} MB: a step takes at least "
               "{floor:.1f} ms; the fastest step here reads at {best:.1f} GB/s."},
     # ---- home
-    "home.headline": {"zh": "同一张卡，服务几倍、几十倍的用户", "en": "Same card, many times the users"},
+    "home.headline": {"zh": "同一张卡，几倍的用户", "en": "Same card, many times the users"},
     "home.intro": {
         "zh": "同样的权重、同样的硬件，换一种服务方式，吞吐就能差出几倍。下面先在这台机器上"
               "亲眼看一场比赛，再顺着地图去看三处漏洞各漏在哪里。",

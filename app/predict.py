@@ -20,6 +20,9 @@ from app.state import Run, Session
 from app.votes_panel import open_button, prediction_payload
 
 CURRENT, GOTO = "class_stop", "_class_goto"
+# Set by a stop's button, taken by its page's first draw: the page opens with the prediction
+# in view (the new page keeps the plan page's scroll position, which can hide it).
+SCROLL = "_class_scroll"
 PREDICTIONS, REVEALS = "class_predictions", "class_reveals"
 # What a page keeps from an earlier measurement, cleared when one of its stops starts, so the
 # answer is not on screen before the students predict (the home race's result).
@@ -38,6 +41,7 @@ def start_stop(stop: Stop, session: Session) -> None:
     for key in PAGE_RESULTS.get(stop.page, ()):
         st.session_state.pop(key, None)
     st.session_state[GOTO] = stop.page
+    st.session_state[SCROLL] = stop.id
 
 
 def current_stop(slug: str) -> Stop | None:
@@ -63,6 +67,8 @@ def prediction_box(slug: str, runs: list[Run], extra: dict | None = None,
     lang, pred = get_lang(), stop.prediction
     chosen = st.session_state.get(PREDICTIONS, {}).get(stop.id)
     with st.container(border=True, key=f"pred_{stop.id}"):
+        if st.session_state.pop(SCROLL, None) == stop.id:
+            _scroll_into_view(f"st-key-pred_{stop.id}")
         st.markdown(f"**{t('predict.title')}** {pred.question.get(lang)}")
         open_button(prediction_payload(stop), f"pred_{stop.id}")
         if chosen is None:
@@ -94,6 +100,21 @@ def prediction_box(slug: str, runs: list[Run], extra: dict | None = None,
         rng = pred.expect_text(lang)
         st.caption(t("plan.in_range") if pred.expected(value)
                    else t("plan.out_of_range", range=rng))
+
+
+def _scroll_into_view(css_class: str) -> None:
+    """Scroll the page to its top, then, if need be, until the element with `css_class` is on
+    screen. Repeated while the page settles, since elements drawn above it move it down."""
+    st.html(f"""<script>(() => {{
+      const go = () => {{
+        const el = document.querySelector(".{css_class}");
+        const main = document.querySelector('[data-testid="stMain"]');
+        if (!el || !main) return;
+        main.scrollTop = 0;
+        el.scrollIntoView({{block: "nearest"}});
+      }};
+      [0, 300, 1000].forEach((ms) => setTimeout(go, ms));
+    }})();</script>""", unsafe_allow_javascript=True)
 
 
 def _play_button(where, session: Session) -> None:

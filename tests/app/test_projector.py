@@ -1,8 +1,8 @@
 """The class plan on a projector: chromium at 1280x720, in English and in Chinese. After "Set
 up this stop", the stop's prediction and the control that runs it (Lock, then Play beside
 the prediction; "Start the race" on the home page) are inside the viewport without
-scrolling; the plan reads its stops in order, left to right, top to bottom; no metric value
-or label is cut off. Screenshots go to build/screenshots/projector-*.png (gitignored).
+scrolling; the plan reads its stops in order, left to right, top to bottom; after a few steps of Play no
+metric value or label is cut off and no KV block's number leaves its cell. Screenshots go to build/screenshots/projector-*.png (gitignored).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import pathlib
 import re
 import sys
+import time
 
 import pytest
 
@@ -29,11 +30,15 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 W, H = 1280, 720
 LOCALES = {"en": "English", "zh": "中文"}
 
-# every metric's value and label fits its box (no "33.8 to…", no "吞…")
-CUT_JS = """() => [...document.querySelectorAll(
+# every metric's value and label fits its box (no "33.8 to…", no "吞…"), and every KV block's
+# number fits its own cell (none runs into the next block's)
+CUT_JS = """() => [...[...document.querySelectorAll(
     '[data-testid="stMetricValue"] div, [data-testid="stMetricLabel"] p')]
   .filter(e => e.offsetParent && e.scrollWidth > e.clientWidth + 1)
-  .map(e => e.innerText)"""
+  .map(e => e.innerText),
+  ...[...document.querySelectorAll('.sl-b span')]
+  .filter(e => e.getBoundingClientRect().right > e.parentElement.getBoundingClientRect().right + 1)
+  .map(e => 'KV block ' + e.innerText)]"""
 
 
 def in_view(tab: Tab, selector: str) -> tuple[float, float]:
@@ -48,9 +53,10 @@ def set_language(tab: Tab, lang: str) -> None:
         tab.settle()
 
 
-# Known open: on the speculation page (stop "draft") the view scrolls away from the locked
-# prediction; every other stop passes. The failure message lists each stop that misses.
-@pytest.mark.xfail(reason="stop draft: the speculation page scrolls past its prediction",
+# The failure message lists every stop that misses, not only the first. Known open: after a
+# few steps, metric values are cut at 1280 px on the paging pages ("795 slots") and the
+# dashboard ("12% / 14%"); every prediction and run control is on screen.
+@pytest.mark.xfail(reason="metric values cut after Play on stops hall, waste, load",
                    strict=False)
 @pytest.mark.parametrize("lang", list(LOCALES))
 def test_each_stops_prediction_and_run_control_are_on_screen(browser, server, lang):
@@ -89,6 +95,13 @@ def test_each_stops_prediction_and_run_control_are_on_screen(browser, server, la
                 top, bottom = in_view(tab, ".st-key-pred_play button")
                 if bottom > H:
                     problems.append(f"{where}: Play at {top:.0f}-{bottom:.0f}")
+                # a few steps, so the gauges and the KV map hold numbers, then Pause
+                tab.page.locator(".st-key-pred_play button").click()
+                time.sleep(4)
+                pause = tab.page.locator(".st-key-pred_play button")
+                if pause.count():  # (gone when the run ended and the reveal took its place)
+                    pause.click()
+                tab.settle()
             tab.screenshot(f"projector-{lang}-{n}-{stop.id}")
             cut = tab.page.evaluate(CUT_JS)
             if cut:
