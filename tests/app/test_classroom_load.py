@@ -4,7 +4,7 @@ the teacher's page open in chromium the whole time.
 The test starts the class server itself (`ClassServer.start`, so it holds the admin key) and
 hands it to the app through server-side configuration (`SERVELAB_CLASS_*`), so the teacher
 connects with the page's "Connect to" button. The teacher adds 1,000 simulated users with the
-page's own button (short answers: `engine.loadgen --max-tokens-scale 0.25`); meanwhile 30
+page's own button (short answers: `benchmarks.load --max-tokens-scale 0.25`); meanwhile 30
 students each ask two questions through `POST /class/ask`, the route the students' page
 streams from. All are served, no block is leaked (the server's own gauges, read with the
 admin key), and the teacher's page keeps redrawing: its "redrawn in N ms · K steps received"

@@ -1,5 +1,5 @@
-"""The load test of the suite: 200 simulated users (`benchmarks.load`, the code behind
-`python -m engine.loadgen`) stream short answers from one server at once. Every request completes
+"""The load test of the suite: 200 simulated users (the code behind `python -m benchmarks.load`)
+stream short answers from one server at once. Every request completes
 with exactly the tokens asked for, no block is leaked, and the server's counters equal what
 the clients received."""
 

@@ -179,7 +179,7 @@ constexpr int kLanes = 16, kRowTile = 4, kColTile = 4, kDecodeColTile = 4;
 // up to 8 rows (a verification pass of k + 1 <= 8 tokens, a small batch) still dequantize each
 // block in registers, 2 columns a pass: 8 x 2 accumulators + 2 x 2 weights + x fit the 32
 // registers. A verification pass then costs far less than the panel path would (python -m
-// engine.bench --spec measures the forward's cost by token count)
+// benchmarks.bench --spec measures the forward's cost by token count)
 constexpr int kDecodeRows = 8, kWideColTile = 2;
 inline Vec vzero() { return _mm512_setzero_ps(); }
 inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
