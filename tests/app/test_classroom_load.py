@@ -134,7 +134,7 @@ def test_thirty_students_and_a_thousand_simulated_users(tmp_path):
                 assert teacher.exceptions() == 0
         # no leaked blocks, nothing left in the server
         time.sleep(1)
-        from tests.server.test_steps_metrics import metric_values
+        from tests.engine.server.test_steps_metrics import metric_values
 
         vals = metric_values(srv.get("/metrics").text)
         assert vals["vllm:kv_cache_usage_perc"] == 0

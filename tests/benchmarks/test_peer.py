@@ -28,7 +28,7 @@ from benchmarks.workloads import get_workload
 
 pytestmark = pytest.mark.heavy  # starts peer servers as child processes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 FAKE_LLAMA_SERVER = r'''
 import json, sys, time

@@ -1,7 +1,7 @@
 """The EAGLE draft head (engine/spec/eagle.py) and its training (engine/spec/train_draft.py).
 
-Losslessness with the head is in tests/test_spec_engine.py (greedy identity, chi-square), with
-a head trained for a few seconds here (`tiny_head`): losslessness does not depend on how good
+Losslessness with the head is in tests/engine/test_spec_engine.py (greedy identity,
+chi-square), with a head trained for a few seconds here (`tiny_head`): losslessness does not depend on how good
 the draft is, so no test waits for the 15-minute training.
 """
 

@@ -14,7 +14,7 @@ import pytest
 
 from engine.server import ServerSettings
 from engine.server.routes.classroom import PAGE
-from tests.server.conftest import running_server
+from tests.conftest import running_server
 
 JOIN, ADMIN = "join-code", "teacher-key"
 

@@ -18,7 +18,7 @@ import pytest
 
 from benchmarks.common import RESULT_KEYS, best_interleaved, sequence_batch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _imports(path: Path) -> set[str]:
