@@ -17,7 +17,7 @@ and the simulated users share, while the projector draws its step stream.
   its switch flips: the engine is swapped inside the running server
   (`POST /v1/servelab/engine`), so the class keeps its address, join code and QR code; the
   step stream's restart events and `GET /v1/servelab/engine` say how far the swap is.
-- `LoadRun`: `python -m engine.loadgen` as a child process, its progress read off its progress
+- `LoadRun`: `python -m benchmarks.load` as a child process, its progress read off its progress
   bar, its JSON summary read at the end.
 
 The join code is the server's API key (students type it, or the QR code carries it in the
@@ -399,7 +399,7 @@ _PROGRESS = re.compile(r"(\d+)/(\d+)")
 
 
 class LoadRun:
-    """`python -m engine.loadgen` against the class server, as a child process."""
+    """`python -m benchmarks.load` against the class server, as a child process."""
 
     def __init__(self, server: ClassServer, users: int, arrival: str, rate: float,
                  max_tokens_scale: float = 0.25, timeout_s: float = 900.0):
@@ -411,7 +411,7 @@ class LoadRun:
         self.done, self.total = 0, users
         self.summary: dict | None = None
         self.json_path = Path(tempfile.mkstemp(prefix="servelab-load-", suffix=".json")[1])
-        args = [sys.executable, "-m", "engine.loadgen", "--base-url", server.url + "/v1",
+        args = [sys.executable, "-m", "benchmarks.load", "--base-url", server.url + "/v1",
                 "--users", str(users), "--arrival", arrival, "--workload", "longtail",
                 "--max-tokens-scale", str(max_tokens_scale), "--timeout", str(timeout_s),
                 "--json", str(self.json_path)]
@@ -560,7 +560,7 @@ def offered_switches() -> dict:
 
 
 def comparison_row(switches: dict, summary: dict) -> dict:
-    """One row of the table the class compares at the end (from engine.loadgen's summary)."""
+    """One row of the table the class compares at the end (from benchmarks.load's summary)."""
 
     def ms(x):
         return None if x is None else round(1000 * x, 1)

@@ -23,7 +23,7 @@ class PageInfo:
     lesson: bool  # lessons/<lang>/<slug>.md exists and is drawn beside the page
     icon: str  # a Material icon, shown on the home map and the class plan (not in the nav)
     # Runs the session's engine: the page draws the shell (sidebar, model) first. The other
-    # pages are text and run without a model, also on their own (tests/test_quiz_page.py).
+    # pages are text and run without a model, also on their own (tests/app/test_quiz_page.py).
     live: bool = False
     # Runs an engine of its own (the classroom's class server, a child process): the sidebar
     # shows the language only, not the single-user switches and Step / Play, which would drive

@@ -2,8 +2,8 @@
 the benchmark's own prompts, and what prompt lookup in front of them adds.
 
 The target answers the 12 `grounded` and 12 `open` prompts of `benchmarks/workloads.py`
-(greedy, up to 128 tokens; never in the training set, tests/test_spec_eagle.py), recording its
-features as it decodes (`train_draft.generate`). Then, teacher-forced:
+(greedy, up to 128 tokens; never in the training set, tests/engine/test_spec_eagle.py),
+recording its features as it decodes (`train_draft.generate`). Then, teacher-forced:
 
 1. per head file (default: the one in the cache): the fraction of answer positions where the
    head's first 1, 2, 3, 4 drafts are all right (`train_draft.agreement`, the same measure

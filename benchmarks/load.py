@@ -1,7 +1,7 @@
-"""`python -m engine.loadgen`: many simulated users against any OpenAI-compatible server.
+"""`python -m benchmarks.load`: many simulated users against any OpenAI-compatible server.
 
     python -m engine.serve &                      # or any other OpenAI-compatible server
-    python -m engine.loadgen --users 1000 --arrival poisson --rate 8 --json load.json
+    python -m benchmarks.load --users 1000 --arrival poisson --rate 8 --json load.json
 
 Each user sends one streamed `/v1/completions` request (prompt and answer length from a
 workload name or a JSONL file, the format `python -m benchmarks.bench --workload-file`
@@ -328,7 +328,7 @@ def offline_run(base_url: str, items: list[WorkItem], api_key: str | None) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m engine.loadgen", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.load", description=__doc__.split("\n")[0])
     a = ap.add_argument
     a("--base-url", default="http://127.0.0.1:8000/v1")
     a("--api-key", default=None)

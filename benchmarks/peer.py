@@ -1,4 +1,4 @@
-"""`python -m engine.bench --peer llama-server`: the engine beside llama.cpp's server, in one run.
+"""`python -m benchmarks.bench --peer llama-server`: the engine beside llama.cpp's server, in one run.
 
 A CPU user who wants to serve the bundled model would pick llama.cpp's `llama-server`, which
 reads the bundled GGUF file as it ships. This bench puts the two side by side on the same CPU,
@@ -402,7 +402,7 @@ def engine_config_dict(args: argparse.Namespace) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m engine.bench --peer llama-server",
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench --peer llama-server",
                                  description=__doc__.split("\n")[0])
     a = ap.add_argument
     a("--peer", default="llama-server", choices=PEERS)

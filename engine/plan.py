@@ -8,7 +8,7 @@ the EAGLE head, the benchmarks (their JSON), `engine.serve` and the app read the
 
 The machine's facts are an argument (`MachineFacts.detect()` reads them from this machine,
 `MachineFacts.of(...)` states them), so the whole resolution is testable without the hardware
-(tests/test_plan.py runs the matrix of CPU kinds x dtypes x weights x devices).
+(tests/engine/test_plan.py runs the matrix of CPU kinds x dtypes x weights x devices).
 
 The rules, and why:
   device      "auto": CUDA when there is a GPU, else the CPU.

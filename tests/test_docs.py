@@ -152,7 +152,7 @@ def _readme_make_targets() -> list[str]:
 
 
 def test_readme_names_commands():
-    assert {"engine.serve", "engine.bench", "engine.loadgen"} <= set(_readme_modules())
+    assert {"engine.serve", "benchmarks.bench", "benchmarks.load"} <= set(_readme_modules())
     assert {"app", "test"} <= set(_readme_make_targets())
 
 

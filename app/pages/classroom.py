@@ -6,7 +6,7 @@ adopts one named in server-side configuration, shows the join panel (address, QR
 code), and draws the server's step stream with the other pages' components: the seats with
 each student's nickname, the queue at the door, the KV block map with each student's blocks,
 the gauges and their history, the drafts when speculation is on. "Add N simulated users"
-runs `python -m engine.loadgen` against the same server; simulated riders are drawn grey.
+runs `python -m benchmarks.load` against the same server; simulated riders are drawn grey.
 Flipping a switch swaps the engine inside the class server, which keeps its address, join
 code and QR code: after the requests in flight finish (a countdown with a bound) or at once
 (their phones ask again by themselves); the page follows the swap to its end without a

@@ -42,7 +42,7 @@ from engine.model.loader import LoadedModel, ModelConfig
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     # computed in fp32, as transformers' LlamaRMSNorm does (x * rsqrt(mean(x^2) + eps), then
     # cast back and scaled); torch's fused rms_norm does it in fewer ops with the same
-    # roundings (tests/test_engine_equality.py holds the engine to transformers' tokens)
+    # roundings (tests/engine/test_engine_equality.py holds the engine to transformers' tokens)
     return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
 
 
@@ -93,7 +93,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> 
 class LayerOps(NamedTuple):
     """The small per-layer ops of one model, chosen at construction: PyTorch's (above) or the
     C++ kernels (cpu/ops.cpp), which do the same arithmetic with the same roundings in one call
-    instead of 3 to 8 operators (tests/test_cpu_ops.py holds them to the same bits)."""
+    instead of 3 to 8 operators (tests/engine/test_cpu_ops.py holds them to the same bits)."""
 
     name: str  # "torch" or "cpu"
     rms_norm: Callable

@@ -29,7 +29,7 @@ watches, the report becomes one JSON object: `StepReport.to_dict()` plus
 `"owners": {request_id: {"user": <OpenAI's "user" field, or the client's address>,
 "kind": "simulated" | "person"}}` for every request the report names (seats, queue, KV
 block tables, emitted, finished, aborted). `kind` is "simulated" when the user name starts
-with "sim-" (what `python -m engine.loadgen` sends), so a viewer can draw simulated riders
+with "sim-" (what `python -m benchmarks.load` sends), so a viewer can draw simulated riders
 apart from people. The hub keeps the last `HUB_BACKLOG` events, so a viewer that redraws
 slower than the engine steps still gets every step (the projector must not lose a student
 who held a seat for one step); one that falls further behind skips to the oldest kept.

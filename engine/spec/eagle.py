@@ -308,7 +308,8 @@ class EagleHead:
         self.kv_size = self.cfg.num_kv_heads * self.cfg.head_dim
         self.scale = self.cfg.head_dim ** -0.5
         # the layer in the C++ layer loop where the plan runs the target's there (one call
-        # instead of ~15 operators), the same kernels, so the same bits (tests/test_spec_eagle.py)
+        # instead of ~15 operators), the same kernels, so the same bits
+        # (tests/engine/test_spec_eagle.py)
         self.cpp_loop = (plan.layer_loop == "cpp" if plan is not None
                          else target.cpp_layer_weights is not None)
         self.cpp_weights = [w[n] for n in ("in_norm", "qkv", "o", "post_norm", "gate_up", "down")]

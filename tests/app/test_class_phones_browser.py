@@ -13,7 +13,7 @@ import pytest
 
 from engine import EngineConfig, LLMEngine
 from engine.server import ServerSettings
-from tests.server.conftest import SMALL, running_server
+from tests.conftest import SMALL, running_server
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"

@@ -4,7 +4,7 @@ the teacher's page open in chromium the whole time.
 The test starts the class server itself (`ClassServer.start`, so it holds the admin key) and
 hands it to the app through server-side configuration (`SERVELAB_CLASS_*`), so the teacher
 connects with the page's "Connect to" button. The teacher adds 1,000 simulated users with the
-page's own button (short answers: `engine.loadgen --max-tokens-scale 0.25`); meanwhile 30
+page's own button (short answers: `benchmarks.load --max-tokens-scale 0.25`); meanwhile 30
 students each ask two questions through `POST /class/ask`, the route the students' page
 streams from. All are served, no block is leaked (the server's own gauges, read with the
 admin key), and the teacher's page keeps redrawing: its "redrawn in N ms · K steps received"
@@ -134,7 +134,7 @@ def test_thirty_students_and_a_thousand_simulated_users(tmp_path):
                 assert teacher.exceptions() == 0
         # no leaked blocks, nothing left in the server
         time.sleep(1)
-        from tests.server.test_steps_metrics import metric_values
+        from tests.engine.server.test_steps_metrics import metric_values
 
         vals = metric_values(srv.get("/metrics").text)
         assert vals["vllm:kv_cache_usage_perc"] == 0

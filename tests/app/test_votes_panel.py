@@ -21,7 +21,7 @@ from app import votes_panel  # noqa: E402
 from app.components.votes import STRINGS, count_html, gains_html, reveal_html  # noqa: E402
 from engine.server.routes.votes import gains_report, votes_router  # noqa: E402
 from engine.server.votes import Classroom, Question, load_test_forms  # noqa: E402
-from tests.server.conftest import free_port  # noqa: E402
+from tests.conftest import free_port  # noqa: E402
 
 ADMIN = "teacher-key"
 Q = {"id": "q", "kind": "selftest", "correct": 1,

@@ -1,6 +1,6 @@
 // A command-line driver for the weight-streaming matmul kernels (engine/model/cpu/matmul_isa.cpp)
-// with no torch: tests/test_neon_matmul.py cross-compiles it with the kernels for AArch64 and
-// runs it under qemu, so the NEON path is tested on an x86-64 machine.
+// with no torch: tests/engine/test_neon_matmul.py cross-compiles it with the kernels for
+// AArch64 and runs it under qemu, so the NEON path is tested on an x86-64 machine.
 //
 //   matmul_driver ISA FORMAT K WEIGHTS POOL PLAN OUT
 //     ISA      neon | neondot | portable (neondot: NEON with sdot; its int8 kernel only)

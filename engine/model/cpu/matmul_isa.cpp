@@ -26,7 +26,7 @@
 // roundings), and multiplied with x in fp32. The vector paths compute d * q + m as one fused
 // multiply-add, which is the same bits: d * q is exact in fp32 (an 11-bit fp16 significand times
 // a 4-bit q, subnormal d included), so its rounding changes nothing and only the sum rounds,
-// once in either form; tests/test_cpu_matmul.py checks every path's weights bitwise against
+// once in either form; tests/engine/test_cpu_matmul.py checks every path's weights bitwise against
 // gguf-py, edge scales included. Elsewhere no fused multiply-add (-ffp-contract=off).
 //
 // Batch invariance: y[m, n] is the same bits whatever the other rows and columns of the call.
@@ -179,7 +179,7 @@ constexpr int kLanes = 16, kRowTile = 4, kColTile = 4, kDecodeColTile = 4;
 // up to 8 rows (a verification pass of k + 1 <= 8 tokens, a small batch) still dequantize each
 // block in registers, 2 columns a pass: 8 x 2 accumulators + 2 x 2 weights + x fit the 32
 // registers. A verification pass then costs far less than the panel path would (python -m
-// engine.bench --spec measures the forward's cost by token count)
+// benchmarks.bench --spec measures the forward's cost by token count)
 constexpr int kDecodeRows = 8, kWideColTile = 2;
 inline Vec vzero() { return _mm512_setzero_ps(); }
 inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
@@ -268,8 +268,8 @@ inline void load_block(const uint8_t* blk, const float* dm, Vec* w) {
 #elif SERVELAB_ISA == 3
 // ---- NEON (AArch64): a block is eight vectors of 4 (weights 0-3, ..., 28-31); 32 registers.
 // Two columns a pass: 2 x 8 weights + 4 x 2 accumulators + x fit them (four would spill).
-// Built and tested here by cross-compiling and running under qemu (tests/test_neon_matmul.py);
-// its speed is not measured on an ARM CPU yet.
+// Built and tested here by cross-compiling and running under qemu
+// (tests/engine/test_neon_matmul.py); its speed is not measured on an ARM CPU yet.
 using Vec = float32x4_t;
 constexpr int kLanes = 4, kRowTile = 4, kColTile = 2, kDecodeColTile = 2;
 constexpr int kDecodeRows = kRowTile, kWideColTile = kColTile;

@@ -4,7 +4,7 @@
 // and at serving batch sizes (1 to 16 rows of 576 numbers) every operator costs far more to
 // dispatch and allocate than to compute. Here each is one call. The arithmetic is the same
 // as the PyTorch code in engine/model/llama.py, step for step, including where a bf16
-// result is rounded: see the comment on each kernel. tests/test_cpu_ops.py compares the two.
+// result is rounded: see the comment on each kernel. tests/engine/test_cpu_ops.py compares the two.
 //
 // Built on first use by engine/model/cpu/library.py (g++, torch's headers) and registered as
 // torch.ops.servelab.*; single-threaded (the tensors are tiny) except paged_attention,
@@ -12,7 +12,7 @@
 // decode_layers, at the end, runs a whole step's layer loop from C++, with linear.cpp's AMX
 // matmul or matmul.cpp's weight-streaming one (dense bf16 and the GGUF layouts). Every
 // kernel here computes a row (a token) on its own, so a token's bits never depend on what
-// else shares the step (batch invariance; tests/test_batch_invariance.py). The vector loops
+// else shares the step (batch invariance; tests/engine/test_batch_invariance.py). The vector loops
 // use ATen's own `Vectorized` types, built for the instruction set torch itself dispatches
 // to (CPU_CAPABILITY), so a vector product or exp rounds exactly as ATen's kernels do.
 
@@ -274,7 +274,7 @@ void silu_mul_row(const T* g, const T* u, T* o, int64_t I) {
 template <typename scalar_t>
 void silu_mul_into(const scalar_t* g, int64_t n, int64_t I, scalar_t* o) {
   // a prefill: ATen's kernels (same arithmetic) use every core. Below AVX-512 always ATen's:
-  // its AVX2 silu does not round as Vectorized<float>'s exp does here (tests/test_cpu_ops.py
+  // its AVX2 silu does not round as Vectorized<float>'s exp does here (tests/engine/test_cpu_ops.py
   // fails on an AVX2 CPU otherwise), and the two loops must give the same bits
 #if defined(CPU_CAPABILITY_AVX512)
   if (n * I >= 32768) {
@@ -531,14 +531,14 @@ void combine_chunks(const float* parts, int64_t stride, int64_t chunks, int64_t 
 // seq_len - m_b + i and sees positions 0 .. that one.
 // Scores, softmax and the weighted sum of V are all in float, rounded to T once at the end
 // (SDPA rounds the probabilities to T before its second matmul, so the two can differ in
-// the last bit of the output; tests/test_attention.py checks both against exact softmax).
+// the last bit of the output; tests/engine/test_attention.py checks both against exact softmax).
 // Batch-invariant: each query row is computed on its own, by the same instructions in the same
 // order whatever else shares the call. Its scores are one dot product per position (lanes
 // summed by a fixed tree), its softmax runs over exactly its ctx positions, its V sum adds
 // positions 0, 1, ... in turn; nothing depends on the other queries of its sequence, the other
 // sequences, how many there are, or the thread that runs it. So a token gets the same bits
 // as a 1-token decode, as one of a 500-token prompt, in a chunk, or verifying a draft
-// (tests/test_batch_invariance.py checks this over random batches and thread counts).
+// (tests/engine/test_batch_invariance.py checks this over random batches and thread counts).
 // Tasks: (sequence, block of kQueryBlock queries, KV head, part of the context), split over
 // the cores; a task's Hq / Hkv query heads share every K and V row they read. A context
 // longer than kChunk positions is split into equal parts of at most kChunk, each a task,
@@ -750,7 +750,7 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
 // LlamaModel.forward's layer loop for a step whose attention the kernel above takes whole
 // (any step, when the heads fit it: CpuAttention.takes_whole_step), with weights one of our
 // matmuls reads: the same kernels as the Python loop, called in the same order on the same
-// rows, so the same bits (tests/test_cpu_ops.py: test_cpp_layer_loop_is_the_python_loop),
+// rows, so the same bits (tests/engine/test_cpu_ops.py: test_cpp_layer_loop_is_the_python_loop),
 // without Python and the dispatcher between the ~300 calls. The kernels run here on raw
 // pointers into one buffer made once a step: a tensor, a view or a dispatcher call costs
 // more than the small ops themselves at decode sizes (docs/performance.md). The

@@ -1,4 +1,4 @@
-"""OpenAI's API over the one stepping loop: what any OpenAI client (or `engine.loadgen`) talks to.
+"""OpenAI's API over the one stepping loop: what any OpenAI client (or `benchmarks.load`) talks to.
 
 Routes: `POST /v1/completions` and `POST /v1/chat/completions` (streamed as server-sent events
 in OpenAI's chunk format ending with `data: [DONE]`, or whole), `GET /v1/models`,

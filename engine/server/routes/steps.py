@@ -8,7 +8,7 @@ Routes (under `/v1/servelab/`, so the teacher's admin key guards them when one i
   has no work. `?limit=N` closes after N events. The stream ends when the server shuts down
   (`StepHub.close`).
 - `GET /v1/servelab/config`: the engine's configuration (what
-  `python -m engine.loadgen --compare-offline` reruns) and, under "plan", how its steps run
+  `python -m benchmarks.load --compare-offline` reruns) and, under "plan", how its steps run
   (engine/plan.py; not a config field).
 """
 

@@ -13,7 +13,7 @@ all of them 0.46, while three more sampled answers to the same prompts gave 0.47
 - `chat`: questions on `SUBJECTS`.
 
 Every choice comes from `random.Random(SEED)`, so the file is the same on every machine;
-`tests/test_spec_eagle.py` checks that no prompt repeats and none is a benchmark prompt.
+`tests/engine/test_spec_eagle.py` checks that no prompt repeats and none is a benchmark prompt.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from engine.server import ServerSettings
-from tests.server.conftest import running_server
+from tests.conftest import running_server
 
 JOIN, ADMIN = "join-code", "admin-key"
 STUDENT = {"Authorization": f"Bearer {JOIN}"}

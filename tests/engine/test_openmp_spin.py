@@ -14,7 +14,7 @@ from pathlib import Path
 
 from engine.threads import SPINCOUNT, server_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHOW = ("import os; from engine.threads import spin_briefly; spin_briefly(); import engine, torch; "
         "print('left:', os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))")
 # a process that only imports the engine, against one that only imports torch

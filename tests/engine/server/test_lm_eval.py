@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 
-from tests.server.conftest import running_server
+from tests.conftest import running_server
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def test_lm_eval_local_completions_matches_offline(engine, tmp_path, monkeypatch
     from benchmarks.baseline import load_hf
     from engine.model.loader import hf_folder
 
-    src = __import__("pathlib").Path(__file__).parent.parent / "lmeval"
+    src = __import__("pathlib").Path(__file__).resolve().parents[2] / "lmeval"
     task_dir = tmp_path / "tasks"
     task_dir.mkdir()
     shutil.copy(src / "questions.jsonl", task_dir / "questions.jsonl")

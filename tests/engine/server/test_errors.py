@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from engine.server import ServerSettings
-from tests.server.conftest import SMALL, in_loop, running_server
+from tests.conftest import SMALL, in_loop, running_server
 
 pytestmark = pytest.mark.slow
 

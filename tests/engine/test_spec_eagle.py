@@ -1,7 +1,7 @@
 """The EAGLE draft head (engine/spec/eagle.py) and its training (engine/spec/train_draft.py).
 
-Losslessness with the head is in tests/test_spec_engine.py (greedy identity, chi-square), with
-a head trained for a few seconds here (`tiny_head`): losslessness does not depend on how good
+Losslessness with the head is in tests/engine/test_spec_engine.py (greedy identity,
+chi-square), with a head trained for a few seconds here (`tiny_head`): losslessness does not depend on how good
 the draft is, so no test waits for the 15-minute training.
 """
 
@@ -23,7 +23,7 @@ from engine.spec.train_draft import DATA, DATA_MORE, batches, choose_vocab, load
 
 
 def test_training_prompts_are_disjoint_from_the_benchmark_prompts():
-    """The head is evaluated (python -m engine.bench --spec) on the `grounded` and `open`
+    """The head is evaluated (python -m benchmarks.bench --spec) on the `grounded` and `open`
     workloads: none of their prompts, nor their task text, is in the training set."""
     train = [it["prompt"] for it in load_prompts()]
     assert len(train) >= 150 and len(set(train)) == len(train), "too few or repeated prompts"

@@ -19,7 +19,7 @@ import pytest
 
 from engine.server import ServerSettings
 from engine.server.votes import FLOOD_VOTES, FLOOD_WINDOW_S, load_test_forms
-from tests.server.conftest import running_server
+from tests.conftest import running_server
 
 JOIN, ADMIN = "join-votes", "teacher-votes"
 N, N_BROWSER = 40, 4

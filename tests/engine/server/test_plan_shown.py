@@ -11,9 +11,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.server.conftest import free_port
+from tests.conftest import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_config_endpoint_carries_the_plan(server, engine):

@@ -1,7 +1,7 @@
 """The torch and cpu attention backends against a naive per-token softmax, through shuffled
 blocks. The cpu backend runs every request in the C++ kernel (engine/model/cpu/ops.cpp), the
 whole step in one call, when the head dim is 64 or 128, and other head shapes with SDPA, so
-these cases cover both paths. tests/test_batch_invariance.py holds the kernel's rows to the
+these cases cover both paths. tests/engine/test_batch_invariance.py holds the kernel's rows to the
 same bits whatever shares the call."""
 
 from __future__ import annotations

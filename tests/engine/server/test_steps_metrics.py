@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.server.conftest import in_loop, running_server
+from tests.conftest import in_loop, running_server
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ the GGUF bytes in the documented order; the product equals the exact (fp64) prod
 rounded x and gguf-py's weights within fp32 scaling error (the block sums are integers, exact);
 each row's result is the same bits whatever the other rows and their number; the engine's
 greedy tokens stay close to the fp32 GGUF engine's, and do not depend on the switches
-(tests/test_batch_invariance.py runs the whole matrix with "gguf-q8").
+(tests/engine/test_batch_invariance.py runs the whole matrix with "gguf-q8").
 """
 
 from __future__ import annotations

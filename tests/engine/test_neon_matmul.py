@@ -4,8 +4,8 @@ engine/model/cpu/matmul_isa.cpp has a NEON build (SERVELAB_ISA=3) that library.p
 an ARM CPU (Apple silicon under Linux, Graviton, a Raspberry Pi 5). Here it is cross-compiled
 with Debian's g++-aarch64-linux-gnu, together with the portable build and a small driver with
 no torch (tests/native/matmul_driver.cpp), and run under qemu-aarch64. The same properties as
-tests/test_cpu_matmul.py holds for the x86 paths: the dequantized weights equal gguf-py's to the
-bit; the product equals the exact one within fp32 accumulation-order error; every row's result
+tests/engine/test_cpu_matmul.py holds for the x86 paths: the dequantized weights equal
+gguf-py's to the bit; the product equals the exact one within fp32 accumulation-order error; every row's result
 is the same bits whatever the other rows, their number and the split of the columns. The int8
 kernel (weights="gguf-q8"), plain NEON and with ARMv8.2's sdot, gives the same bits as the x86
 AVX2 kernel on this machine (both scale the same exact integer sums with the same fused
@@ -30,7 +30,7 @@ from tests.conftest import q4_1_edge_blocks
 
 pytestmark = pytest.mark.heavy  # cross-compiled and run under qemu
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CXX, QEMU = "aarch64-linux-gnu-g++", "qemu-aarch64"
 FORMATS = {"bf16": 0, "q8_0": 1, "q4_1": 2}
 PATHS = ["neon", "portable"]

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from tests.server.conftest import SMALL, in_loop
+from tests.conftest import SMALL, in_loop
 
 pytestmark = pytest.mark.slow
 

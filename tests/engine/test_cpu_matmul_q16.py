@@ -4,7 +4,7 @@ The same GGUF Q4_1 / Q8_0 bytes as the int8 kernel, regrouped 16 output columns 
 at a time (`pack_q16`), multiplied by activations rounded to int16 per block of 32: every block's
 products are summed exactly in integers, and only the scaling is fp32. Each test runs every path
 this CPU can run (AVX-512 with VNNI's vpdpwssd and without it, AVX2, portable C++), forced by
-name, so CI covers the narrow paths whatever CPU it draws; tests/test_neon_matmul.py runs the
+name, so CI covers the narrow paths whatever CPU it draws; tests/engine/test_neon_matmul.py runs the
 NEON build under qemu against the AVX2 bits.
 
 What is held: the rounding of x equals a PyTorch reference bit for bit; the packed bytes are the
@@ -12,7 +12,7 @@ GGUF bytes in the documented order; the product equals the exact (fp64) product 
 (and, for Q4_1's m term, of x itself) and gguf-py's weights within fp32 scaling error; the
 largest block sums are exact; each row's result is the same bits whatever the other rows and
 their number; the engine stays far closer to the fp32 GGUF model than bf16 activations do
-(tests/test_batch_invariance.py runs the whole switch matrix with "gguf-q16").
+(tests/engine/test_batch_invariance.py runs the whole switch matrix with "gguf-q16").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`python -m engine.bench --peer llama-server` (`benchmarks/peer.py`) without llama.cpp.
+"""`python -m benchmarks.bench --peer llama-server` (`benchmarks/peer.py`) without llama.cpp.
 
 CI never builds llama.cpp, so these tests check everything around it: the one-line skip when no
 `llama-server` is on PATH, the command line it would get, starting a server child process,
@@ -28,7 +28,7 @@ from benchmarks.workloads import get_workload
 
 pytestmark = pytest.mark.heavy  # starts peer servers as child processes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 FAKE_LLAMA_SERVER = r'''
 import json, sys, time
@@ -123,7 +123,7 @@ def fake_binary(tmp_path) -> str:
 
 def test_no_llama_server_on_path_skips_with_one_line_and_exit_0(tmp_path):
     env = {**os.environ, "PATH": str(tmp_path), "OMP_WAIT_POLICY": "PASSIVE"}
-    proc = subprocess.run([sys.executable, "-m", "engine.bench", "--peer", "llama-server"],
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.bench", "--peer", "llama-server"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == peer.skip_message("llama-server")

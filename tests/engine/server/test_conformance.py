@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from engine.server import ServerSettings
-from tests.server.conftest import running_server
+from tests.conftest import running_server
 
 pytestmark = pytest.mark.slow
 
-SPEC = Path(__file__).parent.parent / "openapi" / "openai-trimmed.json"
+SPEC = Path(__file__).resolve().parents[2] / "openapi" / "openai-trimmed.json"
 EXAMPLES = {"POST /completions": 130, "POST /chat/completions": 130, "GET /models": 5}
 
 

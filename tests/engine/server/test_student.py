@@ -14,7 +14,7 @@ import pytest
 
 from engine.server import ServerSettings
 from engine.server.routes.classroom import PAGE
-from tests.server.conftest import running_server
+from tests.conftest import running_server
 
 JOIN, ADMIN = "join-code", "teacher-key"
 
@@ -128,7 +128,7 @@ def test_students_over_a_real_server(engine):
 
 @pytest.mark.slow
 def test_load_generator_reads_gauges_with_the_admin_key(engine):
-    """`engine.loadgen` against a class server: its simulated riders need the teacher's key
+    """`benchmarks.load` against a class server: its simulated riders need the teacher's key
     (the join code gets 403), which also reads /metrics."""
     import asyncio
 

@@ -13,9 +13,9 @@ import pytest
 from app.remote_metrics import Histogram, MetricsError, fetch_metrics, parse_metrics
 from engine.recording import Recorder, read_recording
 from engine.server import ServerSettings
-from tests.server.conftest import running_server
+from tests.conftest import running_server
 
-VLLM_TEXT = (Path(__file__).resolve().parents[1] / "fixtures" / "vllm_metrics.txt").read_text()
+VLLM_TEXT = (Path(__file__).resolve().parent / "fixtures" / "vllm_metrics.txt").read_text()
 
 
 def test_vllm_documented_text_reads_running_waiting_kv_and_histograms():
@@ -98,7 +98,7 @@ def _panel_from_fixture(lang: str) -> None:
     from app.remote_metrics import parse_metrics
 
     st.session_state["lang"] = lang
-    text = (pathlib.Path("tests/fixtures/vllm_metrics.txt")).read_text()
+    text = (pathlib.Path("tests/app/fixtures/vllm_metrics.txt")).read_text()
     metrics_panel(parse_metrics(text))
 
 

@@ -6,7 +6,7 @@ import sys
 import pytest
 from streamlit.testing.v1 import AppTest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from app.lessons import load_quiz  # noqa: E402

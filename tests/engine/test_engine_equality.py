@@ -23,7 +23,7 @@ def _params():
 
 def test_one_at_a_time(references):
     """The dense fp32 weights (GPUs, Hugging Face folders, pack_weights=False); the other
-    tests run weights="auto", on most CPUs the GGUF blocks (tests/test_cpu_matmul.py runs
+    tests run weights="auto", on most CPUs the GGUF blocks (tests/engine/test_cpu_matmul.py runs
     those one at a time)."""
     ids, refs = references
     eng = LLMEngine(EngineConfig(dtype="float32", weights="dense", max_num_seqs=1))

@@ -37,7 +37,7 @@ def ops():
 
 
 # the paths built for this machine's architecture (x86-64: avx512, avx2, portable; AArch64:
-# neon, portable); tests/test_neon_matmul.py runs the NEON path on x86-64 under qemu
+# neon, portable); tests/engine/test_neon_matmul.py runs the NEON path on x86-64 under qemu
 @pytest.fixture(params=[name for name in library.ISAS if name in library.isa_builds()])
 def isa(request, ops):
     if not ops.isa_supported(request.param):

@@ -21,7 +21,7 @@ import time
 import httpx
 import pytest
 
-from tests.server.conftest import free_port
+from tests.conftest import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 

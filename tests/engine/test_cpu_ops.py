@@ -168,7 +168,7 @@ def test_engine_packs_for_amx_only_with_the_kernels():
 def test_engines_with_and_without_the_kernels_give_the_same_tokens(dtype):
     """Whole engines, batched prefill and decode: identical greedy tokens. Both use the
     torch attention backend: the C++ attention kernel rounds differently from SDPA in bf16
-    (tests/test_attention.py checks it); every other small kernel must change nothing. In
+    (tests/engine/test_attention.py checks it); every other small kernel must change nothing. In
     bf16 the kernels also bring the AMX matmul or our own bf16 matmul (layout "bf16"), which
     add in other orders than F.linear (test_amx_linear_rounds_the_exact_product;
     test_packing.py compares the models' logits): here both sides use plain F.linear."""

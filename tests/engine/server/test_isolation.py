@@ -16,7 +16,7 @@ import pytest
 
 from engine.config import SamplingParams
 from engine.server import ServerSettings
-from tests.server.conftest import in_loop, running_server
+from tests.conftest import in_loop, running_server
 
 MODEL = "smollm2-135m"
 PROMPTS = [f"Question {i}: what is {i} plus {i}? Answer:" for i in range(10)]
@@ -220,7 +220,7 @@ def test_slow_headers_are_closed(engine):
 def test_shutdown_with_a_step_viewer_open_ends_within_a_bound(engine):
     from engine.server import create_app
     from engine.server.http import make_server
-    from tests.server.conftest import free_port
+    from tests.conftest import free_port
 
     app = create_app(engine)
     port = free_port()

@@ -1,5 +1,5 @@
-"""The load test of the suite: 200 simulated users (`benchmarks.load`, the code behind
-`python -m engine.loadgen`) stream short answers from one server at once. Every request completes
+"""The load test of the suite: 200 simulated users (the code behind `python -m benchmarks.load`)
+stream short answers from one server at once. Every request completes
 with exactly the tokens asked for, no block is leaked, and the server's counters equal what
 the clients received."""
 
@@ -14,9 +14,8 @@ from benchmarks.load import make_users, run_load
 from benchmarks.workloads import get_workload
 from engine import EngineConfig, LLMEngine
 from engine.server import ServerSettings
-from tests.conftest import assert_blocks_consistent
-from tests.server.conftest import SMALL, in_loop, running_server
-from tests.server.test_steps_metrics import metric_values
+from tests.conftest import SMALL, assert_blocks_consistent, in_loop, running_server
+from tests.engine.server.test_steps_metrics import metric_values
 
 pytestmark = pytest.mark.slow
 
