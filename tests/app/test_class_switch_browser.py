@@ -167,8 +167,12 @@ def test_five_phones_keep_their_answers_through_two_switch_flips(browser, server
             for (w, h), large in (((1920, 1080), False), ((1280, 720), False),
                                   ((1280, 720), True)):
                 if large:
+                    # the live view redraws without pause while phones answer, so the app is
+                    # never quiet here: wait for the large type itself
                     page.locator(".st-key-cls_large label").click()
-                    teacher.settle()
+                    page.wait_for_function("""() => { const e = document.querySelector(
+                        '.sl-seat .sl-rid'); return e && parseFloat(getComputedStyle(e)
+                        .fontSize) >= 27; }""", timeout=60_000)
                 page.set_viewport_size({"width": w, "height": h})
                 time.sleep(1.5)
                 bad = page.evaluate(LAYOUT_JS)

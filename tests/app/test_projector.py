@@ -7,6 +7,7 @@ metric value or label is cut off and no KV block's number leaves its cell. Scree
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import sys
@@ -53,12 +54,12 @@ def set_language(tab: Tab, lang: str) -> None:
         tab.settle()
 
 
-# The failure message lists every stop that misses, not only the first. Known open: after a
-# few steps, metric values are cut at 1280 px on the paging pages ("795 slots") and the
-# dashboard ("12% / 14%"); every prediction and run control is on screen.
-@pytest.mark.xfail(reason="metric values cut after Play on stops hall, waste, load",
-                   strict=False)
-@pytest.mark.parametrize("lang", list(LOCALES))
+# The failure message lists every stop that misses, not only the first. What must hold is
+# asserted: every prediction and run control on screen, no exception. Known open: after a few
+# steps, metric values are cut at 1280 px on the paging pages ("795 slots") and the dashboard
+# ("12% / 14%"); those alone mark the test xfail, naming them. Chinese only in `make test` (the
+# class's language; the longer strings): SERVELAB_PROJECTOR_LANGS=en,zh checks English too.
+@pytest.mark.parametrize("lang", os.environ.get("SERVELAB_PROJECTOR_LANGS", "zh").split(","))
 def test_each_stops_prediction_and_run_control_are_on_screen(browser, server, lang):
     with Tab(browser, server, W, H) as tab:
         tab.open("/plan")
@@ -68,7 +69,7 @@ def test_each_stops_prediction_and_run_control_are_on_screen(browser, server, la
                  for s in STOPS]
         order = sorted(range(len(STOPS)), key=lambda i: (round(boxes[i]["y"]), boxes[i]["x"]))
         assert order == list(range(len(STOPS))), "the plan's stops read out of order"
-        problems = []  # every stop is checked; the failure lists them all
+        problems, cuts = [], []  # every stop is checked; the failure lists them all
         for n, stop in enumerate(STOPS, start=1):
             if stop.prediction is None:
                 continue
@@ -105,8 +106,10 @@ def test_each_stops_prediction_and_run_control_are_on_screen(browser, server, la
             tab.screenshot(f"projector-{lang}-{n}-{stop.id}")
             cut = tab.page.evaluate(CUT_JS)
             if cut:
-                problems.append(f"{where}: cut off: {cut}")
+                cuts.append(f"{where}: cut off: {cut}")
             if tab.exceptions():
                 problems.append(f"{where}: an exception box")
         assert problems == [], "\n".join(problems)
         assert tab.errors == [], tab.errors
+        if cuts:
+            pytest.xfail("metric values cut at 1280x720 (open): " + "; ".join(cuts))
