@@ -113,14 +113,18 @@ def test_five_phones_keep_their_answers_through_two_switch_flips(browser, server
                      "static · contiguous"),
                     ("continuous (subway)", "paged", "abort",
                      "continuous · paged"))):
-                page.locator(".st-key-cls_run_batching label", has_text=batching).click()
-                teacher.settle()
-                page.locator(".st-key-cls_run_kv_layout label", has_text=kv).click()
-                teacher.settle()
                 how = ("after the requests in flight finish" if mode == "drain"
                        else "now, cutting them")
-                page.locator(".st-key-cls_how label", has_text=how).click()
-                teacher.settle()
+                # the live view may redraw without pause (answers still streaming), so each
+                # choice waits for its own radio to be checked, not for a quiet app
+                for key, text in (("cls_run_batching", batching), ("cls_run_kv_layout", kv),
+                                  ("cls_how", how)):
+                    label = page.locator(f".st-key-{key} label", has_text=text)
+                    label.click()
+                    label.locator("input").wait_for(state="attached")
+                    page.wait_for_function("(el) => el.checked",
+                                           arg=label.locator("input").element_handle(),
+                                           timeout=60_000)
                 for p in phones:
                     p.click("#ask")
                 for p in phones:  # all five mid-answer
