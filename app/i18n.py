@@ -275,8 +275,8 @@ STRINGS: dict[str, dict[str, str]] = {
     "paging.concurrency": {"zh": "同时运行", "en": "Running at once"},
     "paging.concurrency.help": {"zh": "此刻持有 KV 的请求数。",
                                 "en": "Requests holding KV right now."},
-    "paging.free": {"zh": "空闲合计", "en": "Free in total"},
-    "paging.largest_run": {"zh": "最长连续空闲", "en": "Largest free run"},
+    "paging.free": {"zh": "空闲合计（槽位）", "en": "Free in total (slots)"},
+    "paging.largest_run": {"zh": "最长连续空闲（槽位）", "en": "Largest free run (slots)"},
     "paging.largest_run.help": {
         "zh": "整块预留需要一段足够长的连续空闲；合计够而最长段不够，就是外部碎片。",
         "en": "A contiguous reservation needs one long enough run; enough in total but no "
@@ -291,7 +291,6 @@ STRINGS: dict[str, dict[str, str]] = {
     "paging.shared.help": {"zh": "被多个请求的页表同时指向的物理块（前缀共享）。",
                            "en": "Physical blocks in several requests' page tables (prefix "
                                  "sharing)."},
-    "paging.slots": {"zh": "{n} 槽位", "en": "{n} slots"},
     "paging.page_table": {"zh": "{rid} 的页表：逻辑块 → 物理块",
                           "en": "Page table of {rid}: logical block → physical block"},
     "paging.not_running": {"zh": "{rid} 在这一边此刻不持有 KV。",
@@ -720,7 +719,7 @@ STRINGS.update({
     "predict.waiting_race": {"zh": "已锁定。按「开始比赛」，比赛跑完后答案就会出现在这里。",
                              "en": "Locked in. Press \"Start the race\"; when the race is over the "
                                    "answer appears here."},
-    "paging.held_unwritten": {"zh": "占着、没写", "en": "Held, not written"},
+    "paging.held_unwritten": {"zh": "占着、没写（槽位）", "en": "Held, not written (slots)"},
     "paging.held_unwritten.help": {
         "zh": "请求占着、却没存 token 的槽位。整块预留时，这是预留浪费：为以后的 token 留的位，"
               "回答在 EOS 处提前结束时永远不会被写；分页时只剩每个请求最后一块没写满的部分（内部碎片）。"

@@ -22,11 +22,15 @@ def _style(chart: alt.Chart) -> alt.Chart:
         labelFontSize=FONT, titleFontSize=FONT).configure_title(fontSize=FONT + 2)
 
 
-def gauge_history_chart(history: list[dict], key: str, height: int = 280) -> alt.Chart:
-    """One gauge over the steps (a line; gaps where it is not defined yet)."""
+def gauge_history_chart(history: list[dict], key: str, height: int = 280,
+                        titled: bool = True) -> alt.Chart:
+    """One gauge over the steps (a line; gaps where it is not defined yet). `titled=False`
+    leaves the title to the page: in a narrow column vega cuts a title ("吞吐（to…"),
+    where the page's text wraps."""
     df = history_frame(history)[["step", key]].rename(columns={key: "value"})
     fmt = ".0%" if key in ("seats_busy", "kv_used", "acceptance") else ",.1f"
-    chart = alt.Chart(df, title=t(f"gauge.{key}")).mark_line(point=True, strokeWidth=3).encode(
+    title = t(f"gauge.{key}") if titled else ""
+    chart = alt.Chart(df, title=title).mark_line(point=True, strokeWidth=3).encode(
         x=alt.X("step:Q", title=t("seats.axis_step"), axis=STEP_AXIS),
         y=alt.Y("value:Q", title=None, axis=alt.Axis(format=fmt)),
         tooltip=[alt.Tooltip("step:Q"), alt.Tooltip("value:Q", format=fmt)],

@@ -27,7 +27,7 @@ from app.i18n import t
 # ("33.8 to…", "吞…"); on a projector the columns are narrow, so both wrap instead and the
 # value's size follows the window.
 METRIC_CSS = """<style>
-[data-testid="stMetricValue"], [data-testid="stMetricValue"] > div,
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] > div, [data-testid="stMetricValue"] p,
 [data-testid="stMetricLabel"], [data-testid="stMetricLabel"] p {
   white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
   overflow-wrap: anywhere;}

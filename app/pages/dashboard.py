@@ -49,8 +49,10 @@ def draw(session: Session) -> list[Run]:
         st.info(t("live.press_step", n=len(run.names)))
         return runs
     cols = st.columns(4)
-    for i, key in enumerate(GAUGES):
-        cols[i % 4].altair_chart(gauge_history_chart(run.history, key), width="stretch")
+    for i, key in enumerate(GAUGES):  # titles as text: four charts a row are narrow
+        cols[i % 4].markdown(f"**{t(f'gauge.{key}')}**")
+        cols[i % 4].altair_chart(gauge_history_chart(run.history, key, titled=False),
+                                 width="stretch")
     return runs
 
 

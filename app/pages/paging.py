@@ -59,12 +59,12 @@ def draw_run(run: Run, selected: str | None) -> None:
     # (reservation waste when contiguous, the last block's internal waste when paged)
     a.metric(t("paging.useful_held"), f"{100 * s['useful_frac']:.0f}%",
              help=t("paging.useful_held.help"))
-    b.metric(t("paging.held_unwritten"), t("paging.slots", n=s["waste"]),
+    b.metric(t("paging.held_unwritten"), s["waste"],
              help=t("paging.held_unwritten.help"))
     c.metric(t("paging.concurrency"), s["requests"], help=t("paging.concurrency.help"))
     d, e, f = st.columns(3)
-    d.metric(t("paging.free"), t("paging.slots", n=s["free"]))
-    e.metric(t("paging.largest_run"), t("paging.slots", n=s["largest_free_run"]),
+    d.metric(t("paging.free"), s["free"])
+    e.metric(t("paging.largest_run"), s["largest_free_run"],
              help=t("paging.largest_run.help"))
     f.metric(t("paging.shared"), s["shared_blocks"], help=t("paging.shared.help"))
     st.html(kv_grid_html(kv, selected))
