@@ -1,6 +1,7 @@
-"""A third-party load tool end to end: guidellm's CLI runs a concurrent benchmark (16 streams,
+"""A third-party load tool end to end: guidellm's CLI runs a concurrent benchmark (64 streams,
 synthetic prompts of a fixed token length, a fixed answer length) against
-`python -m engine.serve` started as its own process, as a serving engineer would run it.
+`python -m engine.serve` started as its own process with its default flags, as a serving
+engineer would run it: more streams than seats, so the server must queue them, not refuse.
 Every request must succeed in full (none errored, none cut short, none answered 429 on a
 loopback server without a key), each answer must have exactly the tokens asked for, and the
 server's own /metrics counters must agree with guidellm's request and token counts.
@@ -26,7 +27,7 @@ from tests.conftest import free_port
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 MODEL = "smollm2-135m"
-STREAMS, REQUESTS, PROMPT_TOKENS, OUTPUT_TOKENS = 16, 32, 64, 32
+STREAMS, REQUESTS, PROMPT_TOKENS, OUTPUT_TOKENS = 64, 64, 64, 32
 
 
 def counter(metrics: str, name: str) -> float:
@@ -46,7 +47,7 @@ def serve(tmp_path):
     log = open(tmp_path / "server.log", "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "engine.serve", "--host", "127.0.0.1", "--port", str(port),
-         "--model", MODEL, "--max-num-seqs", str(STREAMS), "--max-model-len", "256"],
+         "--model", MODEL],  # default flags
         stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -81,14 +82,14 @@ def test_guidellm_concurrent_all_succeed_and_metrics_agree(serve, tmp_path):
            "--profile", f"kind=concurrent,streams={STREAMS}",
            "--constraint", f"kind=max_requests,count={REQUESTS}",
            # a bound on time only, so a hung server fails the test instead of stalling it
-           "--constraint", "kind=max_duration,seconds=240",
+           "--constraint", "kind=max_duration,seconds=400",
            "--data", f"kind=synthetic_text,prompt_tokens={PROMPT_TOKENS},"
                      f"output_tokens={OUTPUT_TOKENS}",
            "--tokenizer", f"kind=huggingface_auto,model={tokenizer}",
            "--output", f"kind=json,path={out}",
            "--disable-console-interactive"]
     run = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300)
+                         timeout=460)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
     bench = json.loads(out.read_text())["benchmarks"]
