@@ -165,6 +165,16 @@ STRINGS: dict[str, dict[str, str]] = {
     "side.requests": {"zh": "请求数", "en": "Requests"},
     "side.requests.help": {"zh": "工作负载里的请求个数，第 0 步全部到达。",
                            "en": "How many requests of the workload; all arrive at step 0."},
+    "side.samples": {"zh": "每个提示词采样几个回答（n）", "en": "Answers per prompt (n)"},
+    "side.samples.help": {
+        "zh": "并行采样（PagedAttention 论文 4.4 节）：n 个回答共用提示词的 KV 块（引用计数），"
+              "最后一个没写满的块在各自第一次写入时复制一份（写时复制）。温度为 0 时 n 个回答"
+              "相同；调高温度，它们就各走各的。投机解码不为 n > 1 的请求起草。",
+        "en": "Parallel sampling (PagedAttention paper, section 4.4): the n answers share the "
+              "prompt's KV blocks (reference counts); the last, partly written block is copied "
+              "when each answer first writes to it (copy-on-write). At temperature 0 the n "
+              "answers are the same; raise the temperature and they go their own ways. "
+              "Speculation drafts nothing for a request with n > 1."},
     "side.workload": {"zh": "工作负载", "en": "Workload"},
     "workload.longtail": {"zh": "长尾：多数短答、少数长答", "en": "long tail: mostly short answers"},
     "workload.uniform": {"zh": "等长：所有回答一样长", "en": "uniform: equal answers"},

@@ -4,8 +4,8 @@ own prompt, Step / Play-Pause / Reset, and the device line.
 Demo links open a page as `/<slug>?batching=..&kv_layout=..&spec=..`; those query parameters
 set the switches once per link (a switch the teacher then flips wins, and removes them from
 the URL). Widget keys: sw_batching, sw_kv_layout, sw_spec, sw_k, sw_adaptive, sw_lookup, sz_seats,
-sz_blocks, sz_block_size, sz_prefix, sz_workload, sz_requests, sz_temperature, custom_prompt,
-custom_max_tokens, custom_add, ctl_step, ctl_play, ctl_reset, ctl_speed.
+sz_blocks, sz_block_size, sz_prefix, sz_workload, sz_requests, sz_temperature, sz_samples,
+custom_prompt, custom_max_tokens, custom_add, ctl_step, ctl_play, ctl_reset, ctl_speed.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _restore() -> None:
         "sz_seats": DEFAULTS.seats,
         "sz_blocks": DEFAULTS.num_blocks, "sz_block_size": DEFAULTS.block_size,
         "sz_prefix": DEFAULTS.prefix_caching, "sz_workload": DEFAULTS.workload,
-        "sz_temperature": DEFAULTS.temperature,
+        "sz_temperature": DEFAULTS.temperature, "sz_samples": DEFAULTS.samples,
         "sz_requests": DEFAULTS.num_requests, "sz_model": DEFAULTS.model,
         "ctl_speed": 0.5, "custom_max_tokens": 32,
     }.items():
@@ -79,7 +79,7 @@ WIDGET_FOR = {"batching": "sw_batching", "kv_layout": "sw_kv_layout", "spec": "s
               "num_blocks": "sz_blocks",
               "block_size": "sz_block_size", "prefix_caching": "sz_prefix",
               "workload": "sz_workload", "num_requests": "sz_requests",
-              "temperature": "sz_temperature", "model": "sz_model"}
+              "temperature": "sz_temperature", "samples": "sz_samples", "model": "sz_model"}
 
 
 def set_knobs(knobs: dict) -> None:
@@ -111,7 +111,7 @@ def settings_from_widgets() -> Settings:
         seats=int(s.sz_seats), num_blocks=int(s.sz_blocks), block_size=int(s.sz_block_size),
         prefix_caching=bool(s.sz_prefix), workload=s.sz_workload,
         num_requests=int(s.sz_requests),
-        temperature=float(s.sz_temperature), model=s.sz_model,
+        temperature=float(s.sz_temperature), samples=int(s.sz_samples), model=s.sz_model,
     )
 
 
@@ -170,6 +170,8 @@ def _sizes() -> None:
                          **_kept("sz_workload"))
     st.sidebar.slider(t("side.requests"), 1, MAX_REQUESTS, help=t("side.requests.help"),
                       **_kept("sz_requests"))
+    st.sidebar.slider(t("side.samples"), 1, 4, help=t("side.samples.help"),
+                      **_kept("sz_samples"))
 
 
 CUSTOM_RESULT = "_custom_result"

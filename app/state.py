@@ -53,6 +53,7 @@ class Settings:
     workload: str = "longtail"
     num_requests: int = NUM_REQUESTS  # requests of the workload, all arriving at step 0
     temperature: float = 0.0
+    samples: int = 1  # n: answers sampled per prompt, sharing its KV blocks when paged
     model: str = MODELS[0]
 
     def with_(self, **changes) -> Settings:
@@ -118,10 +119,14 @@ class Run:
             self.add(job)
 
     def add(self, job: Job) -> str:
+        n = self.settings.samples
         params = SamplingParams(max_tokens=job.max_tokens, ignore_eos=job.ignore_eos,
-                                temperature=self.settings.temperature)
+                                temperature=self.settings.temperature, n=n)
         rid = self.engine.add_request(job.prompt, params)
         self.names[rid], self.prompts[rid] = job.name, job.prompt
+        for i in range(n if n > 1 else 0):  # the engine runs sample i as "<rid>#<i>"
+            self.names[f"{rid}#{i}"] = f"{job.name} #{i}"
+            self.prompts[f"{rid}#{i}"] = job.prompt
         return rid
 
     @property

@@ -558,3 +558,26 @@ def test_the_beyond_page_draws_its_four_pictures(lang):
     assert float(labels[computed]) == 1.0
     measured = [v for k, v in labels.items() if k == STRINGS["beyond.acc.measured"][lang]]
     assert measured == ["1.000"]
+
+
+def test_paging_page_draws_parallel_samples_sharing_then_copying_their_blocks():
+    """n = 2 from the sidebar: the paged engine forks each prompt's samples, the map and the
+    fork lines show their shared prompt blocks (reference count 2), and the first write into
+    the shared partial block copies it (copy-on-write), as the PagedAttention paper draws."""
+    at = start()
+    at.slider(key="sz_requests").set_value(2)
+    at.slider(key="sz_samples").set_value(2)
+    at.slider(key="sz_temperature").set_value(0.8)
+    goto(at.run(), "paging")
+    step(at, 3)
+    paged = session(at).runs[session(at).settings]
+    assert paged.settings.samples == 2 and paged.settings.kv_layout == "paged"
+    kv = paged.last["kv"]
+    assert {"r0#0", "r0#1", "r1#0", "r1#1"} <= set(kv["block_tables"])
+    shared = [b for b in kv["blocks"] if len(b["owners"]) == 2]
+    assert shared and all(b["owners"][0].split("#")[0] == b["owners"][1].split("#")[0]
+                          for b in shared), "a prompt's blocks shared by its own samples"
+    assert any(rep["kv"]["copies"] for rep in paged.history), "no copy-on-write was drawn"
+    lines = "\n".join(m.value for m in at.markdown)
+    assert "r0" in lines and "r0#0, r0#1" in lines, lines[-800:]
+    assert paged.names["r0#1"].endswith("#1")
