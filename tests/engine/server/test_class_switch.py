@@ -243,3 +243,57 @@ def test_a_students_stream_holds_only_their_own_request(engine):
         assert {r for e in door for r in e["door"]["reasons"]} <= {"seats", "kv", "static",
                                                                   "budget", "other"}
         assert sum(1 for evs in results.values() if evs[-1]["ttft_percentile"] is not None) >= 9
+
+
+@pytest.mark.slow
+def test_thirty_phones_through_a_switch_flip_lose_no_question(engine):
+    """The issue's goal, with thirty phones (lightweight clients): mid-answer, the teacher
+    flips a switch with abort; a phone whose answer was cut re-asks once with its own token,
+    as the page does on `engine_restarting`. Every phone ends with a whole answer from the
+    one address and join code it started with; nobody rescans."""
+    settings = ServerSettings(api_key=JOIN, admin_key=ADMIN)
+    with running_server(engine, settings) as (url, app), \
+            httpx.Client(base_url=url, timeout=180,
+                         limits=httpx.Limits(max_connections=64)) as c:
+        phones = [token(c) for _ in range(30)]
+        answers: dict[int, list[dict]] = {}
+        cut: list[int] = []
+        started = threading.Barrier(31, timeout=120)
+
+        def ask_once(i: int) -> list[dict]:
+            out: list[dict] = []
+            with c.stream("POST", "/class/ask", headers=phones[i],
+                          json={"nickname": f"phone{i}", "question": f"Tell me about ship {i}."}
+                          ) as r:
+                assert r.status_code == 200, r.read()
+                events_of(r, out)
+            return out
+
+        def phone(i: int) -> None:
+            started.wait()
+            evs = ask_once(i)
+            if evs[-1]["type"] == "error" and evs[-1]["code"] == "engine_restarting":
+                cut.append(i)
+                wait_phase(c, "serving", 1)
+                evs = ask_once(i)
+            answers[i] = evs
+
+        threads = [threading.Thread(target=phone, args=(i,)) for i in range(30)]
+        for th in threads:
+            th.start()
+        started.wait()
+        time.sleep(1.5)  # the first seats are mid-answer, the rest wait at the door
+        r = c.post("/v1/servelab/engine", json={"changes": {"kv_layout": "contiguous"},
+                                                "abort": True}, headers=TEACHER)
+        assert r.status_code == 202, r.text
+        for th in threads:
+            th.join(300)
+        assert not any(th.is_alive() for th in threads), "a phone hung"
+        assert sorted(answers) == list(range(30))
+        ended = {i: evs[-1] for i, evs in answers.items()}
+        lost = {i: e for i, e in ended.items() if e["type"] != "done"}
+        assert lost == {}, lost
+        assert all(text_of(evs) for evs in answers.values()), "an empty answer"
+        assert cut, "the flip cut nobody: it came too late to test the re-ask"
+        st = wait_phase(c, "serving", 1)
+        assert st["config"]["kv_layout"] == "contiguous"
