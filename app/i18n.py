@@ -534,13 +534,13 @@ STRINGS: dict[str, dict[str, str]] = {
                               "(tokens − 1), over finished requests."},
     "gauge.itl": {"zh": "ITL 中位数", "en": "ITL p50"},
     "gauge.itl.help": {"zh": "token 间延迟：同一请求相邻两次收到 token 的间隔，每次交付算一个样本。"
-                             "和 TPOT 不是同一个量：投机一次交付好几个 token，TPOT 把时间摊到每个 token 上而下降，"
+                             "和 TPOT 不是同一个量：投机一次交付好几个 token，TPOT 把这段时间摊到每个 token 上，比 ITL 低；"
                              "ITL 则约等于一轮投机（起草 + 验证）的时间。",
                        "en": "Inter-token latency: the gap between two deliveries of a "
                              "request's tokens, one sample per delivery. Not the same as TPOT: "
-                             "speculation delivers several tokens at once, so TPOT (time spread "
-                             "over the tokens) falls, while ITL is about one speculative round "
-                             "(draft + verify)."},
+                             "speculation delivers several tokens at once, so TPOT (the time spread "
+                             "over the tokens) is lower than ITL, which is about one speculative "
+                             "round (draft + verify)."},
     "gauge.tokens_per_pass": {"zh": "每次目标前向的 token", "en": "Tokens per target pass"},
     "gauge.tokens_per_pass.help": {"zh": "每次验证产出的 token（接受的草稿 + 目标自己的 1 个）；"
                                          "不投机时为 —。",
