@@ -23,6 +23,7 @@ from app.components.gauges import history_frame, summary
 from app.components.kvmap import kv_stats
 from app.components.seats import seat_use
 from app.components.spec_strip import spec_summary
+from app.figures import figure_text
 from app.lessons import Text
 from app.pagelist import page_info
 from app.state import Settings
@@ -210,19 +211,21 @@ def waste_detail(runs: list[RunView], extra: dict) -> Text | None:
     pool = used_of_pool(runs, "contiguous")
     if cont is None or paged is None or pool is None:
         return None
+    paper = {lang: figure_text("paper_useful_kv", lang) for lang in ("zh", "en")}
     return _T(
         f"整块预留：占着的槽位里 {cont:.0%} 存着 token；分页：{paged:.0%}。"
         f"按论文的算法（存着 token 的槽位 ÷ 整个 KV 池），整块预留是 {pool:.0%}。"
         "PagedAttention 论文（Kwon 等，SOSP 2023，图 2）在它重新实现的 Orca 系统上测得只有 "
-        "20.4%–38.2% 的 KV 显存存着 token。两者不同在分母和条件：论文除以整块 KV 显存（含碎片），"
-        "在 GPU 上用真实请求轨迹和 OPT 模型，按最大长度（Max）、2 的幂（Pow2）或事先知道的真实长度"
+        f"{paper['zh']} 的 KV 显存存着 token。两者不同在分母和条件：论文除以整块 KV 显存（含碎片），"
+        "在 GPU 上用 OPT 模型和 ShareGPT、Alpaca 数据集的请求，按最大长度（Max）、2 的幂（Pow2）或事先知道的真实长度"
         "（Oracle）预留；这里除以请求占着的槽位，是 CPU 上的 135M 模型、这组问答、上限 256 个 token 的预留。",
         f"Contiguous: {cont:.0%} of the slots held hold a token; paged: {paged:.0%}. "
         f"Counted as the paper counts (slots holding tokens ÷ the whole KV pool), contiguous is "
         f"{pool:.0%}. The PagedAttention paper (Kwon et al., SOSP 2023, Fig. 2) measured only "
-        "20.4%–38.2% of KV memory holding token states in its re-implementations of Orca. The "
+        f"{paper['en']} of KV memory holding token states in its re-implementations of Orca. The "
         "two differ in divisor and setting: the paper divides by all KV memory (fragments "
-        "included), on GPUs with real request traces and OPT models, reserving the maximum "
+        "included), on GPUs with OPT models and requests from the ShareGPT and Alpaca "
+        "datasets, reserving the maximum "
         "length (Max), a power of two (Pow2) or the true length known in advance (Oracle); here "
         "we divide by the slots requests hold, with a 135M model on a CPU, these questions and "
         "a 256-token reservation.")
@@ -344,15 +347,19 @@ STOPS: tuple[Stop, ...] = (
          _knobs(batching="continuous", kv_layout="contiguous", workload="chat",
                 num_requests=16, seats=8, num_blocks=128, block_size=16),
          Prediction(
-             _T("整块预留的有效 KV（各步平均）？", "Useful KV of the contiguous layout (mean over steps)?"),
+             _T("整块预留时，占着的槽位里存着 token 的比例（各步平均）？",
+                "Contiguous: the share of held slots holding a token (mean over steps)?"),
              (_T("不到 40%", "Under 40%"), _T("40% 到 75%", "40% to 75%"),
               _T("75% 以上", "75% or more")),
              (0.40, 0.75), contiguous_useful, "{:.0%}", expect=(0.0, 0.5),
-             why=_T("回答在 EOS 处结束，远不到 max_tokens：预留的大半永远不会被写入（预留浪费），"
-                    "章节说的“60% 以上被浪费”。分页只剩每个请求最后一块没写满的部分（内部碎片）。",
-                    "Answers end at EOS far below max_tokens: most of each reservation is never "
-                    "written (reservation waste), the chapter's \"60%+ wasted\". Paged leaves only "
-                    "each request's last, partly filled block (internal fragmentation)."),
+             why=_T("回答在 EOS 处结束，远不到 max_tokens：每段预留里，一部分在等以后的 token（预留未用），"
+                    "大半永远不会被写入（内部碎片）——章节说的“60% 以上被浪费”就是这类浪费，"
+                    "只是分母不同（见下）。分页只剩每个请求最后一块没写满的部分。",
+                    "Answers end at EOS far below max_tokens: of each reservation, some waits for "
+                    "tokens still to come (reserved) and most is never written (internal "
+                    "fragmentation), the kind of waste behind the chapter's \"60%+ wasted\", "
+                    "though counted over another divisor (below). Paged leaves only each "
+                    "request's last, partly filled block."),
              detail=waste_detail)),
     Stop("draft", 5, "speculation",
          _T("先起草，后验证", "Draft, then verify"),
@@ -377,12 +384,16 @@ STOPS: tuple[Stop, ...] = (
          Prediction(
              _T("TPOT：开投机 ÷ 不开？", "TPOT with speculation ÷ without?"),
              _LATENCY_CHOICES, (0.9, 1.1), tpot_ratio, expect=(0.0, 0.9),
-             why=_T("章节：投机解码降的是单个请求的延迟，机器越闲越值。低负载时一步解码受内存带宽限制，"
-                    "多验证几个 token 几乎不加时间，所以 TPOT 下降；TTFT（预填充）不受影响。",
+             why=_T("章节：投机解码降的是单个请求的延迟，机器越闲越值。在 GPU 上，低负载时一步解码受内存带宽"
+                    "限制，多验证几个 token 几乎不加时间。CPU 上不是这样：录制的基准里（Zen 4），验证 4 个要花单 "
+                    f"token 步的 {figure_text('verify_4', 'zh')}，只有几乎不花时间、又多半猜对的草稿才赚得回来：n-gram 在照抄型回答上正是如此，"
+                    "所以 TPOT 下降；TTFT（预填充）不受影响。",
                     "The chapter: speculation cuts one request's latency and pays most on an idle "
-                    "machine. At low load a decode step is bound by memory bandwidth, verifying a "
-                    "few more tokens adds little time, so TPOT falls; TTFT (the prefill) does not "
-                    "change."),
+                    "machine. On a GPU at low load a decode step is bound by memory bandwidth and "
+                    "verifying a few more tokens adds little time. Not on a CPU: in the recorded bench "
+                    f"(Zen 4) verifying 4 costs {figure_text('verify_4', 'en')} a one-token step, "
+                    "so only drafts that cost almost nothing and are mostly right pay, as n-gram's are on answers that copy the prompt: "
+                    "TPOT falls; TTFT (the prefill) does not change."),
              detail=latency_detail)),
     Stop("load", 4, "dashboard",
          _T("满载时还划算吗？", "Does it still pay at full load?"),

@@ -544,13 +544,13 @@ STRINGS: dict[str, dict[str, str]] = {
                               "(tokens − 1), over finished requests."},
     "gauge.itl": {"zh": "ITL 中位数", "en": "ITL p50"},
     "gauge.itl.help": {"zh": "token 间延迟：同一请求相邻两次收到 token 的间隔，每次交付算一个样本。"
-                             "和 TPOT 不是同一个量：投机一次交付好几个 token，TPOT 把时间摊到每个 token 上而下降，"
+                             "和 TPOT 不是同一个量：投机一次交付好几个 token，TPOT 把这段时间摊到每个 token 上，比 ITL 低；"
                              "ITL 则约等于一轮投机（起草 + 验证）的时间。",
                        "en": "Inter-token latency: the gap between two deliveries of a "
                              "request's tokens, one sample per delivery. Not the same as TPOT: "
-                             "speculation delivers several tokens at once, so TPOT (time spread "
-                             "over the tokens) falls, while ITL is about one speculative round "
-                             "(draft + verify)."},
+                             "speculation delivers several tokens at once, so TPOT (the time spread "
+                             "over the tokens) is lower than ITL, which is about one speculative "
+                             "round (draft + verify)."},
     "gauge.tokens_per_pass": {"zh": "每次目标前向的 token", "en": "Tokens per target pass"},
     "gauge.tokens_per_pass.help": {"zh": "每次验证产出的 token（接受的草稿 + 目标自己的 1 个）；"
                                          "不投机时为 —。",
@@ -731,20 +731,21 @@ STRINGS.update({
                                    "answer appears here."},
     "paging.held_unwritten": {"zh": "占着、没写（槽位）", "en": "Held, not written (slots)"},
     "paging.held_unwritten.help": {
-        "zh": "请求占着、却没存 token 的槽位。整块预留时，这是预留浪费：为以后的 token 留的位，"
-              "回答在 EOS 处提前结束时永远不会被写；分页时只剩每个请求最后一块没写满的部分（内部碎片）。"
-              "空闲总量和最大连续空闲之差另算，是外部碎片。",
-        "en": "Slots requests hold that hold no token. Contiguous: reservation waste, room kept "
-              "for tokens to come, never written when an answer ends early at EOS. Paged: only "
-              "each request's last, partly filled block (internal fragmentation). External "
-              "fragmentation is the gap between the free total and the largest free run, shown "
-              "apart."},
+        "zh": "请求占着、却没存 token 的槽位。整块预留时，它包括为以后的 token 留着的位（预留未用），"
+              "以及回答在 EOS 处提前结束、永远不会写的位（内部碎片）；分页时只剩每个请求最后一块没写满的部分"
+              "（内部碎片）。外部碎片另算：空闲合计够、最长的一段连续空闲却不够。",
+        "en": "Slots requests hold that hold no token. Contiguous: room kept for tokens still to "
+              "come (reserved), plus the room an answer that ended early at EOS will never write "
+              "(internal fragmentation). Paged: only each request's last, partly filled block "
+              "(internal fragmentation). External fragmentation is shown apart: enough free in "
+              "total, but no free run long enough."},
     "paging.useful_held": {"zh": "占着的里存着 token", "en": "Held slots holding tokens"},
     "paging.useful_held.help": {
-        "zh": "存着 token 的槽位 ÷ 请求占着的槽位。PagedAttention 论文的 20.4%–38.2% 除的是整个 KV "
-              "显存，分母不同。",
+        "zh": "存着 token 的槽位 ÷ 请求占着的槽位。PagedAttention 论文的 {{figure:paper_useful_kv}} "
+              "除的是整个 KV 显存（碎片也算在内），分母不同。",
         "en": "Slots holding tokens ÷ slots requests hold. The PagedAttention paper's "
-              "20.4%–38.2% divides by all KV memory, a different denominator."},
+              "{{figure:paper_useful_kv}} divides by all KV memory (fragments included), a "
+              "different denominator."},
     "apprentice.missing": {
         "zh": "EAGLE 学徒（在目标模型特征上训练的一层草稿头）还没训练。按下面的按钮在这台机器上训练"
               "（2 核 CPU 约 15 分钟，只需一次），训练完它就出现在上面的开关里。",
