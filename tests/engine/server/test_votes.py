@@ -177,6 +177,9 @@ def test_forms_are_parallel_twins_that_differ():
             nb = set(_NUM.findall(b.text[lang] + "".join(c[lang] for c in b.choices)))
             if na or nb:
                 assert na != nb, (a.qid, lang, na)
+        # the twin's right answer sits elsewhere: a class that remembers "B" from the pre-test
+        # gains nothing on the post-test
+        assert a.correct != b.correct, (a.qid, a.correct)
         for q in (a, b):  # every wrong choice names a known misconception
             assert all((m in known) == (i != q.correct) for i, m in enumerate(q.misconceptions))
     for m in ("batch-speeds-one", "spec-changes-answer", "paging-shrinks-weights"):
