@@ -103,15 +103,16 @@ def prediction_box(slug: str, runs: list[Run], extra: dict | None = None,
 
 
 def _scroll_into_view(css_class: str) -> None:
-    """Scroll the page to its top, then, if need be, until the element with `css_class` is on
-    screen. Repeated while the page settles, since elements drawn above it move it down."""
+    """Scroll the page so the element with `css_class` is at the top of the screen: the stop's
+    prediction, and below it as much of the page's picture as fits (a projector at 1280x720
+    shows the title or the picture, not both). Repeated while the page settles, since
+    elements drawn above it move it down."""
     st.html(f"""<script>(() => {{
       const go = () => {{
         const el = document.querySelector(".{css_class}");
         const main = document.querySelector('[data-testid="stMain"]');
         if (!el || !main) return;
-        main.scrollTop = 0;
-        el.scrollIntoView({{block: "nearest"}});
+        main.scrollTop += el.getBoundingClientRect().top - 8;
       }};
       [0, 300, 1000].forEach((ms) => setTimeout(go, ms));
     }})();</script>""", unsafe_allow_javascript=True)

@@ -1,9 +1,10 @@
 """Leak 2, KV memory rented out as banquet halls: contiguous and paged KV side by side.
 
 Two engines of the session, equal but for the KV layout, on the same workload and the same
-KV budget: each shows its physical block map, useful KV %, internal waste, free total next
-to the largest free run (external fragmentation) and how many requests run at once; the
-selected request's page table (logical block -> physical block) sits underneath.
+KV budget: each shows its physical block map first, then useful KV %, held-but-unwritten
+slots, free total next to the largest free run (external fragmentation) and how many
+requests run at once; the selected request's page table (logical block -> physical block)
+sits underneath, and the legend and the request picker below the maps.
 """
 
 import pathlib
@@ -54,6 +55,7 @@ def draw_run(run: Run, selected: str | None) -> None:
         return
     kv = last["kv"]
     s = kv_stats(kv)
+    st.html(kv_grid_html(kv, selected))  # the picture first: on a projector it is on screen
     a, b, c = st.columns(3)
     # named for what they count: held slots holding tokens, and held slots holding none
     # (reservation waste when contiguous, the last block's internal waste when paged)
@@ -67,7 +69,6 @@ def draw_run(run: Run, selected: str | None) -> None:
     e.metric(t("paging.largest_run"), s["largest_free_run"],
              help=t("paging.largest_run.help"))
     f.metric(t("paging.shared"), s["shared_blocks"], help=t("paging.shared.help"))
-    st.html(kv_grid_html(kv, selected))
     for line in fork_lines(kv):  # n > 1 samples: what they share, and what was copied
         st.markdown(line)
     if waits_on_fragmentation(last):
@@ -92,9 +93,14 @@ def draw(session: Session) -> list[Run]:
     st.caption(t("paging.budget", blocks=s.num_blocks, bs=s.block_size,
                  slots=s.num_blocks * s.block_size, mml=first.max_model_len,
                  per=first.blocks_per_seq))
-    selected = _pick_request(runs)
+    # the maps above, then their legend and the request whose page table shows: the
+    # selection is read first, since the maps outline that request's blocks
+    maps = st.container()
     st.html(legend_html())
-    side_by_side("kv_layout", LAYOUTS, s.kv_layout, runs, lambda run: draw_run(run, selected))
+    selected = _pick_request(runs)
+    with maps:
+        side_by_side("kv_layout", LAYOUTS, s.kv_layout, runs,
+                     lambda run: draw_run(run, selected))
     if any(r.history for r in runs):
         compare_row("kv_layout", LAYOUTS, runs, ("kv_used", "seats_busy"))
     return runs

@@ -129,10 +129,13 @@ class Tab:
             " && +h.innerText.split(' ')[1] >= n)", arg=step, timeout=TIMEOUT_MS)
         self.press("Pause")
 
-    def screenshot(self, name: str) -> None:
-        """Save <SHOTS>/<name>.png with the sidebar and the page scrolled to the top."""
-        for testid in ("stSidebarContent", "stMain"):
-            self.page.locator(f'[data-testid="{testid}"]').first.evaluate("e => e.scrollTo(0, 0)")
+    def screenshot(self, name: str, top: bool = True) -> None:
+        """Save <SHOTS>/<name>.png with the sidebar and the page scrolled to the top (`top`),
+        or as the app left them (`top=False`: what a projector shows now)."""
+        if top:
+            for testid in ("stSidebarContent", "stMain"):
+                self.page.locator(f'[data-testid="{testid}"]').first.evaluate(
+                    "e => e.scrollTo(0, 0)")
         time.sleep(0.5)
         SHOTS.mkdir(parents=True, exist_ok=True)
         self.page.screenshot(path=str(SHOTS / f"{name}.png"))

@@ -1,8 +1,10 @@
 """The class plan on a projector: chromium at 1280x720, in English and in Chinese. After "Set
 up this stop", the stop's prediction and the control that runs it (Lock, then Play beside
 the prediction; "Start the race" on the home page) are inside the viewport without
-scrolling; the plan reads its stops in order, left to right, top to bottom; after a few steps of Play no
-metric value or label is cut off and no KV block's number leaves its cell. Screenshots go to build/screenshots/projector-*.png (gitignored).
+scrolling, and so is the top of the page's picture (seats, KV maps, gauges); the plan reads
+its stops in order, left to right, top to bottom; after a few steps of Play no metric value
+or label is cut off and no KV block's number leaves its cell. Screenshots (as the projector
+shows the page) go to build/screenshots/projector-*.png (gitignored).
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ server, browser = test_browser.server, test_browser.browser  # its fixtures, sha
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 W, H = 1280, 720
+# each stop's page's picture, which must show (at least PICTURE_PX of it) below the prediction
+# without scrolling: the race, the seats, the KV maps, the speculation gauges, the dashboard
+PICTURE = {"home": ".st-key-race_start", "batching": ".sl-car", "paging": ".sl-kv",
+           "speculation": '[data-testid="stMetric"]', "dashboard": '[data-testid="stMetric"]'}
+PICTURE_PX = 120
 LOCALES = {"en": "English", "zh": "中文"}
 
 # every metric's value and label fits its box (no "33.8 to…", no "吞…"), and every KV block's
@@ -101,7 +108,10 @@ def test_each_stops_prediction_and_run_control_are_on_screen(browser, server, la
                 if pause.count():  # (gone when the run ended and the reveal took its place)
                     pause.click()
                 tab.settle()
-            tab.screenshot(f"projector-{lang}-{n}-{stop.id}")
+            top, _ = in_view(tab, PICTURE[stop.page])
+            if top > H - PICTURE_PX:
+                problems.append(f"{where}: the page's picture starts at {top:.0f}, below the fold")
+            tab.screenshot(f"projector-{lang}-{n}-{stop.id}", top=False)
             cut = tab.page.evaluate(CUT_JS)
             if cut:
                 problems.append(f"{where}: cut off: {cut}")
