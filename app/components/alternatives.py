@@ -82,15 +82,14 @@ def alternatives_html(top: list[dict], chosen_id: int | None = None, chosen_text
                     f'<div><div class="sl-bar{cls}" style="width:{100 * width:.1f}%"></div></div>'
                     f'<span class="sl-p">{pct(p)}</span>')
 
+    outside = chosen_id is not None and all(a["token_id"] != chosen_id for a in top)
     for a in top:
         row(a.get("text", ""), a["p"], a["token_id"] == chosen_id)
-    if chosen_id is not None and all(a["token_id"] != chosen_id for a in top):
+    if outside:
         row(chosen_text, chosen_p, True)
     if rest and top:
-        shown = sum(a["p"] for a in top)
-        if chosen_id is not None and all(a["token_id"] != chosen_id for a in top):
-            shown += chosen_p or 0.0
+        left = max(0.0, 1 - sum(a["p"] for a in top) - (chosen_p or 0.0 if outside else 0.0))
         rows.append(f'<span class="sl-tok">{html.escape(rest)}</span>'
-                    f'<div><div class="sl-bar sl-rest" style="width:{100 * max(0.0, 1 - shown):.1f}%">'
-                    f'</div></div><span class="sl-p">{pct(max(0.0, 1 - shown))}</span>')
+                    f'<div><div class="sl-bar sl-rest" style="width:{100 * left:.1f}%">'
+                    f'</div></div><span class="sl-p">{pct(left)}</span>')
     return f'{CSS}<div class="sl-alts">{"".join(rows)}</div>'
