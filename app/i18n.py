@@ -406,6 +406,53 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec.kind.bonus": {"zh": "额外", "en": "bonus"},
     "spec.target_token": {"zh": "目标模型自己的 token（纠正/额外）",
                           "en": "the target's own token (correction / bonus)"},
+    "spec.tip.top": {"zh": "目标模型在这里最可能的：{alts}", "en": "target's most likely here: {alts}"},
+    "spec.tip.pq": {"zh": "p_target {p} · p_draft {q}", "en": "p_target {p} · p_draft {q}"},
+    "spec.tip.accept": {"zh": "接受概率 {a}", "en": "chance of acceptance {a}"},
+    "spec.tip.p": {"zh": "它在目标模型这一行的概率：{p}", "en": "its probability in the target's row: {p}"},
+    "spec.alts_caption": {
+        "zh": "草稿要对上的：目标模型在这个位置最可能的几个 token，取自验证器读的同一行"
+              "（贪心：模型原始的 softmax；采样：经过温度、top-k、top-p 之后，即采样器抽样用的分布）。"
+              "框出的是草稿 token。",
+        "en": "What the draft had to match: the target's most likely tokens at this position, "
+              "from the very row the verifier read (greedy: the model's plain softmax; sampling: "
+              "after temperature, top-k and top-p, the distribution the sampler draws from). "
+              "The drafted token is outlined."},
+    "spec.next_alts": {
+        "zh": "同一步目标模型自己的 token「{text}」（{kind}）和它那一行最可能的几个：",
+        "en": "The same step's own token of the target, «{text}» ({kind}), and its row's most "
+              "likely tokens:"},
+    "spec.residual_note": {
+        "zh": "采样时，纠正 token 是从 max(0, p_target − p_draft) 归一化后抽出来的，不是从这一行直接抽，"
+              "所以它可能不在这一行的前几名里。",
+        "en": "When sampling, a correction is drawn from normalize(max(0, p_target − p_draft)), "
+              "not from this row itself, so it can be outside the row's top tokens."},
+    "alts.mark.drafted": {"zh": "← 草稿", "en": "← drafted"},
+    "alts.mark.emitted": {"zh": "← 产出", "en": "← emitted"},
+    "alts.mark.chosen": {"zh": "← 采样器选的", "en": "← the sampler's choice"},
+    "alts.rest": {"zh": "其余所有 token", "en": "every other token"},
+    "alts.not_recorded": {"zh": "这个 token 没有记录候选（录制时还没有这项记录）。",
+                          "en": "No alternatives were recorded for this token (the recording "
+                                "predates them)."},
+    "alts.header": {"zh": "token 检视器：采样器选了谁，其他候选是谁",
+                    "en": "Token inspector: the sampler's choice and its alternatives"},
+    "alts.pick_token": {"zh": "选它最近生成的一个 token", "en": "Pick one of its latest tokens"},
+    "alts.caption": {
+        "zh": "模型在这个位置给出的原始概率（温度 1，未经温度、top-k、top-p 处理，即 vLLM 的 raw "
+              "logprobs）中最可能的 3 个 token；框出的是采样器选中的。温度为 0 时采样器总是选第一名；"
+              "温度越高，后面的候选越常被抽中。",
+        "en": "The model's own probabilities at this position (temperature 1, before temperature, "
+              "top-k and top-p: vLLM's raw logprobs), its 3 most likely tokens; the outlined one "
+              "is the sampler's choice. At temperature 0 the sampler always takes the first; the "
+              "higher the temperature, the more often the others are drawn."},
+    "alts.none": {
+        "zh": "这次运行没有记录候选：只有不投机时才记录（要求 logprobs 的请求不会被起草）。"
+              "投机解码页展示的是验证器自己记下的候选。",
+        "en": "This run recorded no alternatives: they are recorded when speculation is off (a "
+              "request that asks for log-probabilities is never drafted). The speculation page "
+              "shows the verifier's own."},
+    "alts.wait": {"zh": "按「单步」：生成的 token 会出现在这里。",
+                  "en": "Press Step: tokens appear here as they are generated."},
     "spec.pick_token": {"zh": "选一个草稿 token 看它的接受概率",
                         "en": "Pick a drafted token to see its acceptance probability"},
     "spec.p_target.help": {"zh": "目标模型给这个 token 的概率。",

@@ -32,6 +32,10 @@ MAX_PROMPT_CHARS = 4000  # a custom prompt longer than this is refused before to
 HISTORY_LIMIT = 400  # reports kept per run
 MAX_RUNS = 4  # engines one browser session keeps (each holds ~150 MB of fused weights + KV)
 SPEC_MODES = ("off", "ngram", "draft", "eagle")
+# the token inspector's alternatives per generated token (the engine's logprobs). Asked for
+# only when not speculating: a request that asks for logprobs is never drafted, and the
+# verifier's records carry the target's alternatives themselves.
+ALTERNATIVES = 3
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,8 @@ class Run:
     def add(self, job: Job) -> str:
         n = self.settings.samples
         params = SamplingParams(max_tokens=job.max_tokens, ignore_eos=job.ignore_eos,
-                                temperature=self.settings.temperature, n=n)
+                                temperature=self.settings.temperature, n=n,
+                                logprobs=ALTERNATIVES if self.settings.spec == "off" else None)
         rid = self.engine.add_request(job.prompt, params)
         self.names[rid], self.prompts[rid] = job.name, job.prompt
         for i in range(n if n > 1 else 0):  # the engine runs sample i as "<rid>#<i>"

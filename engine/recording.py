@@ -205,11 +205,14 @@ def record_engine(engine, recorder: Recorder, run: int = 0):
 
 
 def engine_pieces(tokenizer, reports: Iterable[dict]) -> dict[int, str]:
-    """token id -> tokenizer piece for every token the reports emitted or drafted."""
+    """token id -> tokenizer piece for every token the reports emitted or drafted, and every
+    alternative of an emitted token's logprobs (the verifier's alternatives carry their text)."""
     ids: set[int] = set()
     for r in reports:
         for e in r.get("emitted", ()):
             ids.update(int(t) for t in e.get("token_ids", ()))
+            for _, alts in e.get("logprobs") or ():  # the alternatives the inspector shows
+                ids.update(int(a[0]) for a in alts)
         for s in r.get("spec", ()) or ():  # SpecDecision dicts: drafted tokens, the next one
             ids.update(int(d["token_id"]) for d in s.get("drafted", ()) or ())
             if s.get("next_token_id") is not None:

@@ -3,8 +3,10 @@
 Green: a drafted token the target accepted. Red: the first drafted token it rejected. Pink:
 tokens drafted after that rejection, thrown away unexamined. Blue: the token the target
 itself emitted after the draft (the correction that replaces a rejected token, or the
-bonus when every drafted token was accepted). Pure functions of StepReport dicts; model
-text is shown with visible whitespace and always through `html.escape`.
+bonus when every drafted token was accepted). Each token's tooltip names the target's most
+likely tokens at its position (what a draft had to match, from the verifier's own row) and
+the numbers of the acceptance rule. Pure functions of StepReport dicts; model text is shown
+with visible whitespace and always through `html.escape`, inside attributes too.
 
 Byte tokens: a byte-level tokenizer splits a Chinese character (3 UTF-8 bytes) over two or
 three tokens, and each part alone decodes to the replacement glyph. Given each token's bytes
@@ -39,12 +41,54 @@ CSS = """
 """
 
 
+def visible(text: str) -> str:
+    """Token text with visible whitespace, not yet escaped. A token that holds only part of a
+    multi-byte character (common for Chinese) decodes to U+FFFD; it is drawn as ▯."""
+    return (text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥")
+            .replace("\r", "␍").replace("\ufffd", "▯")) or "∅"
+
+
 def show_token(text: str) -> str:
-    """Token text with visible whitespace, escaped for HTML. A token that holds only part of
-    a multi-byte character (common for Chinese) decodes to U+FFFD; it is drawn as ▯."""
-    visible = (text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥")
-               .replace("\r", "␍").replace("\ufffd", "▯")) or "∅"
-    return html.escape(visible)
+    """`visible(text)`, escaped for HTML."""
+    return html.escape(visible(text))
+
+
+def pct(p: float | None) -> str:
+    """A probability as a percentage: whole percent from 10%, one decimal below."""
+    if p is None:
+        return "—"
+    return f"{100 * p:.0f}%" if p >= 0.1 else f"{100 * p:.1f}%"
+
+
+def brief(top: list[dict]) -> str:
+    """The target's most likely tokens in one line: «the» 62% · «a» 21% (plain text; the
+    caller escapes it)."""
+    return " · ".join(f"«{visible(a.get('text', ''))}» {pct(a['p'])}" for a in top)
+
+
+def draft_tip(i: int, tok: dict) -> str:
+    """A drafted token's tooltip: its verdict, the target's alternatives at its position
+    (what it had to match), p_target, p_draft and the acceptance probability."""
+    v = verdict(tok)
+    lines = [f"#{i + 1} {t('spec.verdict.' + v)}"]
+    if tok.get("top"):
+        lines.append(t("spec.tip.top", alts=brief(tok["top"])))
+    if v != "discarded" and tok.get("p_target") is not None:
+        lines.append(t("spec.tip.pq", p=pct(tok["p_target"]), q=pct(tok.get("p_draft"))))
+    if tok.get("accept_prob") is not None:
+        lines.append(t("spec.tip.accept", a=pct(tok["accept_prob"])))
+    return "\n".join(lines)
+
+
+def next_tip(record: dict) -> str:
+    """The target's own token's tooltip: correction or bonus, its probability in the target's
+    row after the accepted prefix, and that row's most likely tokens."""
+    lines = [t(f"spec.kind.{record['next_kind']}")]
+    if record.get("next_top"):
+        lines.append(t("spec.tip.top", alts=brief(record["next_top"])))
+    if record.get("next_p") is not None:
+        lines.append(t("spec.tip.p", p=pct(record["next_p"])))
+    return "\n".join(lines)
 
 
 def verdict(token: dict) -> str:
@@ -155,10 +199,10 @@ def strip_html(step: int, record: dict, by_id: dict[int, bytes] | None = None,
         v = verdict(tok)
         text = (kept if v == "accepted" else ByteJoiner(by_id)).label(tok["token_id"],
                                                                        tok["text"])
-        parts.append(_tok(text, v, f"#{i + 1} {t('spec.verdict.' + v)}"))
+        parts.append(_tok(text, v, draft_tip(i, tok)))
     kind = record["next_kind"]
     parts.append(_tok(kept.label(record["next_token_id"], record["next_text"]),
-                      kind if kind in SPEC_COLORS else "correction", t(f"spec.kind.{kind}")))
+                      kind if kind in SPEC_COLORS else "correction", next_tip(record)))
     parts.append(f'<span class="sl-kind">{html.escape(t(f"spec.kind.{kind}"))}</span>')
     return f'<div class="sl-strip">{"".join(parts)}</div>'
 

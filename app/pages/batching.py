@@ -3,7 +3,8 @@
 Two engines of the session, equal but for the batching switch, step together on the same
 workload: each shows its subway car (seats and riders), the queue at the door, its seats-busy
 and tokens/s gauges and its seat x step timeline, where seats held by finished riders (static
-batching) are drawn as waste.
+batching) are drawn as waste. Below, the token inspector: a request's latest tokens, each
+with the model's most likely alternatives and the one the sampler chose.
 """
 
 import pathlib
@@ -14,10 +15,23 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 import streamlit as st  # noqa: E402
 
 from app.classplan import page_variants  # noqa: E402
+from app.components.alternatives import (  # noqa: E402
+    alternatives_html,
+    inspectable_requests,
+    sampled_tokens,
+)
 from app.components.gauges import summary  # noqa: E402
 from app.components.seats import queue_html, seat_use, seats_html, timeline_chart  # noqa: E402
+from app.components.spec_strip import pct  # noqa: E402
 from app.i18n import switch_label, t  # noqa: E402
-from app.live import compare_row, live_page, runs_for, side_by_side, step_header  # noqa: E402
+from app.live import (  # noqa: E402
+    compare_row,
+    kept_select,
+    live_page,
+    runs_for,
+    side_by_side,
+    step_header,
+)
 from app.state import Run, Session  # noqa: E402
 
 MODES = ("static", "continuous")
@@ -42,6 +56,29 @@ def draw_run(run: Run) -> None:
                  wasted=use["idle-finished"]))
 
 
+def draw_inspector(run: Run) -> None:
+    """Pick a request and one of its latest tokens: the model's most likely tokens at that
+    position, as bars, and the sampler's choice outlined."""
+    rids = inspectable_requests(run.history)
+    if not rids:
+        st.caption(t("alts.wait") if not run.history and run.settings.spec == "off"
+                   else t("alts.none"))
+        return
+    rid = kept_select("alts_request", rids, rids[0], label=t("spec.pick_request"),
+                      format_func=lambda r: f"{r} · {run.names.get(r, '')}")
+    tokens = sampled_tokens(run.history, rid, run.engine.tokenizer)
+    labels = [f"{t('spec.step', n=tok['step'])} · «{tok['text'].replace(chr(10), '↵')}» · "
+              f"{pct(tok['p'])}" for tok in tokens]
+    index = kept_select("alts_token_" + rid, list(range(len(tokens))), len(tokens) - 1,
+                        label=t("alts.pick_token"), format_func=labels.__getitem__)
+    if index is None:
+        return
+    tok = tokens[index]
+    st.html(alternatives_html(tok["top"], tok["token_id"], tok["text"], tok["p"],
+                              mark=t("alts.mark.chosen"), rest=t("alts.rest")))
+    st.caption(t("alts.caption"))
+
+
 def draw(session: Session) -> list[Run]:
     s = session.settings
     runs = runs_for(session, page_variants("batching", s))
@@ -55,6 +92,8 @@ def draw(session: Session) -> list[Run]:
                 col.altair_chart(timeline_chart(run.history, switch_label("batching", mode)),
                                  width="stretch")
         compare_row("batching", MODES, runs, ("seats_busy", "tokens_per_s"))
+    with st.expander(t("alts.header")):
+        draw_inspector(runs[MODES.index(s.batching)])
     return runs
 
 

@@ -1,8 +1,10 @@
 """Leak 3, one pass over the weights buys one token: speculative decoding, token by token.
 
 Live: per request a strip per step (drafted tokens accepted in green, rejected in red, the
-target's own correction or bonus in blue); pick a drafted token to see p_target, p_draft
-and min(1, p_target / p_draft); acceptance rate, mean accepted length, tokens per target
+target's own correction or bonus in blue; each token's tooltip names the target's likeliest
+tokens there); pick a drafted token to see p_target, p_draft, min(1, p_target / p_draft) and
+the token inspector (what the draft had to match, and the row the target's own token came
+from); acceptance rate, mean accepted length, tokens per target
 pass and the measured speedup against the same engine without speculation, stepped
 together. When the sidebar's speculation is off the page speculates with n-gram anyway.
 
@@ -22,6 +24,7 @@ import pandas as pd  # noqa: E402
 import streamlit as st  # noqa: E402
 
 from app.classplan import page_variants  # noqa: E402
+from app.components.alternatives import alternatives_html  # noqa: E402
 from app.components.charts import (  # noqa: E402
     adaptive_k_chart,
     forward_cost_chart,
@@ -91,6 +94,31 @@ def draw_token_math(run: Run, rid: str) -> None:
         st.caption(t("spec.discarded_note"))
     if run.settings.temperature == 0:
         st.caption(t("spec.greedy_note"))
+    draw_alternatives(run, rid, tok)
+
+
+def draw_alternatives(run: Run, rid: str, tok: dict) -> None:
+    """The token inspector: what the picked drafted token had to match (the target's most
+    likely tokens at its position) and the row of the token the target emitted after it."""
+    rec = next((r for step, r in records_for(run.history, rid) if step == tok["step"]), None)
+    if rec is None:
+        return
+    if tok["verdict"] != "discarded":
+        if not tok.get("top"):
+            st.caption(t("alts.not_recorded"))
+            return
+        st.caption(t("spec.alts_caption"))
+        st.html(alternatives_html(tok["top"], tok["token_id"], tok["text"], tok["p_target"],
+                                  mark=t("alts.mark.drafted"), rest=t("alts.rest")))
+    if not rec.get("next_top"):
+        return
+    kind = rec["next_kind"]
+    st.caption(t("spec.next_alts", text=rec["next_text"].replace("\n", "↵"),
+                 kind=t(f"spec.kind.{kind}")))
+    st.html(alternatives_html(rec["next_top"], rec["next_token_id"], rec["next_text"],
+                              rec.get("next_p"), mark=t("alts.mark.emitted"), rest=t("alts.rest")))
+    if kind == "correction" and run.settings.temperature > 0:
+        st.caption(t("spec.residual_note"))
 
 
 def draw_adaptive_k(run: Run) -> None:

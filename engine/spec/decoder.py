@@ -34,7 +34,9 @@ of its own).
 The records: for sampling requests p_target / p_draft are the probabilities the decision
 used. For greedy requests the decision is argmax matching (accept_prob 1 or 0); p_target
 and p_draft show each model's plain softmax (temperature 1) confidence in the token, and
-p_draft is 1.0 for an n-gram draft.
+p_draft is 1.0 for an n-gram draft. Each checked drafted token and the token after the
+accepted prefix also carry the target's TOP_ALTERNATIVES most likely tokens from that same
+row (`top`, `next_top`; for the next token also its own probability there, `next_p`).
 """
 
 from __future__ import annotations
@@ -49,7 +51,17 @@ from engine.spec.adaptive import SpecLength
 from engine.spec.draft import DraftProposer, Proposal
 from engine.spec.eagle import EagleProposer
 from engine.spec.ngram import NgramProposer
-from engine.spec.rejection import SpecDecision, greedy_decision, rejection_sample
+from engine.spec.rejection import (
+    Alternative,
+    SpecDecision,
+    greedy_decision,
+    rejection_sample,
+    top_of,
+)
+
+# the target's most likely tokens recorded per checked position: enough to see what a draft
+# had to match, few enough that a report stays small
+TOP_ALTERNATIVES = 3
 
 
 class SpecDecoder:
@@ -181,25 +193,45 @@ class SpecDecoder:
         p_draft_x = prop.p_draft_x[:k] if prop is not None else [None] * k
         sp = req.sampling
         if sp.greedy:
-            shown = torch.softmax(logits, dim=-1)  # [k + 1, V], for the record only
-            decision = greedy_decision(draft, logits.argmax(dim=-1), p_target=shown)
+            p_target = torch.softmax(logits, dim=-1)  # [k + 1, V], for the record only
+            decision = greedy_decision(draft, logits.argmax(dim=-1), p_target=p_target)
         else:
             p_target = probabilities(logits, sp)  # [k + 1, V]
             p_draft = None  # n-gram: a one-hot on each drafted token
             if prop is not None and prop.p_draft is not None:
                 p_draft = prop.p_draft[:k]  # [k, V]
             decision = rejection_sample(draft, p_target, p_draft, req.generator)
+        self._record_alternatives(decision, p_target)
         self.engine.metrics.on_verify(k, decision.num_accepted)
         asked = self._asked.pop(req.request_id, None)
         if self.length is not None and asked is not None:
             self.length.observe_request(asked, k, decision.num_accepted)
-        tok = self.engine.tokenizer
+        texts: dict[int, str] = {}  # each id decoded once
+
+        def text(token_id: int) -> str:
+            if token_id not in texts:
+                texts[token_id] = self.engine.tokenizer.decode([token_id])
+            return texts[token_id]
+
         for d, p_x in zip(decision.drafted, p_draft_x):
-            d.text = tok.decode([d.token_id])
+            d.text = text(d.token_id)
             if d.p_draft is None:
                 d.p_draft = p_x  # greedy: the draft model's own confidence, for the record
+        for alt in [a for d in decision.drafted for a in d.top] + decision.next_top:
+            alt.text = text(alt.token_id)
         decision.request_id = req.request_id
         decision.source = prop.source if prop is not None else ""
-        decision.next_text = tok.decode([decision.next_token_id])
+        decision.next_text = text(decision.next_token_id)
         return decision.emitted_tokens, decision
+
+    @staticmethod
+    def _record_alternatives(decision: SpecDecision, p_target: torch.Tensor) -> None:
+        """From the rows the record's p_target came from ([k + 1, V]): the top tokens of each
+        checked position (rows 0..num_accepted) and the next token's row (num_accepted)."""
+        n = decision.num_accepted
+        top = top_of(p_target[:n + 1], TOP_ALTERNATIVES)
+        for d, alts in zip(decision.drafted, top):  # the drafted tokens that were checked
+            d.top = [Alternative(i, p) for i, p in alts]
+        decision.next_top = [Alternative(i, p) for i, p in top[n]]
+        decision.next_p = float(p_target[n, decision.next_token_id])
 

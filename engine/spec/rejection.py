@@ -30,13 +30,22 @@ temperature, top-k, top-p): losslessness is with respect to exactly those.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 from torch import Tensor
 
 CORRECTION = "correction"  # the first drafted token was rejected; this replaces it
 BONUS = "bonus"  # every drafted token was accepted; this one comes free from p_target[k]
+
+
+@dataclass
+class Alternative:
+    """One of the target's most likely tokens at a position, from the row the verifier read."""
+
+    token_id: int
+    p: float  # its probability in that row
+    text: str = ""  # the token decoded on its own (filled in by the engine)
 
 
 @dataclass
@@ -49,6 +58,9 @@ class DraftToken:
     accept_prob: float | None  # min(1, p_target / p_draft); greedy: 1 or 0; None: not checked
     accepted: bool  # kept in the output
     text: str = ""  # the token decoded on its own (filled in by the engine)
+    # what the draft had to match: the target's most likely tokens at this position, most
+    # likely first, from the same row as p_target; only for checked tokens (engine-filled)
+    top: list[Alternative] = field(default_factory=list)
 
     @property
     def checked(self) -> bool:
@@ -67,6 +79,11 @@ class SpecDecision:
     request_id: str = ""  # filled in by the engine, with the texts
     next_text: str = ""
     source: str = ""  # filled in by the engine: "lookup" (n-gram) or "model" drafted it
+    # the target's row after the accepted prefix (row num_accepted): the next token's
+    # probability there and its most likely tokens. A correction is drawn from the residual
+    # max(0, p_target - p_draft), not from this row, so next_p may be small.
+    next_p: float | None = None
+    next_top: list[Alternative] = field(default_factory=list)
 
     @property
     def num_drafted(self) -> int:
@@ -208,6 +225,15 @@ def rejection_sample(
         next_token_id=int(next_token_t[0]),
         next_kind=BONUS if num_accepted == k else CORRECTION,
     )
+
+
+def top_of(p: Tensor, n: int) -> list[list[tuple[int, float]]]:
+    """The n most likely (token id, probability) of each row of p [rows, V], most likely
+    first; one topk on the rows and one copy back."""
+    if p.shape[0] == 0 or n <= 0:
+        return [[] for _ in range(p.shape[0])]
+    vals, ids = p.float().topk(min(n, p.shape[-1]), dim=-1)
+    return [list(zip(i, v)) for i, v in zip(ids.tolist(), vals.tolist())]
 
 
 def _probs_of(p: Tensor, tokens: list[int]) -> list[float]:

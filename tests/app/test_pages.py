@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import pathlib
 import sys
+from html import escape as html_escape
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -170,6 +171,55 @@ def test_speculation_page_shows_strips_and_the_acceptance_math():
     step(at, 3)
     shown = html(at).count('class="sl-strip"')
     assert shown == 1 + min(20, len(records_for(run.history, rid)))
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_speculation_page_inspects_what_a_draft_had_to_match(lang):
+    """The token inspector: a checked drafted token's alternatives (the target's top 3 from
+    the verifier's row, the drafted token outlined) and the row of the target's own token,
+    in the page's language; the strips' tooltips name the same alternatives."""
+    from app.components.spec_strip import drafted_tokens
+    from app.i18n import STRINGS
+
+    at = goto(start(lang), "speculation")
+    step(at, 10)
+    run = session(at).run(session(at).settings.with_(spec="ngram"))
+    rid = at.selectbox(key="spec_request").value
+    tokens = drafted_tokens(run.history, rid)
+    checked = [i for i, tok in enumerate(tokens) if tok["verdict"] != "discarded"]
+    if not checked:
+        pytest.skip("no draft verified in 10 steps on this workload")
+    at.selectbox(key=f"spec_token_{rid}").set_value(checked[-1]).run()
+    tok = tokens[checked[-1]]
+    page = html(at)
+    assert page.count('class="sl-alts"') == 2, "the drafted token's row and the target's own"
+    assert page.count('class="sl-tok sl-chosen"') == 2
+    assert STRINGS["alts.mark.drafted"][lang] in page
+    assert STRINGS["alts.mark.emitted"][lang] in page
+    captions = " ".join(c.value for c in at.caption)
+    assert STRINGS["spec.alts_caption"][lang][:12] in captions
+    tip = html_escape(STRINGS["spec.tip.top"][lang].split("{")[0])
+    assert tip in page, "the strips' tooltips name the target's alternatives"
+    assert len(tok["top"]) == 3
+
+
+def test_batching_page_inspects_the_samplers_choice():
+    """The app's runs ask for 3 alternatives when not speculating: the inspector shows a
+    request's latest token, the sampler's choice outlined among the model's top 3."""
+    from app.i18n import STRINGS
+
+    at = goto(start(), "batching")
+    assert STRINGS["alts.wait"]["en"] in " ".join(c.value for c in at.caption)
+    step(at, 4)
+    page = html(at)
+    assert page.count('class="sl-alts"') == 1 and "← the sampler&#x27;s choice" in page
+    rid = at.selectbox(key="alts_request").value
+    s = session(at)
+    run = s.runs[s.settings.with_(batching=s.settings.batching)]
+    em = [e for rep in run.history for e in rep["emitted"] if e["request_id"] == rid]
+    assert em and all(len(e["logprobs"][0][1]) == 3 for e in em)
+    # greedy (the sidebar's temperature 0): the sampler's choice is the model's top token
+    assert all(e["token_ids"][0] == e["logprobs"][0][1][0][0] for e in em)
 
 
 def test_switching_language_changes_the_text():
