@@ -496,7 +496,9 @@ def main(argv: list[str] | None = None) -> int:
                                       log_dir / "engine-serve.log", server_env(env),
                                       args.startup_timeout)
         print("engine.serve: batch-1 decode, then the workload ...", flush=True)
-        engine_http = measure_server(engine_server, wl.items, extra_body=extra, **kw)
+        # the peer's own fields (llama-server's cache_prompt) are for the peer alone: the
+        # engine refuses a field it does not know, as it must
+        engine_http = measure_server(engine_server, wl.items, **kw)
         print(f"  {engine_http['decode_b1']['tok_per_s']:.1f} tok/s at batch 1; "
               f"{engine_http['workload']['output_tok_per_s']:.1f} output tok/s", flush=True)
 

@@ -234,6 +234,24 @@ def test_the_peer_alone_writes_its_json_and_the_table_keeps_empty_columns(
     assert data["kernel_paths"]["peer"]["backends"] == {"CPU": {"FAKE": "1"}}
 
 
+@pytest.mark.slow
+def test_the_engine_and_the_peer_side_by_side_each_get_only_their_own_fields(
+        fake_binary, tmp_path):
+    """The peer's extra field (llama-server's `cache_prompt`) goes to the peer alone: the
+    engine's server refuses fields it does not know, so sending it there fails the run."""
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    out = tmp_path / "peer.json"
+    rc = peer.main(["--peer-binary", fake_binary, "--model-file", str(model), "--quick",
+                    "--skip-offline", "--seats", "4", "--max-model-len", "256", "--rounds", "1",
+                    "--log-dir", str(tmp_path / "logs"), "--out", str(out)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    engine = data["results"]["engine_http"]
+    assert engine["workload"]["ok"] == engine["workload"]["users"] == 8, engine["workload"]
+    assert data["ratios"]["output_tok_per_s_engine_over_peer"] is not None
+
+
 # llama.cpp's line as common_params_get_system_info and llama_print_system_info write it:
 # "system_info: n_threads = T (n_threads_batch = B) / hardware threads | " then, per backend
 # that lists features, "NAME : FEATURE = VALUE | " for each feature (ggml-cpu's names)
