@@ -408,7 +408,9 @@ STRINGS: dict[str, dict[str, str]] = {
                           "en": "the target's own token (correction / bonus)"},
     "spec.tip.top": {"zh": "目标模型在这里最可能的：{alts}", "en": "target's most likely here: {alts}"},
     "spec.tip.pq": {"zh": "p_target {p} · p_draft {q}", "en": "p_target {p} · p_draft {q}"},
-    "spec.tip.accept": {"zh": "接受概率 {a}", "en": "chance of acceptance {a}"},
+    "spec.tip.accept": {"zh": "接受概率 {a}（贪心：是目标模型的首选就收下；采样：min(1, p_target ÷ p_draft)）",
+                        "en": "chance of acceptance {a} (greedy: kept if it is the target's top "
+                              "token; sampled: min(1, p_target ÷ p_draft))"},
     "spec.tip.p": {"zh": "它在目标模型这一行的概率：{p}", "en": "its probability in the target's row: {p}"},
     "spec.alts_caption": {
         "zh": "草稿要对上的：目标模型在这个位置最可能的几个 token，取自验证器读的同一行"

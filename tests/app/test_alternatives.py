@@ -63,7 +63,9 @@ def test_strip_tooltips_show_the_targets_alternatives_and_the_rule():
     assert len(tips) == 5, "four drafted tokens and the target's own"
     assert tips[0].splitlines() == [
         "#1 accepted", "target's most likely here: «␣the» 62% · «␣a» 21% · "
-        f"«{EVIL}» 5.0%", "p_target 62% · p_draft 100%", "chance of acceptance 62%"]
+        f"«{EVIL}» 5.0%", "p_target 62% · p_draft 100%",
+        "chance of acceptance 62% (greedy: kept if it is the target's top token; sampled: "
+        "min(1, p_target ÷ p_draft))"]
     assert "chance of acceptance 71%" in tips[1]
     assert tips[2].startswith("#3 rejected") and "«␣cat» 40%" in tips[2]
     assert tips[3] == "#4 discarded after a rejection", "never checked: no numbers"
