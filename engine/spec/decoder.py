@@ -69,6 +69,9 @@ class SpecDecoder:
         self.engine = engine
         self.config = spec_config
         self.k = spec_config.num_speculative_tokens
+        # token id -> its text decoded alone, for the records: each verify names up to
+        # (k + 1) * (TOP_ALTERNATIVES + 1) tokens, mostly the same few; bounded by the vocabulary
+        self._texts: dict[int, str] = {}
         # prompt lookup: the method itself, or in front of the model (prompt_lookup_first)
         self.ngram = (NgramProposer(spec_config) if spec_config.method == "ngram"
                       or spec_config.prompt_lookup_first else None)
@@ -206,13 +209,7 @@ class SpecDecoder:
         asked = self._asked.pop(req.request_id, None)
         if self.length is not None and asked is not None:
             self.length.observe_request(asked, k, decision.num_accepted)
-        texts: dict[int, str] = {}  # each id decoded once
-
-        def text(token_id: int) -> str:
-            if token_id not in texts:
-                texts[token_id] = self.engine.tokenizer.decode([token_id])
-            return texts[token_id]
-
+        text = self._text
         for d, p_x in zip(decision.drafted, p_draft_x):
             d.text = text(d.token_id)
             if d.p_draft is None:
@@ -223,6 +220,12 @@ class SpecDecoder:
         decision.source = prop.source if prop is not None else ""
         decision.next_text = text(decision.next_token_id)
         return decision.emitted_tokens, decision
+
+    def _text(self, token_id: int) -> str:
+        hit = self._texts.get(token_id)
+        if hit is None:
+            hit = self._texts[token_id] = self.engine.tokenizer.decode([token_id])
+        return hit
 
     @staticmethod
     def _record_alternatives(decision: SpecDecision, p_target: torch.Tensor) -> None:
