@@ -227,6 +227,9 @@ def running_server(engine, settings=None, start_timeout: float = 30.0, **server_
         server.should_exit = True
         thread.join(30)
         assert not thread.is_alive(), "the test server did not stop"
+        # a stopped server leaves its engine empty: the next server on it starts clean
+        eng = app.state.loop.engine
+        assert not eng.requests and not eng.groups, list(eng.requests)
 
 
 @pytest.fixture(scope="session")

@@ -306,9 +306,12 @@ class EngineLoop:
                 log.error("engine loop error:\n%s", traceback.format_exc())
                 self._fail_all(APIError(500, "internal error in the server's engine loop",
                                         "server_error"))
-        for t in [*self.tickets.values(), *self.held]:  # shutting down: nobody is left waiting
-            self._deliver(t, Delta(error=APIError(503, "the server is shutting down",
-                                                  "server_error")))
+        # shutting down: nobody is left waiting, and the engine is left empty (its requests
+        # aborted and forgotten, their blocks free) for whoever uses it next
+        bye = APIError(503, "the server is shutting down", "server_error")
+        self._fail_all(bye)
+        for t in self.held:
+            self._deliver(t, Delta(error=bye))
 
     def _iteration(self) -> None:
         # an abort alone is work too: the next step's report lists it, for the viewers
@@ -524,7 +527,11 @@ class EngineLoop:
             rid, idx = self._owner(sid)
             t = self.tickets.get(rid)
             req = eng.requests.get(sid)
-            if t is None or req is None:
+            if req is None:
+                continue
+            if t is None:  # nobody waits for it (its ticket is gone): drop its record
+                with contextlib.suppress(ValueError):  # unless a sample of it still runs
+                    eng.forget(rid)
                 continue
             d = out.setdefault((rid, idx), Delta(index=idx, step=report.step))
             d.finish_reason = req.finish_reason

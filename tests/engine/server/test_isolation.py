@@ -261,6 +261,10 @@ def test_shutdown_with_a_step_viewer_open_ends_within_a_bound(engine):
     assert not thread.is_alive(), "shutdown never completed"
     assert viewer_ended.wait(5)
     assert took < 2.0 + 5.0, took  # the drain bound plus the stop of the loop
+    # the answer cut by the shutdown left nothing behind in the engine (the next server on it
+    # would otherwise step a request nobody owns)
+    assert not engine.requests and not engine.groups
+    assert engine.allocator.num_free_blocks == engine.allocator.num_blocks
     print(f"shutdown took {took:.2f} s with a viewer and an answer open")
 
 
