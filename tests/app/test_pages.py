@@ -631,3 +631,27 @@ def test_paging_page_draws_parallel_samples_sharing_then_copying_their_blocks():
     lines = "\n".join(m.value for m in at.markdown)
     assert "r0" in lines and "r0#0, r0#1" in lines, lines[-800:]
     assert paged.names["r0#1"].endswith("#1")
+
+
+def test_a_discarded_drafted_token_shows_no_acceptance_numbers():
+    """A drafted token after a rejection was never examined: the token math shows dashes and
+    says why, not a p_target and an acceptance chance nobody computed."""
+    from app.components.spec_strip import drafted_tokens, spec_requests
+    from app.i18n import STRINGS
+
+    at = goto(start(), "speculation")
+    step(at, 12)
+    run = session(at).run(session(at).settings.with_(spec="ngram"))
+    for rid in spec_requests(run.history):
+        tokens = drafted_tokens(run.history, rid)
+        gone = [i for i, tok in enumerate(tokens) if tok["verdict"] == "discarded"]
+        if gone:
+            break
+    else:
+        pytest.skip("no drafted token was discarded in 12 steps on this workload")
+    at.selectbox(key="spec_request").set_value(rid).run()
+    at.selectbox(key=f"spec_token_{rid}").set_value(gone[0]).run()
+    values = {m.label: m.value for m in at.metric}
+    assert values["p_target"] == values["p_draft"] == "—"
+    assert values["min(1, p_target / p_draft)"] == "—"
+    assert STRINGS["spec.discarded_note"]["en"] in " ".join(c.value for c in at.caption)
