@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from tests.app.test_browser import ROOT, Tab, browser, server  # noqa: F401
+from tests.app.test_classroom_browser import stop_class_server
 
 SHOTS = pathlib.Path(os.environ.get("SERVELAB_SCREENSHOTS", ROOT / "build" / "screenshots"))
 PHONE = {"width": 390, "height": 844}
@@ -189,12 +190,4 @@ def test_five_phones_keep_their_answers_through_two_switch_flips(browser, server
         finally:
             for ctx in opened:
                 ctx.close()
-            try:
-                stop = page.get_by_role("button", name="Stop the class server")
-                if stop.count():
-                    stop.click(force=True, timeout=60_000)
-                    page.get_by_role("button", name="Start the class server").wait_for(
-                        timeout=120_000)
-            except Exception:
-                if passed:
-                    raise
+            stop_class_server(page, passed)

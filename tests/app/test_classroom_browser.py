@@ -132,16 +132,19 @@ def test_a_class_in_the_browser_with_screenshots(browser, server):  # noqa: F811
         finally:
             for ctx in opened:
                 ctx.close()
-            # The live view redraws the page every half second, so on a loaded host the Stop
-            # button may never hold still for playwright's stability wait (it once timed out
-            # for 180 s in CI after every check had passed): click it without that wait. And
-            # a failed cleanup must not hide the failure that brought us here.
-            try:
-                stop = page.get_by_role("button", name="Stop the class server")
-                if stop.count():
-                    stop.click(force=True, timeout=60_000)
-                    page.get_by_role("button", name="Start the class server").wait_for(
-                        timeout=120_000)
-            except Exception:
-                if passed:
-                    raise
+            stop_class_server(page, passed)
+
+
+def stop_class_server(page, passed: bool) -> None:
+    """The teacher stops the class server a test started. The live view redraws the page every
+    half second, so on a loaded host the Stop button may never hold still for playwright's
+    stability wait (it once timed out for 180 s in CI after every check had passed): click it
+    without that wait. A failed cleanup must not hide the failure that brought us here."""
+    try:
+        stop = page.get_by_role("button", name="Stop the class server")
+        if stop.count():
+            stop.click(force=True, timeout=60_000)
+            page.get_by_role("button", name="Start the class server").wait_for(timeout=120_000)
+    except Exception:
+        if passed:
+            raise
