@@ -126,6 +126,29 @@ def system_info(log: str) -> str | None:
     return None
 
 
+def probe_system_info(binary: str, gguf: str, threads: int, log_path: Path,
+                      env: dict[str, str] | None = None, timeout_s: float = 60.0) -> str | None:
+    """llama.cpp's system info line from a short start of its own, for builds that write it
+    only at trace verbosity (b11434: `common_params_print_info`, `-lv 4`); a whole serving
+    run at that verbosity would log every token. The server starts with `-lv 4` on a free
+    port and is stopped by its pid as soon as the line is in its log (or after timeout_s);
+    None if the line never came."""
+    cmd = [binary, "-m", gguf, "--host", "127.0.0.1", "--port", str(free_port()),
+           "-t", str(threads), "-lv", "4"]
+    probe = ServerProcess("system info probe", cmd, int(cmd[cmd.index("--port") + 1]),
+                          log_path, env)
+    probe.launch()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while (info := system_info(probe.log_text())) is None:
+            if probe.proc.poll() is not None or time.monotonic() > deadline:
+                return system_info(probe.log_text())
+            time.sleep(0.1)
+        return info
+    finally:
+        probe.stop()
+
+
 _THREADS = re.compile(r"n_threads\s*=\s*(\d+)(?:\s*\(n_threads_batch\s*=\s*(\d+)\))?"
                       r"(?:\s*/\s*(\d+))?")
 
@@ -190,15 +213,19 @@ class ServerProcess:
     def start(self) -> None:
         """Start it and wait until GET /health answers 200 (llama-server answers 503 while it
         loads the model); RuntimeError with its log's end if it exits or the time runs out."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log:  # a file, not a pipe: a full pipe blocks it
-            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=self.env, cwd=ROOT)
+        self.launch()
         try:
             self._wait_ready(self.startup_timeout_s)
         except BaseException:
             self.stop()
             raise
+
+    def launch(self) -> None:
+        """Start it, its output going to its log (a file, not a pipe: a full pipe blocks it)."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=self.env, cwd=ROOT)
 
     def _wait_ready(self, timeout_s: float) -> None:
         import httpx
@@ -513,6 +540,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.peer}: batch-1 decode, then the workload ...", flush=True)
     peer = measure_server(peer_server, wl.items, extra_body=extra, **kw)
     peer["version"] = version
+    if "system_info" not in peer and args.peer == "llama-server":
+        info = probe_system_info(binary, str(gguf), threads, log_dir / "system-info-probe.log",
+                                 peer_env)
+        if info is not None:
+            peer["system_info"], peer["system_info_from"] = info, "a start with -lv 4"
     print(f"  {peer['decode_b1']['tok_per_s']:.1f} tok/s at batch 1; "
           f"{peer['workload']['output_tok_per_s']:.1f} output tok/s", flush=True)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.heavy  # starts peer servers as child processes
 ROOT = Path(__file__).resolve().parents[2]
 
 FAKE_LLAMA_SERVER = r'''
-import json, sys, time
+import json, os, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 args = sys.argv[1:]
@@ -43,7 +44,11 @@ if "--fail-at-start" in args:
     sys.exit(3)
 port = int(args[args.index("--port") + 1])
 print(json.dumps({"argv": args}), flush=True)
-print("system_info: n_threads = " + args[args.index("-t") + 1] + " | FAKE = 1 |", flush=True)
+# FAKE_INFO_AT_TRACE: as llama.cpp b11434, the line only at trace verbosity (-lv 4)
+trace = "-lv" in args and args[args.index("-lv") + 1] == "4"
+if not os.environ.get("FAKE_INFO_AT_TRACE") or trace:
+    print("system_info: n_threads = " + args[args.index("-t") + 1] + " | FAKE = 1 |",
+          flush=True)
 health_calls = 0
 
 
@@ -232,6 +237,30 @@ def test_the_peer_alone_writes_its_json_and_the_table_keeps_empty_columns(
     assert data["kernel_paths"]["engine"]["describe"] == data["plan"]["describe"]
     assert data["kernel_paths"]["peer"]["system_info"] == "n_threads = 2 | FAKE = 1 |"
     assert data["kernel_paths"]["peer"]["backends"] == {"CPU": {"FAKE": "1"}}
+
+
+def test_a_peer_that_writes_its_system_info_only_at_trace_level_is_probed(
+        fake_binary, tmp_path, monkeypatch):
+    """llama.cpp b11434 writes its system info line only with -lv 4: the serving run's log has
+    none, so a short start of its own with -lv 4 reads it, and that start is stopped."""
+    monkeypatch.setenv("FAKE_INFO_AT_TRACE", "1")
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    out, logs = tmp_path / "peer.json", tmp_path / "logs"
+    rc = peer.main(["--peer-binary", fake_binary, "--model-file", str(model), "--quick",
+                    "--skip-engine", "--skip-offline", "--seats", "4", "--max-model-len", "256",
+                    "--threads", "2", "--log-dir", str(logs), "--out", str(out)])
+    assert rc == 0
+    assert "system_info" not in (logs / "llama-server.log").read_text(), "served quietly"
+    data = json.loads(out.read_text())
+    assert data["results"]["peer_http"]["system_info_from"] == "a start with -lv 4"
+    assert data["kernel_paths"]["peer"]["system_info"] == "n_threads = 2 | FAKE = 1 |"
+    argv = json.loads((logs / "system-info-probe.log").read_text().splitlines()[0])["argv"]
+    assert argv[argv.index("-lv") + 1] == "4" and argv[argv.index("-m") + 1] == str(model)
+    # the probe is gone: nothing listens on its port any more
+    port = int(argv[argv.index("--port") + 1])
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0
 
 
 @pytest.mark.slow
