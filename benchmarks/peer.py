@@ -14,11 +14,13 @@ the same file, the same prompts and the same token counts:
    streamed, greedy `temperature=0`, `ignore_eos`, `cache_prompt=false` so llama.cpp recomputes
    each prompt as the engine does without prefix caching):
    - batch-1 decode: one long answer at a time; tok/s = 1 / TPOT (time per output token after
-     the first, measured at the client), the best of a few rounds;
+     the first, measured at the client), the best of the turns;
    - the long-tail workload (`benchmarks/workloads.py`, all requests at once, `seats` of them
      running together): output tokens per wall second, TTFT, and output tokens per CPU second
      of the server process (`/proc/<pid>/stat`), a figure other jobs on a shared machine move
-     less than the wall clock.
+     less than the wall clock; the turn with the median output tok/s.
+   The two servers take turns (`--rounds` each, the order flipping every round, a fresh start
+   each turn), so a slow spell of a shared machine falls on both alike.
 3. The engine offline in this process (`benchmarks.common.decode_rate` and `run_engine`, the
    same configuration): what the HTTP layer costs.
 
@@ -40,6 +42,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -318,6 +321,43 @@ def measure_server(server: ServerProcess, workload_items: list[WorkItem], decode
     return out
 
 
+def measure_in_turns(sides: list[tuple[str, Callable[[], ServerProcess], dict | None]],
+                     workload_items: list[WorkItem], decode_tokens: int, rounds: int, seats: int,
+                     timeout_s: float) -> dict[str, dict]:
+    """Each side's server `rounds` times, in turns whose order flips every round (A B, B A,
+    A B, ...), each turn a fresh start (`measure_server`: warm-up, one batch-1 answer, the
+    workload): a slow spell of a shared machine falls on both sides alike, where one side's
+    runs after the other's had moved the peer's batch-1 figure from 107 to 130 tok/s between
+    runs. A server is never left idle beside the one measured: llama-server's OpenMP threads
+    under ACTIVE spin while idle. `sides`: (name, a new ServerProcess, its extra body)."""
+    turns: dict[str, list[dict]] = {name: [] for name, _, _ in sides}
+    for r in range(rounds):
+        for name, make, extra in (sides if r % 2 == 0 else sides[::-1]):
+            res = measure_server(make(), workload_items, decode_tokens, rounds=1, seats=seats,
+                                 timeout_s=timeout_s, extra_body=extra)
+            turns[name].append(res)
+            print(f"  turn {r + 1}, {name}: {res['decode_b1']['tok_per_s']:.1f} tok/s at batch "
+                  f"1; {res['workload']['output_tok_per_s']:.1f} output tok/s", flush=True)
+    return {name: merge_turns(ts) for name, ts in turns.items()}
+
+
+def merge_turns(turns: list[dict]) -> dict:
+    """One side's turns as one result: batch 1 the best turn (as one server's best round);
+    the workload, its CPU seconds and its log's facts from the turn with the median output
+    tok/s (the lower middle of an even count); every turn's figures under `turns`."""
+    rates = [t["decode_b1"]["tok_per_s"] for t in turns]
+    mid = sorted(turns, key=lambda t: t["workload"]["output_tok_per_s"])[(len(turns) - 1) // 2]
+    out = dict(mid)
+    out["decode_b1"] = {**mid["decode_b1"], "tok_per_s": max(rates), "rounds_tok_per_s": rates}
+    out["turns"] = [{"decode_b1_tok_per_s": t["decode_b1"]["tok_per_s"],
+                     "output_tok_per_s": t["workload"]["output_tok_per_s"],
+                     "server_cpu_s": t["server_cpu_s"]} for t in turns]
+    info = next((t["system_info"] for t in turns if "system_info" in t), None)
+    if info is not None:
+        out["system_info"] = info
+    return out
+
+
 def measure_offline(config_dict: dict, workload, decode_tokens: int, threads: int) -> dict:
     """The same engine configuration in this process: batch-1 decode and the workload."""
     import torch
@@ -444,7 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--max-model-len", type=int, default=512, help="per request = llama-server -c / -np")
     a("--block-size", type=int, default=16)
     a("--decode-tokens", type=int, default=128, help="output tokens of the batch-1 request")
-    a("--rounds", type=int, default=3, help="batch-1 requests per server (the best counts)")
+    a("--rounds", type=int, default=3,
+      help="turns of each server, alternating (batch 1: the best; the workload: the median)")
     a("--threads", type=int, default=None, help="both servers' threads (default: the cores)")
     a("--dtype", default="auto")
     a("--device", default="cpu", help="the peer runs on the CPU, so the engine does too")
@@ -510,43 +551,39 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = Path(args.log_dir)
     load_before = os.getloadavg()
     t0 = time.perf_counter()
-    kw = dict(decode_tokens=args.decode_tokens, rounds=args.rounds, seats=args.seats,
-              timeout_s=args.timeout)
-    extra = PEER_EXTRA_BODY.get(args.peer)
+    from engine.threads import server_env
 
-    engine_http = None
-    if not args.skip_engine:
-        from engine.threads import server_env
-
+    def engine_server() -> ServerProcess:
         port = free_port()
-        engine_server = ServerProcess("engine.serve", engine_server_command(config, port), port,
-                                      log_dir / "engine-serve.log", server_env(env),
-                                      args.startup_timeout)
-        print("engine.serve: batch-1 decode, then the workload ...", flush=True)
-        # the peer's own fields (llama-server's cache_prompt) are for the peer alone: the
-        # engine refuses a field it does not know, as it must
-        engine_http = measure_server(engine_server, wl.items, **kw)
-        print(f"  {engine_http['decode_b1']['tok_per_s']:.1f} tok/s at batch 1; "
-              f"{engine_http['workload']['output_tok_per_s']:.1f} output tok/s", flush=True)
+        return ServerProcess("engine.serve", engine_server_command(config, port), port,
+                             log_dir / "engine-serve.log", server_env(env), args.startup_timeout)
 
-    port = free_port()
-    cmd = llama_server_command(binary, str(gguf), port, args.seats, args.max_model_len,
-                               threads, args.peer_arg)
     # llama.cpp's threads (OpenMP too) under the bench's policy without the engine's spin
     # count: ACTIVE alone was at least as fast for it at batch 1 (docs/performance.md)
     peer_env = {k: v for k, v in env.items() if k != "GOMP_SPINCOUNT"}
-    peer_server = ServerProcess(args.peer, cmd, port, log_dir / f"{args.peer}.log", peer_env,
-                                args.startup_timeout)
-    print(f"{args.peer}: batch-1 decode, then the workload ...", flush=True)
-    peer = measure_server(peer_server, wl.items, extra_body=extra, **kw)
+
+    def peer_server() -> ServerProcess:
+        port = free_port()
+        cmd = llama_server_command(binary, str(gguf), port, args.seats, args.max_model_len,
+                                   threads, args.peer_arg)
+        return ServerProcess(args.peer, cmd, port, log_dir / f"{args.peer}.log", peer_env,
+                             args.startup_timeout)
+
+    # the peer's own fields (llama-server's cache_prompt) are for the peer alone: the engine
+    # refuses a field it does not know, as it must
+    sides = ([] if args.skip_engine else [("engine.serve", engine_server, None)]) + [
+        (args.peer, peer_server, PEER_EXTRA_BODY.get(args.peer))]
+    print(f"{args.rounds} turns of each server (a fresh start, a batch-1 answer, the workload), "
+          f"in alternating order ...", flush=True)
+    results = measure_in_turns(sides, wl.items, args.decode_tokens, args.rounds, args.seats,
+                               args.timeout)
+    engine_http, peer = results.get("engine.serve"), results[args.peer]
     peer["version"] = version
     if "system_info" not in peer and args.peer == "llama-server":
         info = probe_system_info(binary, str(gguf), threads, log_dir / "system-info-probe.log",
                                  peer_env)
         if info is not None:
             peer["system_info"], peer["system_info_from"] = info, "a start with -lv 4"
-    print(f"  {peer['decode_b1']['tok_per_s']:.1f} tok/s at batch 1; "
-          f"{peer['workload']['output_tok_per_s']:.1f} output tok/s", flush=True)
 
     offline = None
     if not args.skip_offline:

@@ -207,6 +207,37 @@ def test_measure_a_fake_llama_server_end_to_end(fake_binary, tmp_path):
     assert sorted(asked[6:]) == sorted(it.max_tokens for it in items)
 
 
+def test_servers_take_turns_in_alternating_order_each_a_fresh_start(fake_binary, tmp_path):
+    """Two servers, three rounds: A B, B A, A B, each turn a new process; batch 1 is the best
+    turn, the workload the median turn, and every turn is kept."""
+    started: list[str] = []
+
+    def side(name: str):
+        def make():
+            started.append(name)
+            port = peer.free_port()
+            cmd = peer.llama_server_command(fake_binary, str(tmp_path / "m.gguf"), port, seats=4,
+                                            max_model_len=256, threads=2)
+            return peer.ServerProcess(name, cmd, port, tmp_path / f"{name}.log",
+                                      startup_timeout_s=30)
+        return name, make, peer.PEER_EXTRA_BODY["llama-server"]
+
+    items = get_workload("longtail", n=4, max_tokens_scale=0.25).items
+    res = peer.measure_in_turns([side("A"), side("B")], items, decode_tokens=8, rounds=3,
+                                seats=4, timeout_s=60)
+    assert started == ["A", "B", "B", "A", "A", "B"]
+    for name in ("A", "B"):
+        r = res[name]
+        turns = r["turns"]
+        assert len(turns) == 3
+        assert r["decode_b1"]["tok_per_s"] == max(t["decode_b1_tok_per_s"] for t in turns)
+        assert r["decode_b1"]["rounds_tok_per_s"] == [t["decode_b1_tok_per_s"] for t in turns]
+        tps = sorted(t["output_tok_per_s"] for t in turns)
+        assert r["workload"]["output_tok_per_s"] == tps[1], "the median turn's workload"
+        assert r["workload"]["exact_tokens"] == len(items)
+        assert r["system_info"] == "n_threads = 2 | FAKE = 1 |"
+
+
 def test_a_server_that_dies_at_start_is_reported_with_its_log(fake_binary, tmp_path):
     port = peer.free_port()
     server = peer.ServerProcess("llama-server", [fake_binary, "--fail-at-start"], port,
