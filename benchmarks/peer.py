@@ -321,20 +321,23 @@ def measure_server(server: ServerProcess, workload_items: list[WorkItem], decode
     return out
 
 
+B1_PER_TURN = 3  # batch-1 answers in each turn (a server's best one is its turn's figure)
+
+
 def measure_in_turns(sides: list[tuple[str, Callable[[], ServerProcess], dict | None]],
                      workload_items: list[WorkItem], decode_tokens: int, rounds: int, seats: int,
                      timeout_s: float) -> dict[str, dict]:
     """Each side's server `rounds` times, in turns whose order flips every round (A B, B A,
-    A B, ...), each turn a fresh start (`measure_server`: warm-up, one batch-1 answer, the
-    workload): a slow spell of a shared machine falls on both sides alike, where one side's
+    A B, ...), each turn a fresh start (`measure_server`: warm-up, B1_PER_TURN batch-1
+    answers, the workload): a slow spell of a shared machine falls on both sides alike, where one side's
     runs after the other's had moved the peer's batch-1 figure from 107 to 130 tok/s between
     runs. A server is never left idle beside the one measured: llama-server's OpenMP threads
     under ACTIVE spin while idle. `sides`: (name, a new ServerProcess, its extra body)."""
     turns: dict[str, list[dict]] = {name: [] for name, _, _ in sides}
     for r in range(rounds):
         for name, make, extra in (sides if r % 2 == 0 else sides[::-1]):
-            res = measure_server(make(), workload_items, decode_tokens, rounds=1, seats=seats,
-                                 timeout_s=timeout_s, extra_body=extra)
+            res = measure_server(make(), workload_items, decode_tokens, rounds=B1_PER_TURN,
+                                 seats=seats, timeout_s=timeout_s, extra_body=extra)
             turns[name].append(res)
             print(f"  turn {r + 1}, {name}: {res['decode_b1']['tok_per_s']:.1f} tok/s at batch "
                   f"1; {res['workload']['output_tok_per_s']:.1f} output tok/s", flush=True)
@@ -345,7 +348,7 @@ def merge_turns(turns: list[dict]) -> dict:
     """One side's turns as one result: batch 1 the best turn (as one server's best round);
     the workload, its CPU seconds and its log's facts from the turn with the median output
     tok/s (the lower middle of an even count); every turn's figures under `turns`."""
-    rates = [t["decode_b1"]["tok_per_s"] for t in turns]
+    rates = [t["decode_b1"]["tok_per_s"] for t in turns]  # each turn's best answer
     mid = sorted(turns, key=lambda t: t["workload"]["output_tok_per_s"])[(len(turns) - 1) // 2]
     out = dict(mid)
     out["decode_b1"] = {**mid["decode_b1"], "tok_per_s": max(rates), "rounds_tok_per_s": rates}
@@ -573,7 +576,8 @@ def main(argv: list[str] | None = None) -> int:
     # refuses a field it does not know, as it must
     sides = ([] if args.skip_engine else [("engine.serve", engine_server, None)]) + [
         (args.peer, peer_server, PEER_EXTRA_BODY.get(args.peer))]
-    print(f"{args.rounds} turns of each server (a fresh start, a batch-1 answer, the workload), "
+    print(f"{args.rounds} turns of each server (a fresh start, {B1_PER_TURN} batch-1 answers, "
+          f"the workload), "
           f"in alternating order ...", flush=True)
     results = measure_in_turns(sides, wl.items, args.decode_tokens, args.rounds, args.seats,
                                args.timeout)
