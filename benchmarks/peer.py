@@ -329,10 +329,10 @@ def measure_in_turns(sides: list[tuple[str, Callable[[], ServerProcess], dict | 
                      timeout_s: float) -> dict[str, dict]:
     """Each side's server `rounds` times, in turns whose order flips every round (A B, B A,
     A B, ...), each turn a fresh start (`measure_server`: warm-up, B1_PER_TURN batch-1
-    answers, the workload): a slow spell of a shared machine falls on both sides alike, where one side's
-    runs after the other's had moved the peer's batch-1 figure from 107 to 130 tok/s between
-    runs. A server is never left idle beside the one measured: llama-server's OpenMP threads
-    under ACTIVE spin while idle. `sides`: (name, a new ServerProcess, its extra body)."""
+    answers, the workload): a slow spell of a shared machine falls on both sides alike,
+    where all of one side's runs before all of the other's let it fall on one side only. A
+    server is never left idle beside the one measured: llama-server's OpenMP threads under
+    ACTIVE spin while idle. `sides`: (name, a new ServerProcess, its extra body)."""
     turns: dict[str, list[dict]] = {name: [] for name, _, _ in sides}
     for r in range(rounds):
         for name, make, extra in (sides if r % 2 == 0 else sides[::-1]):
