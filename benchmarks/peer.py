@@ -497,7 +497,8 @@ def build_parser() -> argparse.ArgumentParser:
       help="any EngineConfig field (VALUE as JSON, or a bare string); repeatable")
     a("--skip-engine", action="store_true", help="measure the peer alone (no engine.serve)")
     a("--skip-offline", action="store_true", help="no offline engine run in this process")
-    a("--quick", action="store_true", help="8 short requests, 32-token batch-1 answers")
+    a("--quick", action="store_true",
+      help="8 short requests, 32-token batch-1 answers, at most 2 turns")
     a("--startup-timeout", type=float, default=300.0, help="seconds to wait for /health")
     a("--timeout", type=float, default=1800.0, help="seconds for one phase's requests")
     a("--log-dir", default="build/peer-logs", help="the servers' logs")
@@ -523,7 +524,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--threads must be >= 1")
     threads = args.threads or cpu_count()
     if args.quick:
-        args.requests, args.decode_tokens, args.rounds = min(args.requests, 8), 32, 2
+        args.requests, args.decode_tokens = min(args.requests, 8), 32
+        args.rounds = min(args.rounds, 2)
     try:
         config = engine_config_dict(args)
         from benchmarks.serve_config import config_from_json
