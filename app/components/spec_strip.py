@@ -249,7 +249,10 @@ def token_label(tok: dict) -> str:
 
 
 def accept_math(tok: dict) -> dict:
-    """p_target, p_draft and the acceptance probability min(1, p_target / p_draft)."""
+    """p_target, p_draft and the acceptance probability min(1, p_target / p_draft); all None
+    for a token after a rejection, which was never examined."""
+    if verdict(tok) == "discarded":
+        return dict.fromkeys(("p_target", "p_draft", "min_ratio", "engine_accept_prob"))
     pt, pd = tok.get("p_target"), tok.get("p_draft")
     ratio = None
     if pt is not None and pd:

@@ -84,9 +84,7 @@ def draw_token_math(run: Run, rid: str) -> None:
     if index is None:
         return
     tok = tokens[index]
-    # a token after a rejection was never examined: no acceptance was computed for it
-    m = accept_math(tok) if tok["verdict"] != "discarded" else dict.fromkeys(
-        ("p_target", "p_draft", "min_ratio"))
+    m = accept_math(tok)
     a, b, c = st.columns(3)
     a.metric("p_target", _fmt(m["p_target"], digits=3), help=t("spec.p_target.help"))
     b.metric("p_draft", _fmt(m["p_draft"], digits=3), help=t("spec.p_draft.help"))
