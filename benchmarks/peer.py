@@ -136,10 +136,10 @@ def probe_system_info(binary: str, gguf: str, threads: int, log_path: Path,
     run at that verbosity would log every token. The server starts with `-lv 4` on a free
     port and is stopped by its pid as soon as the line is in its log (or after timeout_s);
     None if the line never came."""
-    cmd = [binary, "-m", gguf, "--host", "127.0.0.1", "--port", str(free_port()),
+    port = free_port()
+    cmd = [binary, "-m", gguf, "--host", "127.0.0.1", "--port", str(port),
            "-t", str(threads), "-lv", "4"]
-    probe = ServerProcess("system info probe", cmd, int(cmd[cmd.index("--port") + 1]),
-                          log_path, env)
+    probe = ServerProcess("system info probe", cmd, port, log_path, env)
     probe.launch()
     try:
         deadline = time.monotonic() + timeout_s
