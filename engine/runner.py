@@ -65,6 +65,10 @@ class ModelRunner:
         self.keep_hidden = False  # keep the last forward's hidden states (self.hidden)
         self.hidden: torch.Tensor | None = None
         self.copied: list[tuple[int, int]] = []  # the last run's copy-on-write blocks
+        # called once a forward's inputs are laid out, just before the model runs: a server
+        # hands out the previous step's tokens here (engine/server/loop.py), so that its
+        # HTTP thread works while the forward holds no GIL, not while this step prepares
+        self.on_forward = None
 
     def run(self, batch: list[ScheduledRequest]) -> ForwardResult:
         """The scheduler's batch: each request's next num_tokens tokens (drafts included)."""
@@ -108,6 +112,10 @@ class ModelRunner:
             return ForwardResult(logits, rows, prompt_rows, self.hidden, spans)
         return ForwardResult(logits, rows, prompt_rows)
 
+    def _forward_starts(self) -> None:
+        if self.on_forward is not None:
+            self.on_forward()
+
     def forward(self, chunks: list[Chunk]) -> torch.Tensor:
         """One forward over the chunks -> fp32 logits [sum of num_logits, vocab] on the model's
         device, in chunk order (empty [0, 0] if none are wanted)."""
@@ -127,6 +135,7 @@ class ModelRunner:
             tables.append(c.seq.block_table)
             logit_index.extend(range(first_row + n - c.num_logits, first_row + n))
         if self.graphs is not None and self.graphs.fits(query_lens, tables):
+            self._forward_starts()
             hidden, idx = self.graphs.forward(input_ids, positions, slots, tables, logit_index)
             if self.keep_hidden:  # the graph's output buffer is overwritten by the next replay
                 hidden = hidden.clone()
@@ -135,6 +144,7 @@ class ModelRunner:
             meta, (ids, pos, idx) = build_step(
                 query_lens, seq_lens, tables, slots, self.allocator.block_size, self.device,
                 (input_ids, positions, logit_index), self.staging)
+            self._forward_starts()
             hidden = self.model.forward(ids, pos, meta, self.pool.layers, self.backend)
         self.hidden = hidden if self.keep_hidden else None
         if not logit_index:

@@ -9,8 +9,14 @@ cores, would throw that away. So, as in vLLM's engine core, one thread owns the 
   away), `call(fn)` (run fn(engine) here and return its result: tests and admin views).
 - The thread drains every waiting command, steps the engine while it has work, and hands
   each request's new tokens and text to that request's asyncio queue with
-  `loop.call_soon_threadsafe` (one hand-over per request per step). With no work it blocks
-  on the command queue: an idle server uses no CPU.
+  `loop.call_soon_threadsafe` (one wake-up of the HTTP thread per step). With no work it
+  blocks on the command queue: an idle server uses no CPU.
+- When a step's tokens are handed over: as the next step's forward starts (the engine's
+  `runner.on_forward`), or at once when no forward follows (the engine idle, a step with
+  nothing to run, an error or any other hand-over, which keeps every request's order). The
+  HTTP thread then sends them while the forward runs without the GIL. Handed over at the
+  step's end, they woke the HTTP thread just as the next step laid out its inputs in
+  Python, and each side waited for the other's GIL (docs/history/performance.md).
 - Tokenizing the prompt and applying the chat template do NOT happen here: their cost grows
   with the prompt's size, and this thread steps everyone. The handler does them first, on a
   worker thread with its own copy of the tokenizer (`ServerState.prompt_ids`), and the
@@ -252,6 +258,8 @@ class EngineLoop:
         self._aborting: dict[str, dict] = {}
         self.max_step_gap = 0.0  # seconds; see the module's docstring
         self._last_step_end: float | None = None  # None: the engine was idle since
+        # the last step's deltas, handed over as the next forward starts (see the docstring)
+        self._pending: list[tuple[Ticket, Delta]] = []
         self.token_text = TokenText(engine.tokenizer)
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self._stopping = False
@@ -335,6 +343,8 @@ class EngineLoop:
             self._swap_step()
         elif self.engine.has_unfinished() or self._aborting:
             self._step()
+        if not self.engine.has_unfinished():  # no forward follows to hand the tokens over
+            self._hand_over()
 
     # --- changing the engine -----------------------------------------------------------------
     def _restart_event(self, **status) -> None:
@@ -364,6 +374,7 @@ class EngineLoop:
         self.tickets.clear()
         self._aborting.clear()
         self.owners.clear()
+        self._hand_over()  # before the build's seconds
         self._restart_event(phase="building", cut=n_cut, config=_jsonable(sw["config"]))
         old = self.engine
         try:
@@ -383,7 +394,9 @@ class EngineLoop:
             self._add(t)
 
     def _fail_all(self, err: APIError) -> None:
-        """Every request in the engine fails with err and leaves it."""
+        """Every request in the engine fails with err and leaves it (the tokens of the last
+        step are handed over first: those that finished in it get their answers)."""
+        self._hand_over()
         eng = self.engine
         for rid, t in list(self.tickets.items()):
             self._deliver(t, Delta(error=err))
@@ -490,6 +503,7 @@ class EngineLoop:
         start = time.perf_counter()
         if self._last_step_end is not None:
             self.max_step_gap = max(self.max_step_gap, start - self._last_step_end)
+        eng.runner.on_forward = self._hand_over  # (a swap brings a new engine)
         try:
             report = eng.step()
             end = time.perf_counter()
@@ -577,8 +591,9 @@ class EngineLoop:
         if any(t.journey for t in self.tickets.values()) or \
                 any(t.journey for t in finishing.values()):
             self._journeys(report, out, finishing, now)
-        self._deliver_many([(t, d) for (rid, _), d in out.items()
-                            if (t := self.tickets.get(rid) or finishing.get(rid)) is not None])
+        self._hand_over()  # a step that ran no forward
+        self._pending = [(t, d) for (rid, _), d in out.items()
+                         if (t := self.tickets.get(rid) or finishing.get(rid)) is not None]
         if self.hub.watched:
             self.hub.publish(report.step, self._step_json(report))
         if self.recorder is not None:
@@ -669,11 +684,11 @@ class EngineLoop:
         d["owners"] = {rid: self.owners[rid] for rid in named if rid in self.owners}
         return d
 
-    @staticmethod
-    def _deliver_many(pairs: list[tuple[Ticket, Delta]]) -> None:
-        """One step's deltas, handed over with one wake-up per event loop (not one per
+    def _hand_over(self) -> None:
+        """The last step's deltas, handed over with one wake-up per event loop (not one per
         request): with hundreds of streams, each wake-up of the HTTP thread takes the GIL
         from this one."""
+        pairs, self._pending = self._pending, []
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, Delta]]] = {}
         for t, d in pairs:
             by_loop.setdefault(t.aloop, []).append((t.queue, d))
@@ -683,8 +698,9 @@ class EngineLoop:
             except RuntimeError:  # that event loop is gone (server shutting down)
                 pass
 
-    @staticmethod
-    def _deliver(t: Ticket, d: Delta) -> None:
+    def _deliver(self, t: Ticket, d: Delta) -> None:
+        """One delta now, after the tokens still waiting (a request's order holds)."""
+        self._hand_over()
         try:
             t.aloop.call_soon_threadsafe(t.queue.put_nowait, d)
         except RuntimeError:  # the handler's event loop is gone (server shutting down)
