@@ -27,8 +27,8 @@ its bytes, then the rest of the step); `--weights --matmuls-only` runs only that
 `--one-thread` runs it on one thread timed in CPU time (usable on a busy shared machine).
 `--rows` times the same matmuls (every layer's and the lm_head's GGUF weights, fp32 rows, then
 the same weights pack_q8()ed with int8 rows and pack_q16()ed with int16 rows: AVX-512 with and
-without VNNI, AVX2) at
-1 to 32 rows, the sizes of decode batches and verification passes, per instruction set: ms
+without VNNI, AVX2, and "avx512-vnni-amx" where the int16 kernel has AMX int8 tiles, which it
+takes from 11 rows on) at 1 to 32 rows, the sizes of decode batches and verification passes, per instruction set: ms
 for one step's worth and GFLOP/s, where from a few rows on the kernel is bound by its
 multiply-adds and the dequantizing, not by memory.
 
@@ -331,15 +331,18 @@ def bench_gguf_rows(rows=(1, 2, 4, 8, 9, 12, 16, 32), rounds: int = 5,
             matmul(xs[m][k], w, "auto", isa)
 
     isas = [isa for isa in library.supported_isas() if isa != "portable"]  # portable: correctness
-    # (label, activations, isa, VNNI allowed)
-    paths = [(isa, "float", isa, False) for isa in isas]
-    paths += [(isa + ("-vnni" if vnni else ""), act, isa, vnni) for act in ("q8", "q16")
+    # (label, activations, isa, what SERVELAB_CPU_ISA_DISABLE turns off)
+    paths = [(isa, "float", isa, "") for isa in isas]
+    paths += [(isa + ("-vnni" if vnni else ""), act, isa, "amx" if vnni else "vnni,amx")
+              for act in ("q8", "q16")
               for isa, vnni in (("avx512", True), ("avx512", False), ("avx2", False))
               if isa in isas and (library.has_vnni() or not vnni)]
+    if torch.ops.servelab.q16_tiles_from_rows():  # the int16 kernel on AMX tiles, where it runs
+        paths.append(("avx512-vnni-amx", "q16", "avx512", ""))
     best = {(label, act, m): float("inf") for label, act, *_ in paths for m in rows}
     for r in range(rounds + 1):  # round 0 warms up
-        for label, act, isa, vnni in paths:
-            with _env("SERVELAB_CPU_ISA_DISABLE", "" if vnni else "vnni"):
+        for label, act, isa, disable in paths:
+            with _env("SERVELAB_CPU_ISA_DISABLE", disable):
                 for m in rows:
                     t = time.perf_counter()
                     step(m, isa, act)

@@ -173,6 +173,71 @@ def test_vnni_and_plain_avx512_give_the_same_bits(ops, gguf_rows, monkeypatch, f
     assert torch.equal(ops.matmul_q16(x, packed, "auto", "avx2"), with_vnni)
 
 
+def amx_tiles(ops) -> int:
+    """The row count from which matmul_q16 runs on AMX int8 tiles here; skips without them."""
+    start = ops.q16_tiles_from_rows()
+    if not start:
+        pytest.skip("this CPU (or Linux) gives no AMX int8 tiles (the VNNI and AVX2 paths run "
+                    "here, and the AMX kernel gives their bits where it runs)")
+    return start
+
+
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0", "q4_1-edge"])
+def test_amx_tiles_give_the_vnni_and_avx2_bits(ops, gguf_rows, monkeypatch, fmt):
+    """Steps with many rows run on AMX int8 tiles (x's int16 split into high and low bytes, two
+    tile products a block): the same integer sums, scaled alike, so the same bits as vpdpwssd,
+    as AVX-512 without VNNI and as AVX2, at row counts that fill tiles and that leave a partial
+    last tile, on 1 thread and on all."""
+    start = amx_tiles(ops)
+    raw, w = gguf_rows[fmt]
+    packed = ops.pack_q16(raw, fmt.removesuffix("-edge"))
+    for rows in (start, start + 1, 2 * start - 3, 3 * start + 5):
+        x = block_inputs(rows, w.shape[1], rows)
+        x[rows - 1] *= 1e4  # int16's extremes: the high bytes at +-127
+        monkeypatch.setenv("SERVELAB_CPU_ISA_DISABLE", "")
+        tiles = ops.matmul_q16(x, packed, "auto", "avx512")
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            assert torch.equal(ops.matmul_q16(x, packed, "auto", "avx512"), tiles)
+        finally:
+            torch.set_num_threads(before)
+        for disabled, isa in (("amx", "avx512"), ("amx,vnni", "avx512"), ("", "avx2")):
+            monkeypatch.setenv("SERVELAB_CPU_ISA_DISABLE", disabled)
+            assert torch.equal(ops.matmul_q16(x, packed, "auto", isa), tiles), \
+                f"{rows} rows: {isa} without {disabled or 'nothing'} differs from AMX tiles"
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_1"])
+def test_amx_tiles_sum_the_largest_blocks_exactly(ops, fmt):
+    """x at +-32767 (high byte -128 or 127, low byte 1 or 255) against Q8_0's q = -128 and
+    Q4_1's 15: the sums are known exactly, and the tiles give them (an int32 that wrapped, or a
+    sign lost in the split, would be far off)."""
+    import gguf
+
+    start = amx_tiles(ops)
+    k, n = 256, 16
+    if fmt == "q8_0":
+        block = np.zeros(34, dtype=np.uint8)
+        block[0:2] = np.array([0x3C00], dtype=np.uint16).view(np.uint8)
+        block[2:] = 0x80
+        kind = gguf.GGMLQuantizationType.Q8_0
+    else:
+        block = np.zeros(20, dtype=np.uint8)
+        block[0:2] = np.array([0x3C00], dtype=np.uint16).view(np.uint8)
+        block[4:] = 0xFF
+        kind = gguf.GGMLQuantizationType.Q4_1
+    raw = np.tile(block, (n, k // 32))
+    w = torch.from_numpy(gguf.quants.dequantize(raw, kind).astype(np.float64))
+    x = torch.ones(start, k)
+    x[1::3] = -1.0
+    x[2::3, 1::2] = -1.0
+    q, d, _ = ops.quantize_q16(x)
+    exact = (q.double().view(start, -1, 32) * d.double().unsqueeze(-1)).view(start, k) @ w.T
+    got = ops.matmul_q16(x, ops.pack_q16(torch.from_numpy(raw), fmt), "auto", "avx512")
+    assert torch.allclose(got.double(), exact, rtol=1e-6, atol=1e-6), (got[:3, 0], exact[:3, 0])
+
+
 @pytest.fixture(scope="module")
 def engines():
     return {name: LLMEngine(EngineConfig(weights=w, dtype=dtype, max_model_len=256))

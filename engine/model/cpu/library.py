@@ -31,6 +31,10 @@ SOURCES = [Path(__file__).with_name(name) for name in ("ops.cpp", "linear.cpp", 
 # set's flags (never -march=native), so a wide CPU also runs, and tests force, the narrow paths
 ISA_SOURCE = Path(__file__).with_name("matmul_isa.cpp")
 ISA_HEADER = Path(__file__).with_name("matmul_isa.h")
+# the int16 kernel on AMX int8 tiles (x86-64 only; run only where the CPU and Linux allow it)
+AMX_SOURCE = Path(__file__).with_name("matmul_amx.cpp")
+AMX_FLAGS = ["-mamx-tile", "-mamx-int8", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx2",
+             "-mfma", "-mf16c"]
 ISA_FLAGS = {  # name -> (SERVELAB_ISA, compiler flags)
     "portable": (0, []),                      # any CPU
     "avx2": (1, ["-mavx2", "-mfma", "-mf16c"]),  # x86-64
@@ -91,7 +95,7 @@ def library_path() -> Path:
     from engine.model.loader import cache_root
 
     key = hashlib.sha256(b"\0".join([*(src.read_bytes() for src in (*SOURCES, ISA_SOURCE,
-                                                                   ISA_HEADER)),
+                                                                   ISA_HEADER, AMX_SOURCE)),
                                      torch.__version__.encode(),
                                      sys.version.encode(), _cpu_signature().encode(),
                                      " ".join(capability_flags()).encode()]))
@@ -121,14 +125,18 @@ def build(out: Path) -> None:
         tmp_path = Path(tmp.name)
     objects = Path(tempfile.mkdtemp(dir=out.parent, prefix=".isa-"))
     try:
-        for name in isa_objects():  # matmul_isa.cpp once per instruction set, its own flags
-            code, flags = ISA_FLAGS[name]
+        # matmul_isa.cpp once per instruction set, its own flags; matmul_amx.cpp on x86-64
+        units = [(name, ISA_SOURCE, [f"-DSERVELAB_ISA={ISA_FLAGS[name][0]}", *ISA_FLAGS[name][1]])
+                 for name in isa_objects()]
+        if "avx512" in isa_builds():
+            units.append(("amx", AMX_SOURCE, AMX_FLAGS))
+        for name, source, flags in units:
             obj = objects / f"matmul_{name}.o"
             res = subprocess.run([cxx, "-O3", "-ffp-contract=off", "-std=c++17", "-fPIC", "-c",
-                                  f"-DSERVELAB_ISA={code}", *flags, str(ISA_SOURCE),
-                                  "-o", str(obj)], capture_output=True, text=True)
+                                  *flags, str(source), "-o", str(obj)],
+                                 capture_output=True, text=True)
             if res.returncode != 0:
-                raise RuntimeError(f"g++ failed building {ISA_SOURCE.name} for {name}:\n"
+                raise RuntimeError(f"g++ failed building {source.name} for {name}:\n"
                                    f"{res.stderr[-2000:]}")
             cmd.append(str(obj))
         res = subprocess.run(cmd + ["-lc10", "-ltorch_cpu", "-lgomp", "-o", str(tmp_path)],

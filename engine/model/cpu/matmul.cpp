@@ -16,7 +16,11 @@
 //       same with x rounded to int16 per block of 32 (weights="gguf-q16"): the GGUF rows
 //       regrouped two q bytes at a time; (q int16 [M, K], d [M, K/32], s = sum(x) [M, K/32])
 //   cpu_isa()  the instruction set an isa="" call runs;  isa_supported(isa)
-//   SERVELAB_CPU_ISA_DISABLE (comma-separated): instruction sets to treat as missing
+//   q16_tiles_from_rows()  the row count from which an isa="" matmul_q16 runs on AMX int8 tiles
+//       (matmul_amx.cpp: the same bits), 0 where it never does (no AMX, or an isa other than
+//       avx512)
+//   SERVELAB_CPU_ISA_DISABLE (comma-separated): instruction sets to treat as missing ("amx":
+//       the int16 kernel without AMX tiles)
 //
 // x is widened to fp32 once; each output is a sum over K in fp32, in one order that depends
 // on neither the other rows nor the thread count (threads split the output columns only),
@@ -39,11 +43,21 @@
 #if defined(__aarch64__)
 #include <sys/auxv.h>  // getauxval(AT_HWCAP): the CPU's features, as Linux reports them
 #endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace servelab {
 namespace {
 
 constexpr int64_t kSplitColumns = 16;  // threads take whole runs of 16 columns
+// the int16 kernel runs on AMX tiles from this many rows on, where the CPU has them: a block's
+// two tile products, their sums' round trip through memory and its fp32 scaling cost about the
+// same at any row count up to 16, so below this the VNNI kernel is faster (kernel_bench --rows;
+// docs/performance.md)
+constexpr int64_t kTilesFromRows = 11;
 
 struct Isa {
   const char* name;
@@ -91,8 +105,26 @@ bool disabled(const std::string& name) {
   return list.find("," + name + ",") != std::string::npos;
 }
 
+#if defined(__x86_64__) && defined(__linux__)
+// AMX int8 tiles: the CPU has them (CPUID leaf 7: AMX-TILE, AMX-INT8) and Linux hands this process
+// their 8 KB of register state, which it does only when asked (arch_prctl)
+bool amx_int8_tiles() {
+  static const bool ok = [] {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((d >> 24) & 1) || !((d >> 25) & 1))
+      return false;
+    constexpr int ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+  }();
+  return ok;
+}
+#endif
+
 bool cpu_has(const std::string& name) {
   if (disabled(name)) return false;
+#if defined(__x86_64__) && defined(__linux__)
+  if (name == "amx") return amx_int8_tiles();
+#endif
 #if defined(__x86_64__) || defined(_M_X64)
   if (name == "vnni") return __builtin_cpu_supports("avx512vnni");
   if (name == "avx512")
@@ -313,13 +345,33 @@ void matmul_q16_run(const float* x, int64_t M, int64_t K, const at::Tensor& w, i
   const Isa& isa = kIsas[choice.isa];
   auto kernel = choice.dot && isa.matmul_q16_columns_dot ? isa.matmul_q16_columns_dot
                                                          : isa.matmul_q16_columns;
+  // the AMX kernel also reads x's int16 split into high and low bytes, rows padded to 16
+  const bool tiles = choice.tiles && M >= kTilesFromRows;
+  const int64_t padded = tiles ? (M + 15) / 16 * 16 : 0;
   thread_local std::vector<int32_t> scratch;  // as matmul_q8_run's
-  scratch.resize(static_cast<size_t>(M * K / 2 + 2 * M * nb));
+  scratch.resize(static_cast<size_t>(M * K / 2 + 2 * M * nb + padded * K / 2));
   int16_t* q = reinterpret_cast<int16_t*>(scratch.data());
   float* d = reinterpret_cast<float*>(scratch.data() + M * K / 2);
   float* xs = d + M * nb;
   quantize_rows_q16(x, M, K, q, d, xs);
-  const MatmulQ16Job job{q, d, xs, static_cast<const uint8_t*>(w.data_ptr()), y, M, N, K, code};
+  MatmulQ16Job job{q, d, xs, static_cast<const uint8_t*>(w.data_ptr()), y, M, N, K, code};
+#if defined(__x86_64__) && defined(__linux__)
+  if (tiles) {  // MatmulQ16Job's xtiles layout
+    uint8_t* xt = reinterpret_cast<uint8_t*>(xs + M * nb);
+    std::memset(xt + (M / 16) * nb * 1024, 0, (padded - M / 16 * 16) * K * 2);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* hi = xt + ((m / 16) * nb + b) * 1024 + (m % 16) * 32;
+        const int16_t* v = q + m * K + 32 * b;
+        for (int j = 0; j < 32; ++j) {
+          hi[j] = static_cast<uint8_t>(static_cast<uint16_t>(v[j]) >> 8);
+          hi[512 + j] = static_cast<uint8_t>(v[j] & 0xFF);
+        }
+      }
+    job.xtiles = xt;
+    kernel = isa_amx::matmul_q16_columns;
+  }
+#endif
   at::parallel_for(0, N / 16, 4, [&](int64_t u0, int64_t u1) {
     kernel(job, u0 * 16, u1 * 16);
   });
@@ -343,7 +395,9 @@ void matmul_run(const float* x, int64_t M, int64_t K, const at::Tensor& w, int c
 MatmulChoice choose_matmul(const std::string& isa_name) {
   const Isa& isa = pick(isa_name);
   const int index = static_cast<int>(&isa - kIsas);
-  return {index, isa.matmul_q8_columns_dot != nullptr && cpu_has(isa.dot)};
+  // the AMX kernel's scaling is AVX-512's: it stands in for the AVX-512 kernels only
+  return {index, isa.matmul_q8_columns_dot != nullptr && cpu_has(isa.dot),
+          std::string(isa.name) == "avx512" && cpu_has("amx")};
 }
 
 namespace {
@@ -405,6 +459,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_q16(const at::Tensor& x_
 }
 
 std::string cpu_isa() { return pick("").name; }
+
+// does an isa="" int16 call run on AMX tiles from kTilesFromRows rows on? (0: never)
+int64_t q16_tiles_from_rows() { return choose_matmul("").tiles ? kTilesFromRows : 0; }
 
 bool isa_supported(const std::string& isa) {
   for (const Isa& i : kIsas)
@@ -471,6 +528,7 @@ at::Tensor dequantize(const at::Tensor& w, const std::string& format, const std:
 
 TORCH_LIBRARY_FRAGMENT(servelab, m) {
   m.def("cpu_isa() -> str", [] { return servelab::cpu_isa(); });
+  m.def("q16_tiles_from_rows() -> int", [] { return servelab::q16_tiles_from_rows(); });
   m.def("isa_supported(str isa) -> bool",
         [](std::string isa) { return servelab::isa_supported(isa); });
   m.def("matmul(Tensor x, Tensor w, str format=\"auto\", str isa=\"\") -> Tensor");

@@ -58,7 +58,10 @@ static inline void quantize_block_q8(const float* x, int8_t* q, float* d, float*
 // ~ xd[m, b] * xq[m, 32 b + j], |xq| <= 32767; xs[m, b] = the block's fp32 sum of x itself
 // (Q4_1's m term). w: the GGUF rows repacked in groups of 16 columns two q bytes at a time
 // (pack_q16 in matmul.cpp; the layout is described in matmul_isa.cpp); format 1 Q8_0, 2 Q4_1;
-// N a multiple of 16.
+// N a multiple of 16. xtiles: for the AMX kernel only (matmul_amx.cpp; nullptr for the others),
+// xq split into its high (signed) and low (unsigned) bytes, xq = 256 * high + low, laid out as
+// the tiles read them: per 16 rows and block of 32, 512 bytes of high bytes (row by row), then
+// 512 of low ones; the rows past M zero.
 struct MatmulQ16Job {
   const int16_t* xq;
   const float* xd;
@@ -67,6 +70,7 @@ struct MatmulQ16Job {
   float* y;
   int64_t M, N, K;
   int format;
+  const uint8_t* xtiles = nullptr;
 };
 
 // One block of 32 activations rounded to int16: d = amax / 32767, q = x * (32767 / amax) rounded
@@ -87,10 +91,12 @@ static inline void quantize_block_q16(const float* x, int16_t* q, float* d, floa
 }
 
 // matmul.cpp's run-time choice for a run of calls (decode_layers makes one a step): which
-// entry of its instruction sets, and whether its int8 kernel may use the dot-product variant
+// entry of its instruction sets, whether its int8 kernel may use the dot-product variant, and
+// whether its int16 kernel may use AMX int8 tiles (matmul_amx.cpp) for steps with many rows
 struct MatmulChoice {
   int isa;
   bool dot;
+  bool tiles = false;
 };
 
 #define SERVELAB_DECLARE_ISA(NS)                                                     \
@@ -108,6 +114,9 @@ SERVELAB_DECLARE_ISA(isa_portable)
 SERVELAB_DECLARE_ISA(isa_avx2)
 SERVELAB_DECLARE_ISA(isa_avx512)
 SERVELAB_DECLARE_ISA(isa_avx512vnni)  // the same source with VNNI's vpdpbusd for int8 products
+namespace isa_amx {  // matmul_amx.cpp: the int16 kernel on AMX int8 tiles
+void matmul_q16_columns(const MatmulQ16Job& job, int64_t n0, int64_t n1);
+}
 #elif defined(__aarch64__)
 SERVELAB_DECLARE_ISA(isa_neon)
 SERVELAB_DECLARE_ISA(isa_neondot)  // the same source with ARMv8.2's sdot for int8 products
