@@ -95,7 +95,7 @@ class EngineConfig:
     device: str = "auto"  # "auto", "cpu" or "cuda"
     # "auto": bfloat16 on CUDA and on CPUs with bf16 matrix units (AMX or AVX512-BF16), else
     # float32; float32 too where the weights are the GGUF blocks, whose matmul computes in fp32
-    # (every CPU but one with AMX, by default; engine/plan.py decides)
+    # (every CPU with the C++ kernels, by default; engine/plan.py decides)
     dtype: str = "auto"
     attention_backend: str = "auto"  # "auto" (triton on CUDA, cpu on CPU), "torch", "cpu", "triton"
     # Which copy of the weights the linear layers multiply:
@@ -111,12 +111,13 @@ class EngineConfig:
     #            no longer the file's fp32 model: its tokens can differ from "gguf"'s
     #   "gguf-q16": the same blocks with each activation row rounded to int16 per block of 32
     #            (2^-16 of the block's largest value at most: ~100x closer to "gguf"'s fp32
-    #            than gguf-q8), integer dot products (vpdpwssd / vpmaddwd), fp32 scales.
+    #            than gguf-q8), integer dot products (vpdpwssd / vpmaddwd; AMX int8 tiles
+    #            for steps of 11 rows and more where the CPU has them), fp32 scales.
     #            Batch-invariant; faster than "gguf" (docs/performance.md)
-    #   "auto":  on a CPU whose bf16 weights would not run on AMX (AVX2, AVX-512 without AMX)
-    #            the GGUF blocks: "gguf-q16" with dtype "auto", "gguf" with a dtype asked for
-    #            (float32: the file's fp32 model exactly); else "dense"
-    #            (engine/plan.py decides)
+    #   "auto":  on a CPU the GGUF blocks: "gguf-q16" with dtype "auto", "gguf" with a dtype
+    #            asked for (float32: the file's fp32 model exactly), but dense bf16 on AMX
+    #            when bfloat16 is asked for or the int16 kernel has no AMX int8 tiles; else
+    #            "dense" (engine/plan.py decides)
     weights: str = "auto"
     pack_weights: bool = True  # CPU + bf16: lay linear weights out for our matmuls (False: F.linear)
     cpu_kernels: bool = True  # CPU: norms, rotary, SwiGLU, KV writes as C++ kernels if they build

@@ -16,19 +16,21 @@ The rules, and why:
               float32 elsewhere (bf16 without those units is emulated) and wherever the
               weights are the GGUF blocks, whose matmul multiplies and adds in fp32 whatever
               the activations (bf16 activations would only add a rounding).
-  weights     "auto": the GGUF file's own blocks on a CPU whose bf16 weights would not run on
-              AMX (they stream far fewer bytes a step than dense weights): "gguf-q16" with
-              dtype "auto", "gguf" (the file's fp32 model exactly) with a dtype asked for.
-              "dense" elsewhere: models without a GGUF file, GPUs, no C++ kernels, the
-              portable matmul only (kept for correctness, not speed), pack_weights=False,
-              float16, and bf16 on AMX.
+  weights     "auto": the GGUF file's own blocks on a CPU (they stream far fewer bytes a step
+              than dense weights): "gguf-q16" with dtype "auto", "gguf" (the file's fp32 model
+              exactly) with a dtype asked for. On a CPU with AMX bf16 tiles, only where its
+              int16 kernel has AMX int8 tiles too (matmul_amx.cpp), which steps with many rows
+              need to beat dense bf16 on AMX. "dense" elsewhere: models without a GGUF file,
+              GPUs, no C++ kernels, the portable matmul only (kept for correctness, not
+              speed), pack_weights=False, float16, and bf16 asked for on AMX.
   layout      how the dense weights are laid out for their matmul: "amx" (AMX tiles) where
               the CPU has them, "bf16" (the weight-streaming matmul) on other bf16 CPUs with
               the C++ kernels, else "plain" (`F.linear`: GPUs, fp32, the reference). GGUF
               weights are their own layout.
   isa         the C++ matmul's instruction set: SERVELAB_CPU_ISA if set, else the widest this
               CPU runs; "+vnni" / "+dot" where the integer kernels (gguf-q8, gguf-q16) use the
-              CPU's dot-product instructions. None without the C++ kernels.
+              CPU's dot-product instructions; "+amx" where gguf-q16 runs steps of 16 rows and
+              more on AMX int8 tiles (the same bits). None without the C++ kernels.
   attention   "auto": Triton on CUDA; on a CPU the C++ kernels' backend if they loaded, else
               torch's.
   layer_ops   the small per-layer ops (RMSNorm, rotary, SwiGLU): the C++ kernels where they
@@ -85,6 +87,7 @@ class MachineFacts:
     isa: str  # the instruction set the C++ matmul runs (SERVELAB_CPU_ISA, else the widest)
     amx: bool  # the C++ kernels may use AMX bf16 tiles (the CPU has them, the OS allows them)
     threads: int  # torch's intra-op thread count in this process
+    q16_tiles: bool = False  # the int16 kernel (gguf-q16) may use AMX int8 tiles (avx512 isa)
 
     @property
     def bf16_units(self) -> bool:
@@ -96,8 +99,10 @@ class MachineFacts:
            threads: int = 2, isa: str | None = None) -> MachineFacts:
         """Facts stated rather than read: the instruction set and AMX follow from the flags."""
         flags = frozenset(cpu_flags)
-        return cls(arch, flags, cuda, cpu_kernels, isa or widest_isa(arch, flags),
-                   cpu_kernels and {"amx_bf16", "amx_tile"} <= flags, threads)
+        isa = isa or widest_isa(arch, flags)
+        return cls(arch, flags, cuda, cpu_kernels, isa,
+                   cpu_kernels and {"amx_bf16", "amx_tile"} <= flags, threads,
+                   cpu_kernels and isa == "avx512" and {"amx_int8", "amx_tile"} <= flags)
 
     @classmethod
     def detect(cls, cpu_kernels: bool = True) -> MachineFacts:
@@ -108,15 +113,16 @@ class MachineFacts:
         flags = frozenset(_read_cpu_flags())
         arch = platform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
         loaded = False
-        isa, amx = widest_isa(arch, flags), False
+        isa, amx, tiles = widest_isa(arch, flags), False, False
         if cpu_kernels:
             from engine.model.cpu import library
 
             loaded = library.load()
             if loaded:
                 isa, amx = library.matmul_isa(), library.amx_available()
+                tiles = torch.ops.servelab.q16_tiles_from_rows() > 0
         return cls(arch, flags, torch.cuda.is_available(), loaded, isa, amx,
-                   torch.get_num_threads())
+                   torch.get_num_threads(), tiles)
 
 
 def _read_cpu_flags() -> list[str]:
@@ -235,7 +241,8 @@ def resolve_plan(config: EngineConfig, machine: MachineFacts,
     def gguf_by_default(dtype: str) -> bool:
         return (model.gguf and kernels_here and cfg.cpu_kernels and cfg.pack_weights
                 and dtype in ("float32", "bfloat16") and machine.isa != "portable"
-                and not (dtype == "bfloat16" and machine.amx))
+                and not (dtype == "bfloat16" and machine.amx
+                         and (cfg.dtype != "auto" or not machine.q16_tiles)))
 
     # dtype
     if cfg.dtype != "auto":
@@ -285,6 +292,8 @@ def resolve_plan(config: EngineConfig, machine: MachineFacts,
         variant = DOT_VARIANTS.get(isa)
         if weights in ("gguf-q8", "gguf-q16") and variant and variant[1] in machine.cpu_flags:
             isa = f"{isa}+{variant[0]}"
+        if weights == "gguf-q16" and machine.q16_tiles:
+            isa = f"{isa}+amx"
     elif layout == "amx":
         isa = "amx"
     # attention

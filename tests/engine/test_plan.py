@@ -44,7 +44,7 @@ def cell(config: EngineConfig, facts: MachineFacts, model: ModelFacts | None = N
 
 RESOLUTION = {
     ('amx', 'cpu', 'auto', 'auto'):
-        'bfloat16 dense amx amx cpu cpp -',
+        'float32 gguf-q16 gguf-q16 avx512+vnni+amx cpu cpp -',
     ('amx', 'cpu', 'auto', 'dense'):
         'bfloat16 dense amx amx cpu cpp -',
     ('amx', 'cpu', 'auto', 'gguf'):
@@ -52,7 +52,7 @@ RESOLUTION = {
     ('amx', 'cpu', 'auto', 'gguf-q8'):
         'float32 gguf-q8 gguf-q8 avx512+vnni cpu cpp -',
     ('amx', 'cpu', 'auto', 'gguf-q16'):
-        'float32 gguf-q16 gguf-q16 avx512+vnni cpu cpp -',
+        'float32 gguf-q16 gguf-q16 avx512+vnni+amx cpu cpp -',
     ('amx', 'cpu', 'float32', 'auto'):
         'float32 gguf gguf avx512 cpu cpp -',
     ('amx', 'cpu', 'float32', 'dense'):
@@ -62,7 +62,7 @@ RESOLUTION = {
     ('amx', 'cpu', 'float32', 'gguf-q8'):
         'float32 gguf-q8 gguf-q8 avx512+vnni cpu cpp -',
     ('amx', 'cpu', 'float32', 'gguf-q16'):
-        'float32 gguf-q16 gguf-q16 avx512+vnni cpu cpp -',
+        'float32 gguf-q16 gguf-q16 avx512+vnni+amx cpu cpp -',
     ('amx', 'cpu', 'bfloat16', 'auto'):
         'bfloat16 dense amx amx cpu cpp -',
     ('amx', 'cpu', 'bfloat16', 'dense'):
@@ -72,7 +72,7 @@ RESOLUTION = {
     ('amx', 'cpu', 'bfloat16', 'gguf-q8'):
         'bfloat16 gguf-q8 gguf-q8 avx512+vnni cpu cpp -',
     ('amx', 'cpu', 'bfloat16', 'gguf-q16'):
-        'bfloat16 gguf-q16 gguf-q16 avx512+vnni cpu cpp -',
+        'bfloat16 gguf-q16 gguf-q16 avx512+vnni+amx cpu cpp -',
     ('amx', 'cpu', 'float16', 'auto'):
         'float16 dense plain None cpu python -',
     ('amx', 'cpu', 'float16', 'dense'):
@@ -488,6 +488,22 @@ def test_the_reference_path_and_explicit_choices():
     # a forced instruction set is the plan's (SERVELAB_CPU_ISA=portable: dense by default)
     portable = resolve_plan(EngineConfig(), dataclasses.replace(facts, isa="portable"))
     assert (portable.weights, portable.layout) == ("dense", "plain")
+
+
+def test_amx_without_int8_tiles_for_the_int16_kernel_keeps_dense_bf16():
+    """gguf-q16 beats dense bf16 on AMX only with its own AMX int8 tiles for steps with many
+    rows: where the kernels cannot give it those (another isa forced, an older build), the
+    default stays dense bf16 on AMX tiles; bf16 asked for stays dense either way."""
+    tiles = machine("amx", "cpu")
+    assert tiles.q16_tiles
+    without = dataclasses.replace(tiles, q16_tiles=False)
+    p = resolve_plan(EngineConfig(), without)
+    assert (p.dtype, p.weights, p.layout, p.isa) == ("bfloat16", "dense", "amx", "amx")
+    p = resolve_plan(EngineConfig(weights="gguf-q16"), without)
+    assert p.isa == "avx512+vnni"
+    assert not machine("amx", "cpu", isa="avx2").q16_tiles
+    p = resolve_plan(EngineConfig(dtype="bfloat16"), tiles)
+    assert (p.weights, p.layout) == ("dense", "amx")
 
 
 def test_a_hugging_face_folder():
