@@ -359,15 +359,17 @@ void matmul_q16_run(const float* x, int64_t M, int64_t K, const at::Tensor& w, i
   if (tiles) {  // MatmulQ16Job's xtiles layout
     uint8_t* xt = reinterpret_cast<uint8_t*>(xs + M * nb);
     std::memset(xt + (M / 16) * nb * 1024, 0, (padded - M / 16 * 16) * K * 2);
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* hi = xt + ((m / 16) * nb + b) * 1024 + (m % 16) * 32;
-        const int16_t* v = q + m * K + 32 * b;
-        for (int j = 0; j < 32; ++j) {
-          hi[j] = static_cast<uint8_t>(static_cast<uint16_t>(v[j]) >> 8);
-          hi[512 + j] = static_cast<uint8_t>(v[j] & 0xFF);
+    at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
+      for (int64_t m = m0; m < m1; ++m)
+        for (int64_t b = 0; b < nb; ++b) {
+          uint8_t* hi = xt + ((m / 16) * nb + b) * 1024 + (m % 16) * 32;
+          const int16_t* v = q + m * K + 32 * b;
+          for (int j = 0; j < 32; ++j) {
+            hi[j] = static_cast<uint8_t>(static_cast<uint16_t>(v[j]) >> 8);
+            hi[512 + j] = static_cast<uint8_t>(v[j] & 0xFF);
+          }
         }
-      }
+    });
     job.xtiles = xt;
     kernel = isa_amx::matmul_q16_columns;
   }

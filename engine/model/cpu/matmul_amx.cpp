@@ -112,13 +112,12 @@ inline void block_products(const MatmulQ16Job& job, int64_t m0, int64_t b, const
 
 // One tile of 16 rows (m0 ..) over group g, every block: acc as q16_tile's, stored to y for the
 // job's real rows (rows past M are xtiles' zero padding). The tiles compute block b + 1
-// while the vector units scale block b's sums (two buffers of them). ROWS: 16 for a whole
-// tile (its sums then stay in registers), 0 for a last tile of fewer rows.
-template <int FMT, int ROWS>
+// while the vector units scale block b's sums (two buffers of them).
+template <int FMT>
 void rows_tile(const MatmulQ16Job& job, int64_t m0, int64_t g, const uint8_t* tiles) {
   const int64_t nb = job.K / 32, GB = group_block_bytes(FMT);
   const uint8_t* grp = job.w + g * nb * GB;
-  const int rows = ROWS ? ROWS : static_cast<int>(job.M - m0 < 16 ? job.M - m0 : 16);
+  const int rows = static_cast<int>(job.M - m0 < 16 ? job.M - m0 : 16);
   alignas(64) int32_t sums[2][2][16][16];  // [buffer][high, low][row][column]
   __m512 acc[16];
   for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
@@ -159,12 +158,7 @@ void columns(const MatmulQ16Job& job, int64_t n0, int64_t n1) {
   configure_tiles();
   for (int64_t g = n0 / 16; g < n1 / 16; ++g) {
     weights_to_tiles<FMT>(job.w + g * nb * group_block_bytes(FMT), nb, tiles);
-    for (int64_t m = 0; m < job.M; m += 16) {
-      if (job.M - m >= 16)
-        rows_tile<FMT, 16>(job, m, g, tiles);
-      else
-        rows_tile<FMT, 0>(job, m, g, tiles);
-    }
+    for (int64_t m = 0; m < job.M; m += 16) rows_tile<FMT>(job, m, g, tiles);
   }
   _tile_release();
 }
