@@ -238,6 +238,25 @@ def test_amx_tiles_sum_the_largest_blocks_exactly(ops, fmt):
     assert torch.allclose(got.double(), exact, rtol=1e-6, atol=1e-6), (got[:3, 0], exact[:3, 0])
 
 
+def test_engine_tokens_and_logits_are_the_same_with_amx_tiles_and_without(ops, monkeypatch):
+    """The whole engine on gguf-q16 with 16 requests decoding together (every step's matmuls on
+    AMX tiles) and with the tiles turned off (VNNI): the same greedy tokens and the same logits
+    bit for bit, prefill (one long prompt's rows) included."""
+    amx_tiles(ops)
+    eng = LLMEngine(EngineConfig(weights="gguf-q16", max_num_seqs=16, max_model_len=256))
+    assert eng.plan.isa.endswith("+amx")
+    prompts = [f"{PROMPTS[i % len(PROMPTS)]} ({i})" for i in range(16)]
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    ids = eng.tokenize(PROMPTS[0]) * 3  # a prompt of more rows than a tile
+    out, logits = {}, {}
+    for disabled in ("", "amx"):
+        monkeypatch.setenv("SERVELAB_CPU_ISA_DISABLE", disabled)
+        out[disabled] = [r.token_ids for r in eng.generate(prompts, params)]
+        logits[disabled] = teacher_forced_logits(eng, ids)
+    assert out[""] == out["amx"]
+    assert torch.equal(logits[""], logits["amx"])
+
+
 @pytest.fixture(scope="module")
 def engines():
     return {name: LLMEngine(EngineConfig(weights=w, dtype=dtype, max_model_len=256))
