@@ -1,7 +1,7 @@
 """Everything the engine runs on a CPU beyond PyTorch's own operators, kept together.
 
-  library.py     builds ops.cpp, linear.cpp, matmul.cpp and matmul_isa.cpp (once per
-                 instruction set) with g++ once, loads them as torch.ops.servelab.*, says
+  library.py     builds ops.cpp, linear.cpp, matmul.cpp, matmul_isa.cpp (once per
+                 instruction set) and matmul_amx.cpp (x86-64) with g++ once, loads them as torch.ops.servelab.*, says
                  whether they (and AMX tiles) are available and which matmul build runs; the
                  engine falls back to PyTorch when they are not
   ops.cpp        the small per-layer ops (RMSNorm, rotary, SwiGLU, KV store), paged attention,
@@ -11,6 +11,8 @@
   matmul_isa.cpp and int16 activations): matmul.cpp picks the instruction set, matmul_isa.cpp
                  holds the kernels (AVX-512, AVX2, NEON, portable), each row's sum in a fixed
                  order whatever the batch
+  matmul_amx.cpp the int16 kernel on AMX int8 tiles (steps of 11 rows and more, where the
+                 CPU has them): the VNNI kernel's bits
   packing.py     the weight layouts (plain, amx, bf16, gguf, gguf-q8, gguf-q16), each made
                  once; the execution plan (engine/plan.py) chooses which
   attention.py   the "cpu" attention backend (the torch backend with the C++ kernel)

@@ -1,11 +1,13 @@
 """The C++ CPU kernels' library (ops.cpp, linear.cpp, matmul*.cpp): build once, load, fall back if that fails.
 
 `load()` compiles ops.cpp, linear.cpp and matmul.cpp (and matmul_isa.cpp once per
-instruction set: AVX-512, AVX2 and portable on x86-64, NEON and portable on AArch64) with g++ against the installed torch's
+instruction set: AVX-512, AVX2 and portable on x86-64, NEON and portable on AArch64; on x86-64
+matmul_amx.cpp, the int16 kernel on AMX int8 tiles) with g++ against the installed torch's
 headers (once per machine and source version), caches the library under the ServeLab cache
 folder, and registers `torch.ops.servelab.{rms_norm, add_rms_norm, rope, silu_mul, store_kv,
 paged_attention, decode_layers}` (ops.cpp), `{matmul, dequantize, quantize_q8, pack_q8,
-matmul_q8, quantize_q16, pack_q16, matmul_q16, cpu_isa, isa_supported}` (matmul.cpp) and
+matmul_q8, quantize_q16, pack_q16, matmul_q16, cpu_isa, isa_supported, q16_tiles_from_rows}`
+(matmul.cpp) and
 `{amx_linear, amx_available}` (linear.cpp; `amx_linear` runs only on a CPU with AMX tiles). `matmul_isa()` names the matmul's instruction set
 (SERVELAB_CPU_ISA forces one). Without a compiler it returns False, says why once, and the
 engine keeps to its PyTorch code (same numbers, more operator calls). `SERVELAB_CPU_OPS=0` turns the
