@@ -57,7 +57,7 @@ constexpr int64_t kSplitColumns = 16;  // threads take whole runs of 16 columns
 // two tile products, their sums' round trip through memory and its fp32 scaling cost about the
 // same at any row count up to 16, so below this the VNNI kernel is faster (kernel_bench --rows;
 // docs/performance.md)
-constexpr int64_t kTilesFromRows = 11;
+constexpr int64_t kTilesFromRows = 8;
 
 struct Isa {
   const char* name;

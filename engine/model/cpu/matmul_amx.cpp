@@ -15,8 +15,9 @@
 // One tile product takes 16 rows x 32 activations (a block) against the block's 32 weights of
 // 16 columns, laid out as AMX reads them: 8 rows of 64 bytes, row r holding each column's weights
 // 4 r .. 4 r + 3. pack_q16's layout (matmul_isa.cpp) holds 2 of a column's weights where this
-// needs 4, so a thread rewrites a group's blocks into that layout once (weights_to_tiles) and
-// every tile of 16 rows then reads them from L1/L2. The activations' high and low bytes come laid
+// needs 4, so a thread rewrites a group's blocks into that layout once, block by block as its
+// first tile of 16 rows reaches them (block_to_tile), and the other tiles of rows read them
+// again from L1/L2. The activations' high and low bytes come laid
 // out as the tiles read them, 1 KB a block of 16 rows (MatmulQ16Job's xtiles: matmul.cpp splits
 // them once a call): whole cache lines in order, where rows of x would take 16 lines a tile.
 //
@@ -60,33 +61,31 @@ void configure_tiles() {
   _tile_loadconfig(&cfg);
 }
 
-// A group's nb blocks -> nb B tiles. pack_q16 gives 32-byte pieces, piece p holding column c's
+// A group's block b -> its B tile (at tiles + b * kTileBytes). pack_q16 gives 32-byte pieces, piece p holding column c's
 // q bytes 2 p, 2 p + 1 at bytes 2 c, 2 c + 1; pieces 2 r and 2 r + 1 (64 bytes read at once)
 // interleaved two bytes at a time give tile row r. Q8_0: 16 pieces, 8 rows of weights 4 r ..
 // 4 r + 3. Q4_1: 8 pieces whose low nibbles are weights 2 p, 2 p + 1 and high nibbles 16 + 2 p,
 // 17 + 2 p, so the interleaved pieces give row r (low nibbles) and row r + 4 (high nibbles).
 template <int FMT>
-void weights_to_tiles(const uint8_t* grp, int64_t nb, uint8_t* tiles) {
+void block_to_tile(const uint8_t* grp, int64_t b, uint8_t* tiles) {
   alignas(64) static const uint16_t order[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21,
                                                  6, 22, 7, 23, 8, 24, 9, 25, 10, 26, 11, 27,
                                                  12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i idx = _mm512_load_si512(order);
   const __m512i nibble = _mm512_set1_epi8(0x0F);
-  for (int64_t b = 0; b < nb; ++b) {
-    // the block 4 ahead (past the group's last block: the next group's first, back to back)
-    const char* ahead = reinterpret_cast<const char*>(grp + (b + 4) * group_block_bytes(FMT));
-    for (int64_t line = 0; line < group_block_bytes(FMT); line += 64)
-      _mm_prefetch(ahead + line, _MM_HINT_T0);
-    const uint8_t* qb = grp + b * group_block_bytes(FMT) + q_offset(FMT);
-    uint8_t* t = tiles + b * kTileBytes;
-    for (int r = 0; r < (FMT == kQ8_0 ? 8 : 4); ++r) {
-      const __m512i v = _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(qb + 64 * r));
-      if constexpr (FMT == kQ8_0) {
-        _mm512_store_si512(t + 64 * r, v);
-      } else {
-        _mm512_store_si512(t + 64 * r, _mm512_and_si512(v, nibble));
-        _mm512_store_si512(t + 64 * (r + 4), _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble));
-      }
+  // the block 4 ahead (past the group's last block: the next group's first, back to back)
+  const char* ahead = reinterpret_cast<const char*>(grp + (b + 4) * group_block_bytes(FMT));
+  for (int64_t line = 0; line < group_block_bytes(FMT); line += 64)
+    _mm_prefetch(ahead + line, _MM_HINT_T0);
+  const uint8_t* qb = grp + b * group_block_bytes(FMT) + q_offset(FMT);
+  uint8_t* t = tiles + b * kTileBytes;
+  for (int r = 0; r < (FMT == kQ8_0 ? 8 : 4); ++r) {
+    const __m512i v = _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(qb + 64 * r));
+    if constexpr (FMT == kQ8_0) {
+      _mm512_store_si512(t + 64 * r, v);
+    } else {
+      _mm512_store_si512(t + 64 * r, _mm512_and_si512(v, nibble));
+      _mm512_store_si512(t + 64 * (r + 4), _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble));
     }
   }
 }
@@ -114,20 +113,24 @@ inline void block_products(const MatmulQ16Job& job, int64_t m0, int64_t b, const
 // job's real rows (rows past M are xtiles' zero padding). The tiles compute block b + 1
 // while the vector units scale block b's sums (two buffers of them).
 template <int FMT>
-void rows_tile(const MatmulQ16Job& job, int64_t m0, int64_t g, const uint8_t* tiles) {
+void rows_tile(const MatmulQ16Job& job, int64_t m0, int64_t g, uint8_t* tiles, bool convert) {
   const int64_t nb = job.K / 32, GB = group_block_bytes(FMT);
   const uint8_t* grp = job.w + g * nb * GB;
   const int rows = static_cast<int>(job.M - m0 < 16 ? job.M - m0 : 16);
   alignas(64) int32_t sums[2][2][16][16];  // [buffer][high, low][row][column]
   __m512 acc[16];
   for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
+  if (convert) block_to_tile<FMT>(grp, 0, tiles);
   block_products<FMT>(job, m0, 0, tiles);
   for (int64_t b = 0; b < nb; ++b) {
     int32_t(*hi)[16] = sums[b & 1][0];
     int32_t(*lo)[16] = sums[b & 1][1];
     _tile_stored(3, hi, 64);
     _tile_stored(4, lo, 64);
-    if (b + 1 < nb) block_products<FMT>(job, m0, b + 1, tiles);
+    if (b + 1 < nb) {
+      if (convert) block_to_tile<FMT>(grp, b + 1, tiles);
+      block_products<FMT>(job, m0, b + 1, tiles);
+    }
     const uint8_t* blk = grp + b * GB;
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     const __m512 mw = FMT == kQ8_0 ? dw : _mm512_cvtph_ps(_mm256_loadu_si256(
@@ -157,8 +160,9 @@ void columns(const MatmulQ16Job& job, int64_t n0, int64_t n1) {
   }
   configure_tiles();
   for (int64_t g = n0 / 16; g < n1 / 16; ++g) {
-    weights_to_tiles<FMT>(job.w + g * nb * group_block_bytes(FMT), nb, tiles);
-    for (int64_t m = 0; m < job.M; m += 16) rows_tile<FMT>(job, m, g, tiles);
+    // the first tile of rows rewrites each block of weights just before its products (the
+    // loads of the next block then overlap the tiles' work), the others read them again
+    for (int64_t m = 0; m < job.M; m += 16) rows_tile<FMT>(job, m, g, tiles, m == 0);
   }
   _tile_release();
 }
