@@ -112,7 +112,7 @@ class EngineConfig:
     #   "gguf-q16": the same blocks with each activation row rounded to int16 per block of 32
     #            (2^-16 of the block's largest value at most: ~100x closer to "gguf"'s fp32
     #            than gguf-q8), integer dot products (vpdpwssd / vpmaddwd; AMX int8 tiles
-    #            for steps of 11 rows and more where the CPU has them), fp32 scales.
+    #            for steps of 8 rows and more where the CPU has them), fp32 scales.
     #            Batch-invariant; faster than "gguf" (docs/performance.md)
     #   "auto":  on a CPU the GGUF blocks: "gguf-q16" with dtype "auto", "gguf" with a dtype
     #            asked for (float32: the file's fp32 model exactly), but dense bf16 on AMX

@@ -11,7 +11,7 @@
   matmul_isa.cpp and int16 activations): matmul.cpp picks the instruction set, matmul_isa.cpp
                  holds the kernels (AVX-512, AVX2, NEON, portable), each row's sum in a fixed
                  order whatever the batch
-  matmul_amx.cpp the int16 kernel on AMX int8 tiles (steps of 11 rows and more, where the
+  matmul_amx.cpp the int16 kernel on AMX int8 tiles (steps of 8 rows and more, where the
                  CPU has them): the VNNI kernel's bits
   packing.py     the weight layouts (plain, amx, bf16, gguf, gguf-q8, gguf-q16), each made
                  once; the execution plan (engine/plan.py) chooses which
