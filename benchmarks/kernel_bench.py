@@ -28,8 +28,8 @@ its bytes, then the rest of the step); `--weights --matmuls-only` runs only that
 `--rows` times the same matmuls (every layer's and the lm_head's GGUF weights, fp32 rows, then
 the same weights pack_q8()ed with int8 rows and pack_q16()ed with int16 rows: AVX-512 with and
 without VNNI, AVX2, and "avx512-vnni-amx" where the int16 kernel has AMX int8 tiles, which it
-takes from 8 rows on) at 1 to 32 rows, the sizes of decode batches and verification passes, per instruction set: ms
-for one step's worth and GFLOP/s, where from a few rows on the kernel is bound by its
+takes from 8 rows on) at 1 to 32 rows, the sizes of decode batches and verification passes,
+per instruction set: ms for one step's worth and GFLOP/s, where from a few rows on the kernel is bound by its
 multiply-adds and the dequantizing, not by memory.
 
 Each figure is the best of several rounds, and the rounds of the two sides alternate, so a

@@ -29,7 +29,7 @@ The rules, and why:
               weights are their own layout.
   isa         the C++ matmul's instruction set: SERVELAB_CPU_ISA if set, else the widest this
               CPU runs; "+vnni" / "+dot" where the integer kernels (gguf-q8, gguf-q16) use the
-              CPU's dot-product instructions; "+amx" where gguf-q16 runs steps of 16 rows and
+              CPU's dot-product instructions; "+amx" where gguf-q16 runs steps of 8 rows and
               more on AMX int8 tiles (the same bits). None without the C++ kernels.
   attention   "auto": Triton on CUDA; on a CPU the C++ kernels' backend if they loaded, else
               torch's.

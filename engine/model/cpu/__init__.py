@@ -1,9 +1,9 @@
 """Everything the engine runs on a CPU beyond PyTorch's own operators, kept together.
 
   library.py     builds ops.cpp, linear.cpp, matmul.cpp, matmul_isa.cpp (once per
-                 instruction set) and matmul_amx.cpp (x86-64) with g++ once, loads them as torch.ops.servelab.*, says
-                 whether they (and AMX tiles) are available and which matmul build runs; the
-                 engine falls back to PyTorch when they are not
+                 instruction set) and matmul_amx.cpp (x86-64) with g++ once, loads them as
+                 torch.ops.servelab.*, says whether they (and AMX tiles) are available and
+                 which matmul build runs; the engine falls back to PyTorch when they are not
   ops.cpp        the small per-layer ops (RMSNorm, rotary, SwiGLU, KV store), paged attention,
                  and `decode_layers`: LlamaModel.forward's layer loop in C++
   linear.cpp     the AMX bf16 matmul (`amx_linear`)

@@ -17,9 +17,9 @@
 // 4 r .. 4 r + 3. pack_q16's layout (matmul_isa.cpp) holds 2 of a column's weights where this
 // needs 4, so a thread rewrites a group's blocks into that layout once, block by block as its
 // first tile of 16 rows reaches them (block_to_tile), and the other tiles of rows read them
-// again from L1/L2. The activations' high and low bytes come laid
-// out as the tiles read them, 1 KB a block of 16 rows (MatmulQ16Job's xtiles: matmul.cpp splits
-// them once a call): whole cache lines in order, where rows of x would take 16 lines a tile.
+// again from L1/L2. The activations' high and low bytes come laid out as the tiles read them,
+// 1 KB a block of 16 rows (MatmulQ16Job's xtiles: matmul.cpp splits them once a call, after
+// rounding x to int16): whole cache lines in order, where rows of x would take 16 lines a tile.
 //
 // Compiled once, with the AMX and AVX-512 flags, by library.py; run only where matmul.cpp found
 // AMX int8 tiles that Linux lets this process use (MatmulChoice::tiles).
