@@ -131,6 +131,15 @@ class EngineConfig:
     # inverted). None = on for CUDA, off elsewhere; True on a CPU runs the same path with a
     # stand-in that calls the forward again (for tests: no speedup)
     cuda_graphs: bool | None = None
+    # async scheduling (vLLM's async scheduling, SGLang's overlap scheduler): step n + 1 is
+    # scheduled and its forward started before step n's tokens are read back, its decode inputs
+    # taken from step n's sampled ids where they lie (the device). What it hides is the host's
+    # wait for a GPU; a CPU computes the forward in the caller, so there it only reorders the
+    # bookkeeping (the tests run it there: the same tokens as off). Continuous batching without
+    # speculation; a step whose requests need their last token on the host before sampling
+    # (penalties, logit_bias, min_tokens, logprobs, n > 1) runs without overlap
+    # (engine/engine.py `_step_overlapped`)
+    async_scheduling: bool = False
     seed: int = 0  # default seed for requests that give none
     extra: dict = field(default_factory=dict)  # free-form notes (e.g. workload name) for reports
 
@@ -159,6 +168,14 @@ class EngineConfig:
             raise ValueError(f"fused_ops must be True or False, got {self.fused_ops!r}")
         if self.cuda_graphs is not None and not isinstance(self.cuda_graphs, bool):
             raise ValueError(f"cuda_graphs must be None, True or False, got {self.cuda_graphs!r}")
+        if not isinstance(self.async_scheduling, bool):
+            raise ValueError(
+                f"async_scheduling must be True or False, got {self.async_scheduling!r}")
+        if self.async_scheduling and self.spec is not None:
+            raise ValueError("async_scheduling does not run with speculation (spec): a draft's "
+                             "verification needs the step's tokens on the host")
+        if self.async_scheduling and self.batching != "continuous":
+            raise ValueError("async_scheduling needs batching='continuous'")
         if self.enable_prefix_caching and self.kv_layout != "paged":
             raise ValueError("enable_prefix_caching needs kv_layout='paged'")
         if not (0.0 < self.gpu_memory_utilization <= 1.0):

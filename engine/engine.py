@@ -27,9 +27,9 @@ from engine.model.loader import Progress, hf_folder, load_model, read_config
 from engine.plan import ExecutionPlan, ModelFacts, plan_for
 from engine.report import Emitted, KVSummary, StepReport, build_report, kv_summary
 from engine.request import Request
-from engine.runner import ForwardResult, ModelRunner
-from engine.sampler import logprobs_of, process, sample_rows
-from engine.scheduler import Scheduler
+from engine.runner import ForwardResult, ModelRunner, Pending
+from engine.sampler import greedy_ids, logprobs_of, process, sample_rows
+from engine.scheduler import Scheduler, SchedulerOutput
 from engine.spec.rejection import SpecDecision
 
 
@@ -138,6 +138,9 @@ class LLMEngine:
         # server reads this to tell each its own error and the others go on.
         self.failures: dict[str, str] = {}
         self._logprobs: dict[str, list] = {}  # this step's output logprobs, by request id
+        # async scheduling: the step whose forward ran and whose tokens are not appended yet
+        self._inflight: _InFlight | None = None
+        self.overlapped_steps = 0  # steps launched while the one before was still in flight
         self.metrics = RunMetrics()
         self.step_count = 0
         self._ids = itertools.count()
@@ -255,7 +258,7 @@ class LLMEngine:
         return self.generate([list(ids)], params)[0]
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return self.scheduler.has_unfinished() or self._inflight is not None
 
     def output(self, rid: str) -> RequestOutput:
         if rid in self.groups:
@@ -321,6 +324,8 @@ class LLMEngine:
     def step(self) -> StepReport:
         """One iteration: draft (if speculating), schedule, run the model once, sample or
         verify, advance every request (Scheduler.update_from_output), describe the step."""
+        if self.config.async_scheduling and (self._inflight is not None or self._can_overlap()):
+            return self._step_overlapped()
         t0 = time.perf_counter()
         if self.spec_decoder is not None:
             self.spec_decoder.propose(self.scheduler.running)
@@ -335,8 +340,74 @@ class LLMEngine:
             if fwd.hidden is not None and self.feature_observer is not None:
                 self.feature_observer(fwd)
             sampled, spec_records = self._sample_isolated(fwd)
+        return self._advance(sched, sampled, spec_records, copied, t0, t_drafted)
+
+    def _step_overlapped(self) -> StepReport:
+        """Async scheduling (EngineConfig.async_scheduling): launch step n + 1, then read step
+        n's tokens and advance its requests; the report is step n's. On a GPU the host waits
+        for step n's tokens while the device already runs step n + 1; step n + 1's decode
+        inputs are step n's tokens as they lie on the device (runner.Pending). A request's
+        token that ends it is computed on once more and thrown away (vLLM does the same).
+        Only plain requests are launched this way (`_can_overlap`); once another is in the
+        engine the step in flight lands and the next steps run as without async scheduling."""
+        if self._inflight is None:
+            self._inflight = self._launch(None)
+        prev = self._inflight
+        self._inflight = None
+        if prev.sched.scheduled and self._can_overlap():
+            self._inflight = self._launch(prev)
+            self.overlapped_steps += bool(self._inflight.sched.scheduled)
+        return self._land(prev)
+
+    def _can_overlap(self) -> bool:
+        """No request needs its last token on the host before its next sampling: penalties,
+        logit_bias and min_tokens read the output so far, logprobs and n > 1 are handed over
+        with the tokens (they run without overlap, as in vLLM's first async scheduling)."""
+        def plain(r: Request) -> bool:
+            return r.sampling.speculable and r.sampling.prompt_logprobs is None
+
+        return all(map(plain, self.scheduler.running)) and all(map(plain, self.scheduler.waiting))
+
+    def _launch(self, prev: _InFlight | None) -> _InFlight:
+        """Schedule a step and start its forward and sampling; nothing is read back here.
+        `prev`: the step still in flight, whose tokens this one's decode inputs are."""
+        t0 = time.perf_counter()
+        sched = self.scheduler.schedule()
+        fl = _InFlight(sched, t0)
+        if not sched.scheduled:
+            return fl
+        pending = Pending(prev.tokens, prev.rows) if prev is not None and prev.rows else None
+        fwd = self.runner.run(sched.scheduled, pending)
+        fl.copied = self.runner.copied
+        self.scheduler.launched(sched, fwd.rows)
+        fl.rows = {rid: i for i, rid in enumerate(fwd.rows)}
+        if not fl.rows:
+            return fl
+        if all(self.requests[rid].sampling.greedy for rid in fwd.rows):
+            # argmax where the logits are: nothing waits for the device
+            last = [first + n - 1 for first, n in fwd.rows.values()]
+            rows = fwd.logits[:len(last)] if last == list(range(len(last))) else fwd.logits[last]
+            fl.tokens = greedy_ids(rows)
+        else:  # a sampled row's generator lives on the host: its tokens come back now
+            fl.sampled, _ = self._sample_isolated(fwd)
+            fl.tokens = torch.tensor([fl.sampled.get(rid, [0])[-1] for rid in fwd.rows],
+                                     device=self.device)
+        return fl
+
+    def _land(self, fl: _InFlight) -> StepReport:
+        """Read a launched step's tokens (the only wait for the device) and advance."""
+        sampled = fl.sampled
+        if sampled is None:
+            ids = fl.tokens.tolist() if fl.tokens is not None else []
+            sampled = {rid: [ids[i]] for rid, i in fl.rows.items()}
+        return self._advance(fl.sched, sampled, [], fl.copied, fl.t0, fl.t0, launched=True)
+
+    def _advance(self, sched: SchedulerOutput, sampled: dict[str, list[int]],
+                 spec_records: list, copied: list, t0: float, t_drafted: float,
+                 launched: bool = False) -> StepReport:
+        """A step's tokens -> its requests advanced, finished, detokenized; its report."""
         now = time.perf_counter()
-        advanced = self.scheduler.update_from_output(sched, sampled, now)
+        advanced = self.scheduler.update_from_output(sched, sampled, now, launched)
         self._fail_requests(self.scheduler.failed)
         self.scheduler.failed = []
         emitted, finished = [], []
@@ -486,6 +557,18 @@ class LLMEngine:
     def describe(self) -> str:
         """The model and the plan in one line (the app's sidebar, engine.serve, the benches)."""
         return f"{self.config.model} on {self.plan.describe()}"
+
+
+@dataclass
+class _InFlight:
+    """A step launched by async scheduling whose tokens are not read back yet."""
+
+    sched: SchedulerOutput
+    t0: float
+    copied: list = dataclasses.field(default_factory=list)
+    rows: dict[str, int] = dataclasses.field(default_factory=dict)  # sampling request -> row
+    tokens: torch.Tensor | None = None  # [rows] int64 on the model's device
+    sampled: dict[str, list[int]] | None = None  # already on the host (non-greedy rows)
 
 
 def freeze_startup_heap() -> None:

@@ -137,11 +137,13 @@ class DecodeGraphs:
                 and max(map(len, tables)) <= self.max_blocks)
 
     def forward(self, input_ids: list[int], positions: list[int], slots: list[int],
-                tables: list[list[int]], logit_index: list[int],
+                tables: list[list[int]], logit_index: list[int], fill=None,
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """One decode step of n = len(input_ids) requests (slot -1: store nothing) ->
         (final hidden states [n, hidden], the logit rows [len(logit_index)] on the device).
-        The hidden states are the graph's output buffer: the next replay overwrites them."""
+        The hidden states are the graph's output buffer: the next replay overwrites them.
+        `fill`: (row indices, token ids on the device) written into the static token ids
+        after the step's copy (async scheduling's pending tokens, engine/runner.py)."""
         n, M = len(input_ids), self.max_batch
         B = next(s for s in self.sizes if s >= n)
         dummy_slot = self.dummy_block * self.block_size
@@ -159,6 +161,8 @@ class DecodeGraphs:
         fill_tables(table[:n], tables)
         table[n:B, 0] = self.dummy_block
         self.staging.send(out=self.static)
+        if fill is not None:
+            self.ids[fill[0]] = fill[1].to(self.ids.dtype)
         graph = self.graphs.get(B)
         if graph is None:
             graph = self.graphs[B] = self.capture(self._step_fn(B), self.graph_pool)

@@ -56,6 +56,10 @@ class Request:
     fork_children: list[Request] = field(default_factory=list, repr=False)
     group_id: str | None = None  # n > 1: the id the client knows; index: which sample
     index: int = 0
+    # async scheduling: tokens sampled by a step still in flight, not yet appended (0 or 1).
+    # The scheduler counts them (num_tokens + num_pending) and the runner reads their ids from
+    # that step's sampled tensor; update_from_output appends them
+    num_pending: int = 0
 
     @property
     def all_token_ids(self) -> list[int]:

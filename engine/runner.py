@@ -17,6 +17,11 @@ A step's integers (token ids, positions, logit rows, slot mapping, context lengt
 tables) are laid out in one host buffer and cross to the device in one copy (`build_step`;
 pinned on CUDA). With `graphs` (engine/graphs.py, the `cuda_graphs` switch) a decode-only step
 replays a captured graph instead of launching the forward's kernels one by one.
+
+With async scheduling a request's last token may still be pending (`Request.num_pending`):
+sampled by the step in flight, its id not on the host yet. `run(batch, pending)` lays out a
+placeholder there and the forward copies the id from that step's sampled tensor on the device
+(`Pending`), so the host never waits for it.
 """
 
 from __future__ import annotations
@@ -55,6 +60,15 @@ class Chunk:
     store: bool = True  # False: an idle static rider recomputes a position and writes nothing
 
 
+@dataclass
+class Pending:
+    """The step in flight's sampled token ids ([rows] on the model's device) and each sampling
+    request's row in them."""
+
+    tokens: torch.Tensor
+    rows: dict[str, int]
+
+
 class ModelRunner:
     def __init__(self, model, pool, allocator: BlockAllocator, backend, device, graphs=None):
         self.model, self.pool, self.allocator = model, pool, allocator
@@ -70,8 +84,9 @@ class ModelRunner:
         # HTTP thread works while the forward holds no GIL, not while this step prepares
         self.on_forward = None
 
-    def run(self, batch: list[ScheduledRequest]) -> ForwardResult:
-        """The scheduler's batch: each request's next num_tokens tokens (drafts included)."""
+    def run(self, batch: list[ScheduledRequest], pending: Pending | None = None) -> ForwardResult:
+        """The scheduler's batch: each request's next num_tokens tokens (drafts included);
+        `pending`: where the ids of tokens sampled but not yet appended are (async scheduling)."""
         copies = self.allocator.take_copies()
         self.copied = copies  # the step's report draws them (KVSummary.copies)
         if copies:  # copy-on-write of shared blocks this step writes into, before it does
@@ -80,6 +95,7 @@ class ModelRunner:
         rows: dict[str, tuple[int, int]] = {}
         prompt_rows: dict[str, tuple[int, int, int]] = {}
         spans: list[tuple[object, int, int, int]] = []
+        gather: list[tuple[int, int]] = []  # (flat token index, row in pending.tokens)
         num_rows = num_tokens = 0
         for s in batch:
             req = s.req
@@ -90,8 +106,9 @@ class ModelRunner:
                 num_tokens += 1
                 continue
             start, end = req.num_computed_tokens, req.num_computed_tokens + s.num_tokens
+            total = req.num_tokens + req.num_pending
             # caught up: logits for the last real token and each drafted one
-            n_rows = end - (req.num_tokens - 1) if end >= req.num_tokens else 0
+            n_rows = end - (total - 1) if end >= total else 0
             p_rows = 0
             if req.prompt_logprobs is not None:
                 # the prompt positions whose logits are still unread (not again after a
@@ -104,10 +121,23 @@ class ModelRunner:
             if n_rows:
                 rows[req.request_id] = (num_rows, n_rows)
                 num_rows += n_rows
-            chunks.append(Chunk(req, start, req.token_ids_between(start, end), p_rows + n_rows))
+            if req.num_pending and end > req.num_tokens:  # the pending token: its id is
+                # read on the device (never with drafts: async scheduling runs without them)
+                assert end == req.num_tokens + 1 and pending is not None, "one pending token"
+                ids = req.token_ids_between(start, req.num_tokens)
+                gather.append((num_tokens + len(ids), pending.rows[req.request_id]))
+                ids.append(0)
+            else:
+                ids = req.token_ids_between(start, end)
+            chunks.append(Chunk(req, start, ids, p_rows + n_rows))
             spans.append((req, start, num_tokens, end - start))
             num_tokens += end - start
-        logits = self.forward(chunks)
+        fill = None
+        if gather:
+            dev = pending.tokens.device
+            fill = (torch.tensor([i for i, _ in gather], device=dev),
+                    pending.tokens[torch.tensor([r for _, r in gather], device=dev)])
+        logits = self.forward(chunks, fill)
         if self.keep_hidden:
             return ForwardResult(logits, rows, prompt_rows, self.hidden, spans)
         return ForwardResult(logits, rows, prompt_rows)
@@ -116,9 +146,10 @@ class ModelRunner:
         if self.on_forward is not None:
             self.on_forward()
 
-    def forward(self, chunks: list[Chunk]) -> torch.Tensor:
+    def forward(self, chunks: list[Chunk], fill=None) -> torch.Tensor:
         """One forward over the chunks -> fp32 logits [sum of num_logits, vocab] on the model's
-        device, in chunk order (empty [0, 0] if none are wanted)."""
+        device, in chunk order (empty [0, 0] if none are wanted). `fill`: (flat token
+        indices, their ids on the device), written over the placeholders there."""
         input_ids, positions, slots, logit_index = [], [], [], []
         query_lens, seq_lens, tables = [], [], []
         for c in chunks:
@@ -136,7 +167,8 @@ class ModelRunner:
             logit_index.extend(range(first_row + n - c.num_logits, first_row + n))
         if self.graphs is not None and self.graphs.fits(query_lens, tables):
             self._forward_starts()
-            hidden, idx = self.graphs.forward(input_ids, positions, slots, tables, logit_index)
+            hidden, idx = self.graphs.forward(input_ids, positions, slots, tables, logit_index,
+                                              fill)
             if self.keep_hidden:  # the graph's output buffer is overwritten by the next replay
                 hidden = hidden.clone()
         else:
@@ -144,6 +176,8 @@ class ModelRunner:
             meta, (ids, pos, idx) = build_step(
                 query_lens, seq_lens, tables, slots, self.allocator.block_size, self.device,
                 (input_ids, positions, logit_index), self.staging)
+            if fill is not None:
+                ids[fill[0]] = fill[1].to(ids.dtype)
             self._forward_starts()
             hidden = self.model.forward(ids, pos, meta, self.pool.layers, self.backend)
         self.hidden = hidden if self.keep_hidden else None

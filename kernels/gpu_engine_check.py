@@ -13,6 +13,9 @@
                      the engine's own switch (EngineConfig.cuda_graphs, engine/graphs.py): greedy
                      tokens with graphs on equal those with graphs off, and decode tok/s on and
                      off at a few batch sizes (on the CPU dry run "on" is the replay stand-in)
+  * async_scheduling the engine's overlap switch (EngineConfig.async_scheduling: step n + 1
+                     launched before step n's tokens are read back): greedy tokens equal with it
+                     on and off, and decode tok/s on and off at the same batch sizes
 
 Every engine gets an explicit `num_kv_blocks` for its requests: on CUDA the default pool takes a
 share of the free memory. `save_tiny_llama` makes the random model the CPU dry run uses.
@@ -439,4 +442,37 @@ def cuda_graphs(c) -> dict:
             res["engine"].append({"running": batch, "decode_tok_per_s": rates,
                                   "graph_replays": replays})
             print(f"   engine decode, {batch} running: {rates}, replays {replays}", flush=True)
+    return res
+
+
+def async_scheduling(c) -> dict:
+    """The overlap switch on and off: the same greedy tokens (fp32), then decode tok/s at each
+    batch size with the default graphs setting, and how many steps were launched while the
+    one before was still in flight."""
+    from benchmarks.bench import decode_rate
+
+    prompts = prompt_ids(c, 3)
+    toks = {on: _generate(c, prompts, c.sizes.hf_tokens, seats=8, dtype="float32",
+                          async_scheduling=on) for on in (True, False)}
+    div = [first_divergence(a, b) for a, b in zip(toks[True], toks[False])]
+    res: dict = {"tokens_equal": all(d is None for d in div), "first_divergence": div,
+                 "engine": []}
+    print(f"   engine greedy tokens, async scheduling on vs off (fp32): equal "
+          f"{res['tokens_equal']} {div}", flush=True)
+    for batch in c.sizes.graph_batches:
+        rates, overlapped = {}, None
+        for on in (True, False):
+            eng = _engine(engine_config(c, max_num_seqs=batch, dtype=_dtype(c),
+                                        async_scheduling=on))
+            rates["async_on" if on else "async_off"] = round(
+                decode_rate(eng, batch, steps=8 if c.dry else 32, windows=2), 1)
+            if on:
+                overlapped = eng.overlapped_steps
+            del eng
+            _free(c)
+        rates["gain"] = round(rates["async_on"] / rates["async_off"], 2)
+        res["engine"].append({"running": batch, "decode_tok_per_s": rates,
+                              "overlapped_steps": overlapped})
+        print(f"   engine decode, {batch} running: {rates}, overlapped {overlapped}", flush=True)
+    res["ok"] = res["tokens_equal"] and all(r["overlapped_steps"] for r in res["engine"])
     return res

@@ -73,6 +73,9 @@ def test_dry_run_runs_every_section_in_order(tmp_path):
     # the engine's own switch, on (the CPU replay stand-in here) and off: the same tokens
     assert graphs["engine_flag"] == "cuda_graphs" and graphs["tokens_equal"] is True, graphs
     assert graphs["engine"] and all(r["graph_replays"] for r in graphs["engine"]), graphs
+    overlap = report["async_scheduling"]
+    assert overlap["tokens_equal"] is True, overlap
+    assert overlap["engine"] and all(r["overlapped_steps"] for r in overlap["engine"]), overlap
     assert "TRITON_INTERPRET" not in os.environ
 
 

@@ -41,6 +41,7 @@ def test_loopback():
     (["--speculative-config", "[1]"], "JSON object"),
     (["--enable-prefix-caching", "--kv-layout", "contiguous"], "enable_prefix_caching"),
     (["--weights", "int4"], "--weights"),
+    (["--async-scheduling", "--batching", "static"], "async_scheduling"),
 ])
 def test_bad_flags_exit_with_a_message(argv, needle, capsys):
     with pytest.raises(SystemExit) as exc:
