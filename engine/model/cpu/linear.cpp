@@ -25,24 +25,16 @@
 #include <cstdint>
 #include <cstring>
 
+#include "matmul_isa.h"
+
 #if defined(__AMX_BF16__) && defined(__AMX_TILE__) && defined(__AVX512BF16__)
 #define SERVELAB_AMX 1
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #endif
 
 namespace {
 
 #ifdef SERVELAB_AMX
-// Linux hands out the 8 KB AMX register state only to a process that asks for it.
-bool amx_permitted() {
-  static const bool ok = [] {
-    constexpr int ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
-    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-  }();
-  return ok;
-}
 
 struct TileConfig {  // the layout _tile_loadconfig reads (palette 1)
   uint8_t palette_id = 1, start_row = 0, reserved[14] = {};
@@ -101,7 +93,7 @@ namespace servelab {
 
 bool amx_available() {
 #ifdef SERVELAB_AMX
-  return amx_permitted();
+  return amx_tile_state_granted();  // matmul.cpp: Linux's grant of the tile state
 #else
   return false;
 #endif

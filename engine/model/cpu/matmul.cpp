@@ -107,14 +107,13 @@ bool disabled(const std::string& name) {
 
 #if defined(__x86_64__) && defined(__linux__)
 // AMX int8 tiles: the CPU has them (CPUID leaf 7: AMX-TILE, AMX-INT8) and Linux hands this process
-// their 8 KB of register state, which it does only when asked (arch_prctl)
+// their 8 KB of register state (amx_tile_state_granted)
 bool amx_int8_tiles() {
   static const bool ok = [] {
     unsigned a, b, c, d;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((d >> 24) & 1) || !((d >> 25) & 1))
       return false;
-    constexpr int ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
-    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    return amx_tile_state_granted();
   }();
   return ok;
 }
@@ -229,6 +228,16 @@ void quantize_rows_q16(const float* x, int64_t M, int64_t K, int16_t* q, float* 
 int64_t gguf_q_offset(int code) { return code == 1 ? 2 : 4; }
 
 }  // namespace
+
+#if defined(__x86_64__) && defined(__linux__)
+bool amx_tile_state_granted() {
+  static const bool ok = [] {
+    constexpr int ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+  }();
+  return ok;
+}
+#endif
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_q8(const at::Tensor& x_in) {
   TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) % 32 == 0 && x_in.device().is_cpu() &&

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "matmul_isa.h"
 
@@ -155,8 +156,9 @@ void columns(const MatmulQ16Job& job, int64_t n0, int64_t n1) {
   thread_local int64_t capacity = 0;
   if (capacity < nb * kTileBytes) {
     std::free(tiles);
-    capacity = nb * kTileBytes;
-    tiles = static_cast<uint8_t*>(std::aligned_alloc(64, capacity));
+    tiles = static_cast<uint8_t*>(std::aligned_alloc(64, nb * kTileBytes));
+    capacity = tiles ? nb * kTileBytes : 0;
+    if (!tiles) throw std::bad_alloc();  // at::parallel_for rethrows it to the op's caller
   }
   configure_tiles();
   for (int64_t g = n0 / 16; g < n1 / 16; ++g) {

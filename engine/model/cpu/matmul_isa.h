@@ -117,6 +117,11 @@ SERVELAB_DECLARE_ISA(isa_avx512vnni)  // the same source with VNNI's vpdpbusd fo
 namespace isa_amx {  // matmul_amx.cpp: the int16 kernel on AMX int8 tiles
 void matmul_q16_columns(const MatmulQ16Job& job, int64_t n0, int64_t n1);
 }
+#if defined(__linux__)
+// Linux hands a process the 8 KB of AMX tile state only when it asks (arch_prctl): asked once
+// per process (matmul.cpp), for both AMX kernels (the int16 one and linear.cpp's bf16 one)
+bool amx_tile_state_granted();
+#endif
 #elif defined(__aarch64__)
 SERVELAB_DECLARE_ISA(isa_neon)
 SERVELAB_DECLARE_ISA(isa_neondot)  // the same source with ARMv8.2's sdot for int8 products
