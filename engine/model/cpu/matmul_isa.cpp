@@ -1155,7 +1155,10 @@ void q16_tile(const MatmulQ16Job& job, int64_t m0, int64_t g, int h0) {
     for (int r = 0; r < RR; ++r)
       for (int h = 0; h < NH; ++h)
         for (int a = 0; a < NA; ++a) s[r][h][a] = iv_zero();
+    // the pieces fully unrolled: each partial sum then has a fixed register (a loop left
+    // rolled keeps them on the stack or moves them between registers every piece)
     if constexpr (FMT == kFormatQ4_1) {
+#pragma GCC unroll 8
       for (int p = 0; p < 8; ++p) {
         const int a = NA == 4 ? 2 * (p & 1) : 0, a1 = (a + 1) % NA;
         for (int h = 0; h < NH; ++h) {
@@ -1172,6 +1175,7 @@ void q16_tile(const MatmulQ16Job& job, int64_t m0, int64_t g, int h0) {
         }
       }
     } else {
+#pragma GCC unroll 16
       for (int p = 0; p < 16; ++p)
         for (int h = 0; h < NH; ++h) {
           const W16 w = q16_bytes(qb + 32 * p, h0 + h);
