@@ -1137,6 +1137,16 @@ void q8_columns(const MatmulQ8Job& job, int64_t n0, int64_t n1) {
 // 32 * 128 * 32767 < 2^31), so the number of partial sums a row keeps (q16_accs: more at few rows,
 // where one chain would wait on its own latency) changes no bit; each block then adds
 // float(sum) * (d * xd) and, for Q4_1, m * xs into the column's fp32 sum, in block order.
+// The pieces fully unrolled with VNNI and on AVX2: each partial sum then has a fixed register
+// (rolled, GCC kept a Q8_0 block's sums on the stack and moved Q4_1's between registers every
+// piece). AVX-512's vpmaddwd + vpaddd ran slower unrolled, and NEON is unmeasured: rolled there
+// (docs/performance.md).
+#if (SERVELAB_ISA == 2 && SERVELAB_VNNI) || SERVELAB_ISA == 1
+#define Q16_UNROLL(n) _Pragma(Q16_PRAGMA(GCC unroll n))
+#define Q16_PRAGMA(text) #text
+#else
+#define Q16_UNROLL(n)
+#endif
 template <int FMT, int RR, int NH = 1>
 void q16_tile(const MatmulQ16Job& job, int64_t m0, int64_t g, int h0) {
   constexpr int NA = NH > 1 ? 2 : q16_accs(RR);
@@ -1155,10 +1165,8 @@ void q16_tile(const MatmulQ16Job& job, int64_t m0, int64_t g, int h0) {
     for (int r = 0; r < RR; ++r)
       for (int h = 0; h < NH; ++h)
         for (int a = 0; a < NA; ++a) s[r][h][a] = iv_zero();
-    // the pieces fully unrolled: each partial sum then has a fixed register (a loop left
-    // rolled keeps them on the stack or moves them between registers every piece)
     if constexpr (FMT == kFormatQ4_1) {
-#pragma GCC unroll 8
+      Q16_UNROLL(8)
       for (int p = 0; p < 8; ++p) {
         const int a = NA == 4 ? 2 * (p & 1) : 0, a1 = (a + 1) % NA;
         for (int h = 0; h < NH; ++h) {
@@ -1175,7 +1183,7 @@ void q16_tile(const MatmulQ16Job& job, int64_t m0, int64_t g, int h0) {
         }
       }
     } else {
-#pragma GCC unroll 16
+      Q16_UNROLL(16)
       for (int p = 0; p < 16; ++p)
         for (int h = 0; h < NH; ++h) {
           const W16 w = q16_bytes(qb + 32 * p, h0 + h);
