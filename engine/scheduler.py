@@ -257,20 +257,11 @@ class Scheduler:
             children, req.fork_children = req.fork_children, []
             for child in children:  # before req's own token: they share its prompt only
                 self._fork(req, child)
-            try:
-                kept = self._append(req, tokens, now)
-            except Exception as exc:  # its detokenizer failed: this request alone ends
-                self.failed.append((req, exc))
+            if not self._take(req, tokens, now, advanced):
                 continue
-            advanced.append((req, kept))
             for child in children:
-                try:
-                    kept = self._append(child, sampled[child.request_id], now)
-                except Exception as exc:
-                    self.failed.append((child, exc))
-                    continue
-                advanced.append((child, kept))
-                if child.finish_reason is not None:
+                if self._take(child, sampled[child.request_id], now, advanced) and \
+                        child.finish_reason is not None:
                     self._finish(child, now)
             if req.finish_reason is not None:
                 self._finish(req, now)
@@ -289,12 +280,8 @@ class Scheduler:
             tokens = sampled.get(req.request_id)
             if tokens is not None:
                 req.num_pending -= 1
-                try:
-                    kept = self._append(req, tokens, now)
-                except Exception as exc:  # its detokenizer failed: this request alone ends
-                    self.failed.append((req, exc))
+                if not self._take(req, tokens, now, advanced):
                     continue
-                advanced.append((req, kept))
             if req.status == RequestStatus.WAITING:  # preempted after this step started
                 if req.finish_reason is not None:
                     self.waiting.remove(req)
@@ -317,6 +304,17 @@ class Scheduler:
         child.status = RequestStatus.RUNNING
         self.running.append(child)
         self._sit(child)
+
+    def _take(self, req: Request, tokens: list[int], now: float, advanced: list) -> bool:
+        """_append, then (req, tokens kept) onto `advanced`; False if its detokenizer failed
+        (this request alone ends: the engine fails it from `failed`)."""
+        try:
+            kept = self._append(req, tokens, now)
+        except Exception as exc:
+            self.failed.append((req, exc))
+            return False
+        advanced.append((req, kept))
+        return True
 
     def _append(self, req: Request, tokens: list[int], now: float) -> list[int]:
         """Append tokens one at a time, stopping at the first stop condition."""
