@@ -373,6 +373,30 @@ def decode_forward_case(c, eng, batch: int, ctx: int):
     return forward
 
 
+def _decode_on_off(c, batch: int, name: str, read, switch) -> tuple[dict, object]:
+    """Steady decode tok/s of `batch` running with a switch on and off ({name_on, name_off,
+    gain}), and read(engine) of the engine with it on; switch(on) -> its EngineConfig fields."""
+    from benchmarks.bench import decode_rate
+
+    rates, seen = {}, None
+    for on in (True, False):
+        eng = _engine(engine_config(c, max_num_seqs=batch, dtype=_dtype(c), **switch(on)))
+        rates[f"{name}_{'on' if on else 'off'}"] = round(
+            decode_rate(eng, batch, steps=8 if c.dry else 32, windows=2), 1)
+        if on:
+            seen = read(eng)
+        del eng
+        _free(c)
+    rates["gain"] = round(rates[f"{name}_on"] / rates[f"{name}_off"], 2)
+    return rates, seen
+
+
+def _replays(eng) -> dict | None:
+    """Padded batch size -> decode steps its graph replayed (None: no graphs)."""
+    graphs = getattr(eng.runner, "graphs", None)
+    return dict(graphs.replays) if graphs is not None else None
+
+
 def cuda_graphs(c) -> dict:
     ctx = c.sizes.graph_context
     rows = []
@@ -413,8 +437,6 @@ def cuda_graphs(c) -> dict:
     if flag is None:
         res["engine"] = "EngineConfig has no CUDA-graph switch"
     else:
-        from benchmarks.bench import decode_rate
-
         prompts = prompt_ids(c, 3)  # 3 running in 8 seats: the size-4 graph, one padding row
         toks = {on: _generate(c, prompts, c.sizes.hf_tokens, seats=8, dtype="float32",
                               **{flag: on if flag == "cuda_graphs" else not on})
@@ -427,18 +449,9 @@ def cuda_graphs(c) -> dict:
               f"{div}", flush=True)
         res["engine"] = []
         for batch in c.sizes.graph_batches:
-            rates, replays = {}, None
-            for on in (True, False):
-                value = on if flag == "cuda_graphs" else not on
-                eng = _engine(engine_config(c, max_num_seqs=batch, dtype=_dtype(c),
-                                            **{flag: value}))
-                rates["graphs_on" if on else "graphs_off"] = round(
-                    decode_rate(eng, batch, steps=8 if c.dry else 32, windows=2), 1)
-                if on and getattr(eng.runner, "graphs", None) is not None:
-                    replays = dict(eng.runner.graphs.replays)  # padded size -> steps replayed
-                del eng
-                _free(c)
-            rates["gain"] = round(rates["graphs_on"] / rates["graphs_off"], 2)
+            rates, replays = _decode_on_off(
+                c, batch, "graphs", _replays,
+                lambda on: {flag: on if flag == "cuda_graphs" else not on})
             res["engine"].append({"running": batch, "decode_tok_per_s": rates,
                                   "graph_replays": replays})
             print(f"   engine decode, {batch} running: {rates}, replays {replays}", flush=True)
@@ -449,8 +462,6 @@ def async_scheduling(c) -> dict:
     """The overlap switch on and off: the same greedy tokens (fp32), then decode tok/s at each
     batch size with the default graphs setting, and how many steps were launched while the
     one before was still in flight."""
-    from benchmarks.bench import decode_rate
-
     prompts = prompt_ids(c, 3)
     toks = {on: _generate(c, prompts, c.sizes.hf_tokens, seats=8, dtype="float32",
                           async_scheduling=on) for on in (True, False)}
@@ -460,17 +471,8 @@ def async_scheduling(c) -> dict:
     print(f"   engine greedy tokens, async scheduling on vs off (fp32): equal "
           f"{res['tokens_equal']} {div}", flush=True)
     for batch in c.sizes.graph_batches:
-        rates, overlapped = {}, None
-        for on in (True, False):
-            eng = _engine(engine_config(c, max_num_seqs=batch, dtype=_dtype(c),
-                                        async_scheduling=on))
-            rates["async_on" if on else "async_off"] = round(
-                decode_rate(eng, batch, steps=8 if c.dry else 32, windows=2), 1)
-            if on:
-                overlapped = eng.overlapped_steps
-            del eng
-            _free(c)
-        rates["gain"] = round(rates["async_on"] / rates["async_off"], 2)
+        rates, overlapped = _decode_on_off(c, batch, "async", lambda e: e.overlapped_steps,
+                                           lambda on: {"async_scheduling": on})
         res["engine"].append({"running": batch, "decode_tok_per_s": rates,
                               "overlapped_steps": overlapped})
         print(f"   engine decode, {batch} running: {rates}, overlapped {overlapped}", flush=True)
