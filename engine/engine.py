@@ -385,9 +385,8 @@ class LLMEngine:
             return fl
         if all(self.requests[rid].sampling.greedy for rid in fwd.rows):
             # argmax where the logits are: nothing waits for the device
-            last = [first + n - 1 for first, n in fwd.rows.values()]
-            rows = fwd.logits[:len(last)] if last == list(range(len(last))) else fwd.logits[last]
-            fl.tokens = greedy_ids(rows)
+            fl.tokens = greedy_ids(_logit_rows(
+                fwd.logits, [first + n - 1 for first, n in fwd.rows.values()]))
         else:  # a sampled row's generator lives on the host: its tokens come back now
             fl.sampled, _ = self._sample_isolated(fwd)
             fl.tokens = torch.tensor([fl.sampled.get(rid, [0])[-1] for rid in fwd.rows],
@@ -469,10 +468,7 @@ class LLMEngine:
                 # samples to fork from it sample their first token from the same row
                 plain.extend((child, first + n - 1) for child in req.fork_children)
         if plain:
-            index = [row for _, row in plain]
-            # [len(plain), vocab]; no copy when they are the first rows in order (no drafts)
-            rows = (fwd.logits[:len(index)] if index == list(range(len(index)))
-                    else fwd.logits[index])
+            rows = _logit_rows(fwd.logits, [row for _, row in plain])
             raw = rows
             changed = [i for i, (r, _) in enumerate(plain) if r.sampling.processes_logits]
             if changed:  # only these rows change; the others are sampled from the same values
@@ -557,6 +553,12 @@ class LLMEngine:
     def describe(self) -> str:
         """The model and the plan in one line (the app's sidebar, engine.serve, the benches)."""
         return f"{self.config.model} on {self.plan.describe()}"
+
+
+def _logit_rows(logits: torch.Tensor, index: list[int]) -> torch.Tensor:
+    """logits[index], [len(index), vocab]; no copy when they are the first rows in order (a
+    step without drafts or prompt logprobs)."""
+    return logits[:len(index)] if index == list(range(len(index))) else logits[index]
 
 
 @dataclass

@@ -121,8 +121,18 @@ def test_requests_that_need_their_tokens_on_the_host_run_without_overlap():
     off = _engine(False)
     want = _run(off, params)
     eng = _engine(True)
+    launch, launched_with = eng._launch, []
+
+    def spy(prev):  # a step is launched ahead only while every request is plain
+        if prev is not None:
+            launched_with.append({r.request_id for r in eng.scheduler.running
+                                  if not r.sampling.speculable})
+        return launch(prev)
+
+    eng._launch = spy
     got = _run(eng, params)
     assert got == want
+    assert launched_with and not any(launched_with)
     assert eng.overlapped_steps > 0  # once those two left, the rest overlapped
 
 
