@@ -35,7 +35,6 @@
 namespace {
 
 #ifdef SERVELAB_AMX
-
 struct TileConfig {  // the layout _tile_loadconfig reads (palette 1)
   uint8_t palette_id = 1, start_row = 0, reserved[14] = {};
   uint16_t colsb[16] = {};
