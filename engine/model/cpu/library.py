@@ -33,6 +33,7 @@ SOURCES = [Path(__file__).with_name(name) for name in ("ops.cpp", "linear.cpp", 
 # set's flags (never -march=native), so a wide CPU also runs, and tests force, the narrow paths
 ISA_SOURCE = Path(__file__).with_name("matmul_isa.cpp")
 ISA_HEADER = Path(__file__).with_name("matmul_isa.h")
+PARALLEL_HEADER = Path(__file__).with_name("parallel.h")  # parallel_chunks, used by SOURCES
 # the int16 kernel on AMX int8 tiles (x86-64 only; run only where the CPU and Linux allow it)
 AMX_SOURCE = Path(__file__).with_name("matmul_amx.cpp")
 AMX_FLAGS = ["-mamx-tile", "-mamx-int8", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx2",
@@ -96,8 +97,8 @@ def capability_flags() -> list[str]:
 def library_path() -> Path:
     from engine.model.loader import cache_root
 
-    key = hashlib.sha256(b"\0".join([*(src.read_bytes() for src in (*SOURCES, ISA_SOURCE,
-                                                                   ISA_HEADER, AMX_SOURCE)),
+    sources = (*SOURCES, ISA_SOURCE, ISA_HEADER, PARALLEL_HEADER, AMX_SOURCE)
+    key = hashlib.sha256(b"\0".join([*(src.read_bytes() for src in sources),
                                      torch.__version__.encode(),
                                      sys.version.encode(), _cpu_signature().encode(),
                                      " ".join(capability_flags()).encode()]))

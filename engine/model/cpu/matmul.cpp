@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "matmul_isa.h"
+#include "parallel.h"
 
 #if defined(__aarch64__)
 #include <sys/auxv.h>  // getauxval(AT_HWCAP): the CPU's features, as Linux reports them
@@ -341,9 +342,7 @@ void matmul_q8_run(const float* x, int64_t M, int64_t K, const at::Tensor& w, in
   quantize_rows_q8(x, M, K, q, d, xs, sum);
   const MatmulQ8Job job{q, d, xs, sum, static_cast<const uint8_t*>(w.data_ptr()), y, M, N, K,
                         code};
-  at::parallel_for(0, N / 16, 4, [&](int64_t u0, int64_t u1) {
-    kernel(job, u0 * 16, u1 * 16);
-  });
+  parallel_chunks(N / 16, 2, [&](int64_t u0, int64_t u1) { kernel(job, u0 * 16, u1 * 16); });
 }
 
 // y[M, N] = x W^T over a pack_q16ed weight in format `code`, x rounded to int16 per block
@@ -383,9 +382,7 @@ void matmul_q16_run(const float* x, int64_t M, int64_t K, const at::Tensor& w, i
     kernel = isa_amx::matmul_q16_columns;
   }
 #endif
-  at::parallel_for(0, N / 16, 4, [&](int64_t u0, int64_t u1) {
-    kernel(job, u0 * 16, u1 * 16);
-  });
+  parallel_chunks(N / 16, 2, [&](int64_t u0, int64_t u1) { kernel(job, u0 * 16, u1 * 16); });
 }
 
 // y[M, N] = x W^T for a bf16 / GGUF weight in format `code`, into y (fp32, contiguous)
@@ -396,7 +393,7 @@ void matmul_run(const float* x, int64_t M, int64_t K, const at::Tensor& w, int c
   const Isa& isa = kIsas[choice.isa];
   const MatmulJob job{x, static_cast<const uint8_t*>(w.data_ptr()), y, M, N, K, code};
   const int64_t units = (N + kSplitColumns - 1) / kSplitColumns;
-  at::parallel_for(0, units, 4, [&](int64_t u0, int64_t u1) {
+  parallel_chunks(units, 2, [&](int64_t u0, int64_t u1) {
     isa.matmul_columns(job, u0 * kSplitColumns, std::min(N, u1 * kSplitColumns));
   });
 }

@@ -158,7 +158,7 @@ void columns(const MatmulQ16Job& job, int64_t n0, int64_t n1) {
     std::free(tiles);
     tiles = static_cast<uint8_t*>(std::aligned_alloc(64, nb * kTileBytes));
     capacity = tiles ? nb * kTileBytes : 0;
-    if (!tiles) throw std::bad_alloc();  // at::parallel_for rethrows it to the op's caller
+    if (!tiles) throw std::bad_alloc();  // parallel_chunks rethrows it to the op's caller
   }
   configure_tiles();
   for (int64_t g = n0 / 16; g < n1 / 16; ++g) {

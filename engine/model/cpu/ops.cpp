@@ -25,10 +25,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <stdexcept>
+#include <thread>
 #include <type_traits>
 #include <string>
 #include <tuple>
@@ -36,6 +39,7 @@
 #include <vector>
 
 #include "matmul_isa.h"  // MatmulChoice
+#include "parallel.h"
 
 // the model dtypes ServeLab runs: float32, bfloat16, float16
 #define DISPATCH_MODEL_DTYPES(TYPE, NAME, ...)                            \
@@ -650,7 +654,7 @@ void attention_rows(const scalar_t* qp, int64_t qs0, int64_t qs1, int64_t Hq, in
   // (a second parallel region for the joins cost more than it saved)
   std::unique_ptr<std::atomic<int32_t>[]> done(new std::atomic<int32_t>[num_parts * Hkv]());
   const int64_t num_tasks = static_cast<int64_t>(tasks.size());
-  at::parallel_for(0, num_tasks * Hkv, 1, [&](int64_t begin, int64_t end) {
+  servelab::parallel_chunks(num_tasks * Hkv, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
     std::vector<float> own_parts;  // a task of part -1: one query's partials, [part][head]
     for (int64_t task = begin; task < end; ++task) {
@@ -887,6 +891,29 @@ at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos_in,
   return x_out;
 }
 
+// For tests only (tests/engine/test_parallel_chunks.py): parallel_chunks over [0, n) on the
+// current thread count, thread `slow` sleeping sleep_us in each chunk it takes, the chunk that
+// holds index throw_at throwing. -> [2, n] int32: how many times each index was computed, and
+// the thread that computed it.
+at::Tensor parallel_chunks_trace(int64_t n, int64_t min_chunk, int64_t slow, int64_t sleep_us,
+                                 int64_t throw_at) {
+  TORCH_CHECK(n >= 0 && n < (int64_t{1} << 32), "parallel_chunks_trace: n out of range");
+  at::Tensor out = at::zeros({2, n}, at::kInt);
+  int32_t* count = out.data_ptr<int32_t>();
+  int32_t* who = count + n;
+  servelab::parallel_chunks(n, min_chunk, [&](int64_t begin, int64_t end) {
+    const int thread = omp_get_thread_num();
+    if (thread == slow) std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    for (int64_t i = begin; i < end; ++i) {
+      if (i == throw_at) throw std::runtime_error("parallel_chunks_trace: failed at index " +
+                                                  std::to_string(i));
+      __atomic_fetch_add(count + i, 1, __ATOMIC_RELAXED);
+      who[i] = thread;
+    }
+  });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(servelab, m) {
@@ -901,6 +928,8 @@ TORCH_LIBRARY(servelab, m) {
         "Tensor[] k_caches, Tensor[] v_caches, Tensor slot_mapping, Tensor block_tables, "
         "Tensor seq_lens, Tensor query_start_loc, int num_heads, int num_kv_heads, float scale, "
         "float eps, str activations=\"float\") -> Tensor");
+  m.def("parallel_chunks_trace(int n, int min_chunk, int slow, int sleep_us, int throw_at) -> "
+        "Tensor", &parallel_chunks_trace);  // no tensors in: one kernel for all
   m.def("store_kv(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, Tensor slot_mapping) -> ()");
 }
 
