@@ -4,8 +4,8 @@
 engine beside another server (`benchmarks/peer.py`) wants every `EngineConfig` field, a new
 one too (a weights format, a kernel choice), without a flag for each: this takes the
 configuration as one JSON object, `{"max_num_seqs": 16, "dtype": "bfloat16", ...}`, and serves
-it with the same app (`engine.server.create_app`) on 127.0.0.1. A field `EngineConfig` does not
-know is refused with its name.
+it on 127.0.0.1 with the same app and HTTP server as `engine.serve` (`engine.server.create_app`,
+`engine.server.http.make_server`). A field `EngineConfig` does not know is refused with its name.
 """
 
 from __future__ import annotations
@@ -49,15 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError) as exc:
         ap.error(str(exc))
 
-    import uvicorn
-
-    from engine.engine import LLMEngine
+    from engine.engine import LLMEngine, freeze_startup_heap
     from engine.server import ServerSettings, create_app
+    from engine.server.http import make_server
 
     engine = LLMEngine(config)
     app = create_app(engine, ServerSettings(model_name=args.served_model_name))
+    freeze_startup_heap()  # as engine.serve does
     print(f"[{engine.describe()}] serving on http://127.0.0.1:{args.port}/v1", flush=True)
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
+    make_server(app, "127.0.0.1", args.port).run()  # the HTTP server engine.serve runs
     return 0
 
 
