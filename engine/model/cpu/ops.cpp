@@ -411,17 +411,17 @@ inline void sum_lanes(const fVec* v, float* sums) {
 #endif
 }
 
-// One query row of `group` heads (q, heads q_head_stride apart) against context positions
+// One query row of G heads (q, heads q_head_stride apart) against context positions
 // j0 .. j0 + n - 1, for head dim D = DV * fVec::size() (the vector width): each K and V row is
 // converted into registers once and used by every head of the group; the group's V sums stay
-// in registers. rows(j0, n, fn) calls fn(j, k_row, v_row) for j = j0 .. j0 + n - 1. scores:
-// group * len floats of scratch (len >= n).
+// in registers (G a constant, see attend_dim). rows(j0, n, fn) calls fn(j, k_row, v_row) for
+// j = j0 .. j0 + n - 1. scores: G * len floats of scratch (len >= n).
 // part == nullptr: the positions are the query's whole context; writes its output to out.
 // Otherwise they are one chunk of it; writes the chunk's partial to part[h * (D + 2) ..]:
 // the unnormalized V sum (D floats), the chunk's max score and its sum of exp(score - max),
 // which combine_chunks joins.
-template <typename T, int DV, typename Rows>
-void attend(const T* q, int64_t q_head_stride, int64_t group, int64_t j0, int64_t n,
+template <typename T, int DV, int G, typename Rows>
+void attend(const T* q, int64_t q_head_stride, int64_t j0, int64_t n,
             float scale, float* scores, int64_t len, T* out, float* part_out, Rows&& rows) {
   constexpr int D = DV * fVec::size();
   auto load = [](const T* src, fVec* dst) {  // D numbers -> DV float vectors
@@ -436,14 +436,14 @@ void attend(const T* q, int64_t q_head_stride, int64_t group, int64_t j0, int64_
       }
     }
   };
-  fVec qv[kMaxGroup][DV];
-  for (int64_t h = 0; h < group; ++h) load(q + h * q_head_stride, qv[h]);
+  fVec qv[G][DV];
+  for (int64_t h = 0; h < G; ++h) load(q + h * q_head_stride, qv[h]);
   // scores[h][j - j0] = q_h . k_j * scale. Each dot product ends as a vector of partial sums;
   // those of 16 positions wait in `part` and are added up together (sum_lanes), which costs a
   // handful of shuffles instead of one full horizontal sum per position and head.
-  fVec part[kMaxGroup][kTile];
+  fVec part[G][kTile];
   auto flush = [&](int64_t i0, int64_t cnt) {  // scores i0 .. i0 + cnt - 1 are in part[h][0..cnt)
-    for (int64_t h = 0; h < group; ++h) {
+    for (int64_t h = 0; h < G; ++h) {
       for (int64_t i = cnt; i < kTile; ++i) part[h][i] = fVec(0.0f);
       float sums[kTile];
       sum_lanes(part[h], sums);
@@ -454,7 +454,7 @@ void attend(const T* q, int64_t q_head_stride, int64_t group, int64_t j0, int64_
     const int64_t i = j - j0;
     fVec kv[DV];
     load(k, kv);
-    for (int64_t h = 0; h < group; ++h) {
+    for (int64_t h = 0; h < G; ++h) {
       fVec acc(0.0f);
       for (int c = 0; c < DV; ++c) acc = at::vec::fmadd(qv[h][c], kv[c], acc);
       part[h][i % kTile] = acc;
@@ -462,21 +462,21 @@ void attend(const T* q, int64_t q_head_stride, int64_t group, int64_t j0, int64_
     if (i % kTile == kTile - 1) flush(i - kTile + 1, kTile);
   });
   if (n % kTile) flush(n - n % kTile, n % kTile);
-  float denom[kMaxGroup], mx[kMaxGroup];  // softmax, kept unnormalized: the sum divides at the end
-  for (int64_t h = 0; h < group; ++h) denom[h] = exp_minus_max(scores + h * len, n, &mx[h]);
-  fVec acc[kMaxGroup][DV];
-  for (int64_t h = 0; h < group; ++h)
+  float denom[G], mx[G];  // softmax, kept unnormalized: the sum divides at the end
+  for (int64_t h = 0; h < G; ++h) denom[h] = exp_minus_max(scores + h * len, n, &mx[h]);
+  fVec acc[G][DV];
+  for (int64_t h = 0; h < G; ++h)
     for (int c = 0; c < DV; ++c) acc[h][c] = fVec(0.0f);
   rows(j0, n, [&](int64_t j, const T*, const T* v) {  // acc_h += p_hj * v_j
     fVec vv[DV];
     load(v, vv);
-    for (int64_t h = 0; h < group; ++h) {
+    for (int64_t h = 0; h < G; ++h) {
       const fVec p(scores[h * len + j - j0]);
       for (int c = 0; c < DV; ++c) acc[h][c] = at::vec::fmadd(p, vv[c], acc[h][c]);
     }
   });
   if (part_out) {
-    for (int64_t h = 0; h < group; ++h) {
+    for (int64_t h = 0; h < G; ++h) {
       float* ph = part_out + h * (D + 2);
       for (int c = 0; c < DV; ++c) acc[h][c].store(ph + c * fVec::size());
       ph[D] = mx[h];
@@ -484,7 +484,7 @@ void attend(const T* q, int64_t q_head_stride, int64_t group, int64_t j0, int64_
     }
     return;
   }
-  for (int64_t h = 0; h < group; ++h) {
+  for (int64_t h = 0; h < G; ++h) {
     float o[D];
     for (int c = 0; c < DV; ++c) (acc[h][c] / fVec(denom[h])).store(o + c * fVec::size());
     for (int c = 0; c < D; ++c) out[h * D + c] = down<T>(o[c]);
@@ -498,11 +498,29 @@ inline void attend_dim(int64_t D, const T* q, int64_t q_head_stride, int64_t gro
                        int64_t n, float scale, float* scores, int64_t len, T* out,
                        float* part_out, Rows& rows) {
   constexpr int kV = fVec::size();
+  // the group size as a constant, so the group's accumulators are registers (with it a
+  // runtime count, GCC kept them on the stack: a load and a store around every fmadd)
+  auto with_group = [&](auto dv) {
+    constexpr int DV = decltype(dv)::value;
+    auto run = [&](auto g) {
+      attend<T, DV, decltype(g)::value>(q, q_head_stride, j0, n, scale, scores, len, out,
+                                        part_out, rows);
+    };
+    switch (group) {
+      case 1: return run(std::integral_constant<int, 1>{});
+      case 2: return run(std::integral_constant<int, 2>{});
+      case 3: return run(std::integral_constant<int, 3>{});
+      case 4: return run(std::integral_constant<int, 4>{});
+      case 5: return run(std::integral_constant<int, 5>{});
+      case 6: return run(std::integral_constant<int, 6>{});
+      case 7: return run(std::integral_constant<int, 7>{});
+      default: return run(std::integral_constant<int, kMaxGroup>{});
+    }
+  };
   if (D == 64)
-    attend<T, 64 / kV>(q, q_head_stride, group, j0, n, scale, scores, len, out, part_out, rows);
+    with_group(std::integral_constant<int, 64 / kV>{});
   else
-    attend<T, 128 / kV>(q, q_head_stride, group, j0, n, scale, scores, len, out, part_out,
-                        rows);
+    with_group(std::integral_constant<int, 128 / kV>{});
 }
 
 // One query head's output from its context's chunks, joined in chunk order (0, 1, ...):
