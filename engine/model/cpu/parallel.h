@@ -9,8 +9,9 @@
 // parallel_chunks: each thread still owns one contiguous share and works through it from the
 // front, a chunk at a time (a weight matrix streams through memory in one run per thread, which
 // the hardware prefetchers follow: handing out small chunks from one shared counter instead was
-// 10-20% slower at batch 1). A thread done with its own share takes the back half of what is
-// left of another's as its new share, until nothing is left (work stealing, as in Cilk or TBB).
+// slower at batch 1, docs/performance.md). A thread done with its own share takes the back half
+// of what is left of another's as its new share, until nothing is left (work stealing, as in
+// Cilk or TBB).
 // Each share is one atomic word, (front, back), changed by compare-and-swap, so its owner and a
 // thief never take the same chunk.
 //
