@@ -29,10 +29,22 @@ BACKENDS = {"torch": TorchAttention, "cpu": CpuAttention}
 @pytest.mark.parametrize("backend", ["torch", "cpu"])
 @pytest.mark.parametrize("d", [16, 64, 128, 20])  # cpu: 64, 128 in the kernel; 16, 20 via SDPA
 def test_matches_naive_attention(query_lens, seq_lens, backend, d):
+    _check_naive(query_lens, seq_lens, backend, d, heads=9, kvh=3)
+
+
+# the C++ kernel has one instance per query heads per KV head (1-8): each against the naive
+@pytest.mark.parametrize("heads, kvh", [(3, 3), (4, 2), (9, 3), (8, 2), (10, 2), (12, 2),
+                                        (14, 2), (16, 2)])
+def test_every_group_size_matches_naive_attention(heads, kvh):
+    _check_naive([1, 3, 20, 1], [7, 9, 25, 300], "cpu", 64, heads=heads, kvh=kvh)
+
+
+def _check_naive(query_lens, seq_lens, backend, d, heads, kvh):
     if backend == "cpu":
         assert cpu_library.load()
     torch.manual_seed(0)
-    nb, bs, kvh, heads = 60, 4, 3, 9
+    bs = 4
+    nb = max(60, sum(-(-n // bs) for n in seq_lens))
     kc, vc = torch.randn(nb, bs, kvh, d), torch.randn(nb, bs, kvh, d)
     perm, tables, o = torch.randperm(nb).tolist(), [], 0
     for n in seq_lens:
