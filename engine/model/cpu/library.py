@@ -140,13 +140,13 @@ def build(out: Path) -> None:
                                  capture_output=True, text=True)
             if res.returncode != 0:
                 raise RuntimeError(f"g++ failed building {source.name} for {name}:\n"
-                                   f"{res.stderr[-2000:]}")
+                                   f"{compiler_errors(res.stderr)}")
             cmd.append(str(obj))
         res = subprocess.run(cmd + ["-lc10", "-ltorch_cpu", "-lgomp", "-o", str(tmp_path)],
                              capture_output=True, text=True)
         if res.returncode != 0:
             names = " ".join(src.name for src in SOURCES)
-            raise RuntimeError(f"g++ failed building {names}:\n{res.stderr[-2000:]}")
+            raise RuntimeError(f"g++ failed building {names}:\n{compiler_errors(res.stderr)}")
         tmp_path.replace(out)
         for stale in out.parent.glob("servelab_cpu-*.so"):  # builds of older sources
             if stale != out:
@@ -154,6 +154,13 @@ def build(out: Path) -> None:
     finally:
         tmp_path.unlink(missing_ok=True)
         shutil.rmtree(objects, ignore_errors=True)
+
+
+def compiler_errors(stderr: str, limit: int = 2000) -> str:
+    """The first of g++'s error lines, else the end of its output: torch's headers print
+    pages of warnings, which would hide the error at the end."""
+    errors = [line for line in stderr.splitlines() if "error" in line]
+    return "\n".join(errors)[:limit] if errors else stderr[-limit:]
 
 
 @functools.lru_cache(maxsize=1)
