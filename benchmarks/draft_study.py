@@ -54,7 +54,7 @@ def study(num_prompts: int = 12, max_tokens: int = 48, threads: int | None = 1,
     mc = eng.model_config
     # a private pool the probes write from block 0 on, long enough for the longest sequence
     pool = KVPool(mc.num_layers, -(-longest // 16), 16, mc.num_kv_heads, mc.head_dim,
-                  eng.dtype, eng.device)
+                  eng.kv_dtype, eng.device)
 
     def logits(model, token_ids: list[int], start: int) -> torch.Tensor:
         """fp32 logits [len - start, vocab] of token_ids[start:], run after token_ids[:start]

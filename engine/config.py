@@ -97,6 +97,11 @@ class EngineConfig:
     # float32; float32 too where the weights are the GGUF blocks, whose matmul computes in fp32
     # (every CPU with the C++ kernels, by default; engine/plan.py decides)
     dtype: str = "auto"
+    # the KV cache's numbers (vLLM's kv_cache_dtype). "auto": float16 on a CPU whose weights
+    # are gguf-q8 / gguf-q16 (llama.cpp's default cache: half the bytes each decode step
+    # reads), else `dtype`. A 16-bit cache may hold float32 activations' K and V (rounded to
+    # nearest even when stored); any other cache takes `dtype` (engine/plan.py decides)
+    kv_cache_dtype: str = "auto"
     attention_backend: str = "auto"  # "auto" (triton on CUDA, cpu on CPU), "torch", "cpu", "triton"
     # Which copy of the weights the linear layers multiply:
     #   "dense": the model's tensors in `dtype` (the bundled GGUF dequantized once), laid out
@@ -148,6 +153,7 @@ class EngineConfig:
         _choice("kv_layout", self.kv_layout, KV_LAYOUTS)
         _choice("device", self.device, DEVICES)
         _choice("dtype", self.dtype, DTYPES)
+        _choice("kv_cache_dtype", self.kv_cache_dtype, DTYPES)
         _choice("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
         _choice("weights", self.weights, WEIGHTS)
         if self.spec is not None and not isinstance(self.spec, SpecConfig):

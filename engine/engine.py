@@ -61,6 +61,7 @@ class LLMEngine:
         plan = self.plan
         self.device = torch.device(plan.device)
         self.dtype = plan.torch_dtype
+        self.kv_dtype = plan.torch_kv_dtype  # the KV pool's numbers
         loaded = load_model(cfg.model, self.dtype, progress)
         self.tokenizer = loaded.tokenizer
         mcfg = self.model_config = loaded.config
@@ -88,7 +89,7 @@ class LLMEngine:
         self.uses_graphs = plan.cuda_graphs  # decode steps replay CUDA graphs (engine/graphs.py)
         # with graphs the pool has one more block, which no request owns: padding rows write there
         self.pool = KVPool(mcfg.num_layers, num_blocks + self.uses_graphs, cfg.block_size,
-                           mcfg.num_kv_heads, mcfg.head_dim, self.dtype, self.device)
+                           mcfg.num_kv_heads, mcfg.head_dim, self.kv_dtype, self.device)
         if cfg.kv_layout == "paged":
             self.allocator = PagedAllocator(num_blocks, cfg.block_size, cfg.enable_prefix_caching)
         else:
@@ -159,7 +160,7 @@ class LLMEngine:
         free, _ = torch.cuda.mem_get_info(self.device)
         m = self.model_config
         per_block = KVPool.bytes_per_block(m.num_layers, cfg.block_size, m.num_kv_heads,
-                                           m.head_dim, self.dtype)
+                                           m.head_dim, self.kv_dtype)
         cap = int(free * cfg.gpu_memory_utilization) // per_block
         return min(cfg.resolved_num_kv_blocks * self.CUDA_KV_HEADROOM, cap)
 

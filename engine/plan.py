@@ -41,6 +41,14 @@ The rules, and why:
               the C++ attention, plain Llama layers): steps whose attention its kernel takes
               whole run every layer in one call; the others run the Python loop, which calls
               the same kernels, so the bits are the same either way. Else "python".
+  kv_dtype    "auto": float16 on a CPU whose weights are gguf-q8 / gguf-q16 with float32
+              activations (llama.cpp's default cache): half of float32's bytes, and a decode step reads the cache at
+              every position of every running request, so with long contexts those bytes
+              rival the weights'. Those paths round the activations already, so their tokens
+              are not the file's fp32 model's anyway; "gguf" and dense float32 keep a float32
+              cache and stay that model exactly. Elsewhere `dtype`. An explicit 16-bit cache
+              under float32 activations runs on a CPU only (the C++ kernels and the torch
+              backend convert as they read; the Triton kernels read the activations' dtype).
   cuda_graphs None: on for CUDA, off elsewhere.
   threads     torch's intra-op threads: the count torch chose for this process when the plan
               was made (one per physical core it may use); the engine keeps it.
@@ -170,6 +178,7 @@ class ExecutionPlan:
 
     device: str  # "cpu" or "cuda"
     dtype: str  # activations and dense weights: "float32", "bfloat16" or "float16"
+    kv_dtype: str  # the KV cache's numbers: `dtype`, or float16 / bfloat16 with float32
     weights: str  # "dense" or the GGUF blocks: "gguf", "gguf-q8", "gguf-q16"
     layout: str  # the linear weights' layout and matmul (LAYOUTS)
     isa: str | None  # the C++ matmul's instruction set; None without the C++ kernels
@@ -187,6 +196,12 @@ class ExecutionPlan:
         return getattr(torch, self.dtype)
 
     @property
+    def torch_kv_dtype(self):
+        import torch
+
+        return getattr(torch, self.kv_dtype)
+
+    @property
     def cpu_kernels(self) -> bool:
         return self.layer_ops == "cpu"
 
@@ -194,8 +209,10 @@ class ExecutionPlan:
         """One line, e.g. 'cpu float32 gguf-q16 (avx512+vnni), attention cpu, C++ layer loop,
         2 threads'."""
         weights = self.weights if self.weights != "dense" else f"dense/{self.layout}"
-        parts = [f"{self.device} {self.dtype} {weights}" + (f" ({self.isa})" if self.isa else ""),
-                 f"attention {self.attention}"]
+        parts = [f"{self.device} {self.dtype} {weights}" + (f" ({self.isa})" if self.isa else "")]
+        if self.kv_dtype != self.dtype:
+            parts.append(f"KV cache {self.kv_dtype}")
+        parts.append(f"attention {self.attention}")
         if self.layer_loop == "cpp":
             parts.append("C++ layer loop")
         elif self.layer_ops == "cpu":
@@ -318,8 +335,21 @@ def resolve_plan(config: EngineConfig, machine: MachineFacts,
     graphs = cfg.cuda_graphs if cfg.cuda_graphs is not None else device == "cuda"
     if cfg.cpu_kernels and device == "cpu" and not uses_kernels:
         notes.append("the C++ CPU kernels did not load: PyTorch ops")
-    return ExecutionPlan(device, dtype, weights, layout, isa, layer_ops, attention, layer_loop,
-                         graphs, machine.threads, tuple(notes))
+    # the KV cache
+    if cfg.kv_cache_dtype == "auto":
+        kv_dtype = ("float16" if device == "cpu" and dtype == "float32"
+                    and weights in ("gguf-q8", "gguf-q16") else dtype)
+    else:
+        kv_dtype = cfg.kv_cache_dtype
+        if kv_dtype != dtype and not (device == "cpu" and dtype == "float32"
+                                      and kv_dtype in ("bfloat16", "float16")):
+            raise ValueError(f"kv_cache_dtype={kv_dtype!r} with dtype {dtype!r} on {device}: "
+                             "the cache takes the activations' dtype, or on a CPU a 16-bit "
+                             "cache (bfloat16, float16) holds float32 activations' K and V")
+    return ExecutionPlan(device=device, dtype=dtype, kv_dtype=kv_dtype, weights=weights,
+                         layout=layout, isa=isa, layer_ops=layer_ops, attention=attention,
+                         layer_loop=layer_loop, cuda_graphs=graphs, threads=machine.threads,
+                         notes=tuple(notes))
 
 
 def dense_layout(shapes, device: str, dtype: str, pack: bool, cpu_kernels: bool,

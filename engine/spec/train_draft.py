@@ -162,7 +162,7 @@ def features(engine, seqs: list[list[int]], progress, batch_tokens: int = 2048,
                and sum(len(seqs[j]) for j in group) + len(seqs[group[-1] + 1]) <= batch_tokens):
             group.append(group[-1] + 1)
         pool = KVPool(mc.num_layers, sum(blocks[j] for j in group), bs, mc.num_kv_heads,
-                      mc.head_dim, engine.dtype, engine.device)
+                      mc.head_dim, engine.kv_dtype, engine.device)
         tables, slots, first = [], [], 0
         for j in group:
             table = list(range(first, first + blocks[j]))

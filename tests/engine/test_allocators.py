@@ -123,7 +123,8 @@ def test_cuda_pool_serves_the_configuration_not_the_whole_card(monkeypatch):
                               "num_hidden_layers": 30, "num_attention_heads": 9,
                               "num_key_value_heads": 3, "rms_norm_eps": 1e-5})
     fake = types.SimpleNamespace(device=torch.device("cuda"), model_config=mc,
-                                 dtype=torch.bfloat16, CUDA_KV_HEADROOM=2)
+                                 dtype=torch.bfloat16, kv_dtype=torch.bfloat16,
+                                 CUDA_KV_HEADROOM=2)
     per_block = KVPool.bytes_per_block(30, 16, 3, 64, torch.bfloat16)
     cfg = EngineConfig(max_num_seqs=8, max_model_len=512, block_size=16)
     big_card = 140 * 2**30

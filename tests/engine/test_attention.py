@@ -185,6 +185,57 @@ def test_cpu_kernel_in_half_precision_matches_fp32_softmax(dtype):
     torch.testing.assert_close(half.float(), exact, atol=8 * eps, rtol=8 * eps)
 
 
+@pytest.mark.parametrize("cache_dtype", [torch.float16, torch.bfloat16])
+def test_a_16_bit_cache_of_fp32_queries_is_the_fp32_kernel_on_its_numbers(cache_dtype):
+    """The plan's kv_dtype: fp32 activations, K and V stored in 16 bits. Storing rounds each
+    number to nearest even, as Tensor.to does; attention reads the 16-bit numbers into float
+    exactly, so its output has the bits of the fp32 kernel run on the same numbers widened,
+    for decodes, drafts, chunks and split long contexts alike (the split is a function of the
+    context only)."""
+    assert cpu_library.load()
+    torch.manual_seed(2)
+    bs, kvh, d, heads = 8, 3, 64, 9
+    query_lens, seq_lens = [1, 3, 40, 1], [7, 300, 60, 520]
+    tables, nb = [], 0
+    for n in seq_lens:
+        tables.append(list(range(nb, nb + -(-n // bs))))
+        nb += len(tables[-1])
+    order = torch.randperm(nb)  # the blocks anywhere in the pool
+    tables = [[int(order[b]) for b in t] for t in tables]
+    slots = [t[p // bs] * bs + p % bs for t, n in zip(tables, seq_lens) for p in range(n)]
+    k, v = torch.randn(len(slots), kvh, d), torch.randn(len(slots), kvh, d)
+    caches = torch.zeros(2, nb, bs, kvh, d, dtype=cache_dtype)
+    store = build_metadata([len(slots)], [len(slots)], [list(range(nb))], slots, bs)
+    CpuAttention().store_kv(caches[0], caches[1], k, v, store)
+    flat = caches.view(2, -1, kvh, d)
+    assert torch.equal(flat[0, slots], k.to(cache_dtype))
+    assert torch.equal(flat[1, slots], v.to(cache_dtype))
+    meta = build_metadata(query_lens, seq_lens, tables, [-1] * sum(query_lens), bs)
+    q = torch.randn(sum(query_lens), heads, d)
+    mixed = CpuAttention().forward(q, caches[0], caches[1], meta, scale=0.125)
+    assert mixed.dtype == torch.float32
+    meta._cache.clear()
+    wide = CpuAttention().forward(q, caches[0].float(), caches[1].float(), meta, scale=0.125)
+    assert torch.equal(mixed, wide)
+    meta._cache.clear()  # the torch backend widens the gathered blocks: the same answer
+    sdpa = TorchAttention().forward(q, caches[0], caches[1], meta, scale=0.125)
+    torch.testing.assert_close(sdpa, mixed, atol=1e-5, rtol=1e-5)
+
+
+def test_the_kernels_refuse_a_cache_they_cannot_read():
+    """Only fp32 activations may have a cache of another (16-bit) dtype."""
+    assert cpu_library.load()
+    kc = torch.zeros(4, 4, 1, 64, dtype=torch.float16)
+    starts, table = torch.tensor([0, 1], dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="a Half KV cache with BFloat16 activations"):
+        torch.ops.servelab.paged_attention(torch.zeros(1, 1, 64, dtype=torch.bfloat16), kc, kc,
+                                           table, torch.tensor([1]), starts, 1.0)
+    with pytest.raises(RuntimeError, match="a Float KV cache with Half activations"):
+        torch.ops.servelab.store_kv(kc.float(), kc.float(), torch.zeros(1, 1, 64,
+                                    dtype=torch.float16), torch.zeros(1, 1, 64,
+                                    dtype=torch.float16), torch.tensor([0]))
+
+
 def test_cpu_kernel_rejects_a_table_too_short():
     assert cpu_library.load()
     kc = torch.zeros(4, 4, 1, 64)

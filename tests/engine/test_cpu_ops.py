@@ -203,7 +203,8 @@ LOOP_LAYOUTS = [
     pytest.param("bfloat16", "auto", marks=needs_amx, id="amx"),
     pytest.param("float32", "gguf", id="gguf-fp32"),
     pytest.param("bfloat16", "gguf", id="gguf-bf16"),
-    pytest.param("float32", "gguf-q8", id="gguf-q8"),
+    pytest.param("float32", "gguf-q8", id="gguf-q8"),  # a float16 KV cache (the plan's kv_dtype)
+    pytest.param("float32", "gguf-q16", id="gguf-q16"),
 ]
 
 

@@ -2,7 +2,8 @@
 resolved from stated machine facts, so this machine's hardware does not matter.
 
 RESOLUTION pins each cell: "dtype weights layout isa attention layer_loop graphs", or the
-config field a ValueError names. A change to the rules changes this table, in review.
+config field a ValueError names. A KV cache in another dtype than the activations shows as
+"float32+kv:float16". A change to the rules changes this table, in review.
 """
 
 from __future__ import annotations
@@ -38,21 +39,22 @@ def cell(config: EngineConfig, facts: MachineFacts, model: ModelFacts | None = N
         p = resolve_plan(config, facts, model)
     except ValueError as exc:
         return "error: " + str(exc).split("=")[0].split(" ")[0]
-    return " ".join([p.dtype, p.weights, p.layout, str(p.isa), p.attention, p.layer_loop,
+    dtype = p.dtype if p.kv_dtype == p.dtype else f"{p.dtype}+kv:{p.kv_dtype}"
+    return " ".join([dtype, p.weights, p.layout, str(p.isa), p.attention, p.layer_loop,
                      "graphs" if p.cuda_graphs else "-"])
 
 
 RESOLUTION = {
     ('amx', 'cpu', 'auto', 'auto'):
-        'float32 gguf-q16 gguf-q16 avx512+vnni+amx cpu cpp -',
+        'float32+kv:float16 gguf-q16 gguf-q16 avx512+vnni+amx cpu cpp -',
     ('amx', 'cpu', 'auto', 'dense'):
         'bfloat16 dense amx amx cpu cpp -',
     ('amx', 'cpu', 'auto', 'gguf'):
         'float32 gguf gguf avx512 cpu cpp -',
     ('amx', 'cpu', 'auto', 'gguf-q8'):
-        'float32 gguf-q8 gguf-q8 avx512+vnni cpu cpp -',
+        'float32+kv:float16 gguf-q8 gguf-q8 avx512+vnni cpu cpp -',
     ('amx', 'cpu', 'auto', 'gguf-q16'):
-        'float32 gguf-q16 gguf-q16 avx512+vnni+amx cpu cpp -',
+        'float32+kv:float16 gguf-q16 gguf-q16 avx512+vnni+amx cpu cpp -',
     ('amx', 'cpu', 'float32', 'auto'):
         'float32 gguf gguf avx512 cpu cpp -',
     ('amx', 'cpu', 'float32', 'dense'):
@@ -60,9 +62,9 @@ RESOLUTION = {
     ('amx', 'cpu', 'float32', 'gguf'):
         'float32 gguf gguf avx512 cpu cpp -',
     ('amx', 'cpu', 'float32', 'gguf-q8'):
-        'float32 gguf-q8 gguf-q8 avx512+vnni cpu cpp -',
+        'float32+kv:float16 gguf-q8 gguf-q8 avx512+vnni cpu cpp -',
     ('amx', 'cpu', 'float32', 'gguf-q16'):
-        'float32 gguf-q16 gguf-q16 avx512+vnni+amx cpu cpp -',
+        'float32+kv:float16 gguf-q16 gguf-q16 avx512+vnni+amx cpu cpp -',
     ('amx', 'cpu', 'bfloat16', 'auto'):
         'bfloat16 dense amx amx cpu cpp -',
     ('amx', 'cpu', 'bfloat16', 'dense'):
@@ -124,15 +126,15 @@ RESOLUTION = {
     ('amx', 'cuda', 'float16', 'gguf-q16'):
         'error: weights',
     ('avx512-vnni', 'cpu', 'auto', 'auto'):
-        'float32 gguf-q16 gguf-q16 avx512+vnni cpu cpp -',
+        'float32+kv:float16 gguf-q16 gguf-q16 avx512+vnni cpu cpp -',
     ('avx512-vnni', 'cpu', 'auto', 'dense'):
         'bfloat16 dense bf16 avx512 cpu cpp -',
     ('avx512-vnni', 'cpu', 'auto', 'gguf'):
         'float32 gguf gguf avx512 cpu cpp -',
     ('avx512-vnni', 'cpu', 'auto', 'gguf-q8'):
-        'float32 gguf-q8 gguf-q8 avx512+vnni cpu cpp -',
+        'float32+kv:float16 gguf-q8 gguf-q8 avx512+vnni cpu cpp -',
     ('avx512-vnni', 'cpu', 'auto', 'gguf-q16'):
-        'float32 gguf-q16 gguf-q16 avx512+vnni cpu cpp -',
+        'float32+kv:float16 gguf-q16 gguf-q16 avx512+vnni cpu cpp -',
     ('avx512-vnni', 'cpu', 'float32', 'auto'):
         'float32 gguf gguf avx512 cpu cpp -',
     ('avx512-vnni', 'cpu', 'float32', 'dense'):
@@ -140,9 +142,9 @@ RESOLUTION = {
     ('avx512-vnni', 'cpu', 'float32', 'gguf'):
         'float32 gguf gguf avx512 cpu cpp -',
     ('avx512-vnni', 'cpu', 'float32', 'gguf-q8'):
-        'float32 gguf-q8 gguf-q8 avx512+vnni cpu cpp -',
+        'float32+kv:float16 gguf-q8 gguf-q8 avx512+vnni cpu cpp -',
     ('avx512-vnni', 'cpu', 'float32', 'gguf-q16'):
-        'float32 gguf-q16 gguf-q16 avx512+vnni cpu cpp -',
+        'float32+kv:float16 gguf-q16 gguf-q16 avx512+vnni cpu cpp -',
     ('avx512-vnni', 'cpu', 'bfloat16', 'auto'):
         'bfloat16 gguf gguf avx512 cpu cpp -',
     ('avx512-vnni', 'cpu', 'bfloat16', 'dense'):
@@ -204,15 +206,15 @@ RESOLUTION = {
     ('avx512-vnni', 'cuda', 'float16', 'gguf-q16'):
         'error: weights',
     ('avx2', 'cpu', 'auto', 'auto'):
-        'float32 gguf-q16 gguf-q16 avx2 cpu cpp -',
+        'float32+kv:float16 gguf-q16 gguf-q16 avx2 cpu cpp -',
     ('avx2', 'cpu', 'auto', 'dense'):
         'float32 dense plain None cpu python -',
     ('avx2', 'cpu', 'auto', 'gguf'):
         'float32 gguf gguf avx2 cpu cpp -',
     ('avx2', 'cpu', 'auto', 'gguf-q8'):
-        'float32 gguf-q8 gguf-q8 avx2 cpu cpp -',
+        'float32+kv:float16 gguf-q8 gguf-q8 avx2 cpu cpp -',
     ('avx2', 'cpu', 'auto', 'gguf-q16'):
-        'float32 gguf-q16 gguf-q16 avx2 cpu cpp -',
+        'float32+kv:float16 gguf-q16 gguf-q16 avx2 cpu cpp -',
     ('avx2', 'cpu', 'float32', 'auto'):
         'float32 gguf gguf avx2 cpu cpp -',
     ('avx2', 'cpu', 'float32', 'dense'):
@@ -220,9 +222,9 @@ RESOLUTION = {
     ('avx2', 'cpu', 'float32', 'gguf'):
         'float32 gguf gguf avx2 cpu cpp -',
     ('avx2', 'cpu', 'float32', 'gguf-q8'):
-        'float32 gguf-q8 gguf-q8 avx2 cpu cpp -',
+        'float32+kv:float16 gguf-q8 gguf-q8 avx2 cpu cpp -',
     ('avx2', 'cpu', 'float32', 'gguf-q16'):
-        'float32 gguf-q16 gguf-q16 avx2 cpu cpp -',
+        'float32+kv:float16 gguf-q16 gguf-q16 avx2 cpu cpp -',
     ('avx2', 'cpu', 'bfloat16', 'auto'):
         'bfloat16 gguf gguf avx2 cpu cpp -',
     ('avx2', 'cpu', 'bfloat16', 'dense'):
@@ -284,15 +286,15 @@ RESOLUTION = {
     ('avx2', 'cuda', 'float16', 'gguf-q16'):
         'error: weights',
     ('neon', 'cpu', 'auto', 'auto'):
-        'float32 gguf-q16 gguf-q16 neon+dot cpu cpp -',
+        'float32+kv:float16 gguf-q16 gguf-q16 neon+dot cpu cpp -',
     ('neon', 'cpu', 'auto', 'dense'):
         'float32 dense plain None cpu python -',
     ('neon', 'cpu', 'auto', 'gguf'):
         'float32 gguf gguf neon cpu cpp -',
     ('neon', 'cpu', 'auto', 'gguf-q8'):
-        'float32 gguf-q8 gguf-q8 neon+dot cpu cpp -',
+        'float32+kv:float16 gguf-q8 gguf-q8 neon+dot cpu cpp -',
     ('neon', 'cpu', 'auto', 'gguf-q16'):
-        'float32 gguf-q16 gguf-q16 neon+dot cpu cpp -',
+        'float32+kv:float16 gguf-q16 gguf-q16 neon+dot cpu cpp -',
     ('neon', 'cpu', 'float32', 'auto'):
         'float32 gguf gguf neon cpu cpp -',
     ('neon', 'cpu', 'float32', 'dense'):
@@ -300,9 +302,9 @@ RESOLUTION = {
     ('neon', 'cpu', 'float32', 'gguf'):
         'float32 gguf gguf neon cpu cpp -',
     ('neon', 'cpu', 'float32', 'gguf-q8'):
-        'float32 gguf-q8 gguf-q8 neon+dot cpu cpp -',
+        'float32+kv:float16 gguf-q8 gguf-q8 neon+dot cpu cpp -',
     ('neon', 'cpu', 'float32', 'gguf-q16'):
-        'float32 gguf-q16 gguf-q16 neon+dot cpu cpp -',
+        'float32+kv:float16 gguf-q16 gguf-q16 neon+dot cpu cpp -',
     ('neon', 'cpu', 'bfloat16', 'auto'):
         'bfloat16 gguf gguf neon cpu cpp -',
     ('neon', 'cpu', 'bfloat16', 'dense'):
@@ -370,9 +372,9 @@ RESOLUTION = {
     ('none', 'cpu', 'auto', 'gguf'):
         'float32 gguf gguf portable cpu cpp -',
     ('none', 'cpu', 'auto', 'gguf-q8'):
-        'float32 gguf-q8 gguf-q8 portable cpu cpp -',
+        'float32+kv:float16 gguf-q8 gguf-q8 portable cpu cpp -',
     ('none', 'cpu', 'auto', 'gguf-q16'):
-        'float32 gguf-q16 gguf-q16 portable cpu cpp -',
+        'float32+kv:float16 gguf-q16 gguf-q16 portable cpu cpp -',
     ('none', 'cpu', 'float32', 'auto'):
         'float32 dense plain None cpu python -',
     ('none', 'cpu', 'float32', 'dense'):
@@ -380,9 +382,9 @@ RESOLUTION = {
     ('none', 'cpu', 'float32', 'gguf'):
         'float32 gguf gguf portable cpu cpp -',
     ('none', 'cpu', 'float32', 'gguf-q8'):
-        'float32 gguf-q8 gguf-q8 portable cpu cpp -',
+        'float32+kv:float16 gguf-q8 gguf-q8 portable cpu cpp -',
     ('none', 'cpu', 'float32', 'gguf-q16'):
-        'float32 gguf-q16 gguf-q16 portable cpu cpp -',
+        'float32+kv:float16 gguf-q16 gguf-q16 portable cpu cpp -',
     ('none', 'cpu', 'bfloat16', 'auto'):
         'bfloat16 dense plain None cpu python -',
     ('none', 'cpu', 'bfloat16', 'dense'):
@@ -525,7 +527,8 @@ def test_a_hugging_face_folder():
 def test_the_plan_prints_in_one_line_and_as_data():
     p = resolve_plan(EngineConfig(), machine("avx512-vnni", "cpu", threads=4))
     assert str(p) == p.describe() == (
-        "cpu float32 gguf-q16 (avx512+vnni), attention cpu, C++ layer loop, 4 threads")
+        "cpu float32 gguf-q16 (avx512+vnni), KV cache float16, attention cpu, C++ layer loop, "
+        "4 threads")
     d = p.as_dict()
     assert {f.name for f in dataclasses.fields(ExecutionPlan)} <= set(d)
     assert d["describe"] == p.describe() and d["threads"] == 4
@@ -546,6 +549,32 @@ def test_the_engine_runs_its_plan():
     assert eng.uses_cpu_kernels == (p.layer_ops == "cpu") and eng.uses_graphs == p.cuda_graphs
     assert (eng.model.cpp_layer_weights is not None) == (p.layer_loop == "cpp")
     assert eng.describe() == f"smollm2-135m on {p.describe()}"
+    assert eng.pool.data.dtype == p.torch_kv_dtype
+
+
+def test_the_kv_cache_dtype():
+    """A 16-bit cache by default where the activations are rounded to integers anyway
+    (gguf-q8, gguf-q16); the activations' dtype elsewhere; asked for, a 16-bit cache of float32
+    activations on a CPU and nothing else, the error naming the field."""
+    cpu = machine("avx512-vnni", "cpu")
+    plan = lambda **kw: resolve_plan(EngineConfig(**kw), cpu)  # noqa: E731
+    assert plan().kv_dtype == "float16"
+    assert plan(weights="gguf").kv_dtype == "float32"  # the file's fp32 model, exactly
+    assert plan(dtype="bfloat16", weights="gguf-q16").kv_dtype == "bfloat16"
+    assert plan(kv_cache_dtype="float32").kv_dtype == "float32"
+    p = plan(weights="gguf", kv_cache_dtype="bfloat16")
+    assert (p.dtype, p.kv_dtype) == ("float32", "bfloat16") and "KV cache bfloat16" in str(p)
+    assert "KV cache" not in str(plan(weights="gguf"))
+    for bad in ({"dtype": "bfloat16", "kv_cache_dtype": "float16"},
+                {"dtype": "float16", "kv_cache_dtype": "float32"}):
+        with pytest.raises(ValueError, match="^kv_cache_dtype='float"):
+            plan(**bad)
+    gpu = machine("avx2", "cuda")
+    assert resolve_plan(EngineConfig(), gpu).kv_dtype == "bfloat16"
+    with pytest.raises(ValueError, match="^kv_cache_dtype='float16' with dtype 'float32' on cuda"):
+        resolve_plan(EngineConfig(dtype="float32", kv_cache_dtype="float16"), gpu)
+    with pytest.raises(ValueError, match="^kv_cache_dtype must be one of"):
+        EngineConfig(kv_cache_dtype="fp8")
 
 
 def test_fused_triton_ops_are_a_cuda_option_the_cpu_never_gets(monkeypatch):

@@ -309,20 +309,50 @@ at::Tensor silu_mul(const at::Tensor& gu_in) {
 // Write token t's K and V ([n, kv_heads, head_dim], strided views are fine) into pool slot
 // slot_mapping[t] of k_cache / v_cache ([blocks, block_size, kv_heads, head_dim]); a slot of
 // -1 (an idle static rider) is skipped. TorchAttention.store_kv in one pass.
-// token t's K head h at kp + (t * ks0 + h * ks1) elements of es bytes (V alike) -> its slot's
-// row of the caches (num_slots rows of kvh * d)
-void store_kv_rows(char* kc, char* vc, int64_t num_slots, const char* kp, int64_t ks0,
-                   int64_t ks1, const char* vp, int64_t vs0, int64_t vs1, int64_t n, int64_t kvh,
-                   int64_t d, int64_t es, const int64_t* sl) {
+// token t's K head h at kp + t * ks0 + h * ks1 (V alike) -> its slot's row of the caches
+// (num_slots rows of kvh * d). A cache of another dtype than K and V (a 16-bit cache of fp32
+// activations, the plan's kv_dtype) gets each number rounded to nearest even, as
+// Tensor.to rounds it.
+template <typename TS, typename TC>
+void store_kv_rows(TC* kc, TC* vc, int64_t num_slots, const TS* kp, int64_t ks0, int64_t ks1,
+                   const TS* vp, int64_t vs0, int64_t vs1, int64_t n, int64_t kvh, int64_t d,
+                   const int64_t* sl) {
   const int64_t row = kvh * d;
+  auto put = [d](TC* dst, const TS* src) {
+    if constexpr (std::is_same_v<TS, TC>)
+      std::memcpy(dst, src, d * sizeof(TC));
+    else
+      at::vec::convert(src, dst, d);
+  };
   for (int64_t t = 0; t < n; ++t) {
     const int64_t slot = sl[t];
     if (slot < 0) continue;
     TORCH_CHECK(slot < num_slots, "servelab store_kv: slot ", slot, " is outside the pool");
     for (int64_t h = 0; h < kvh; ++h) {
-      std::memcpy(kc + (slot * row + h * d) * es, kp + (t * ks0 + h * ks1) * es, d * es);
-      std::memcpy(vc + (slot * row + h * d) * es, vp + (t * vs0 + h * vs1) * es, d * es);
+      put(kc + slot * row + h * d, kp + t * ks0 + h * ks1);
+      put(vc + slot * row + h * d, vp + t * vs0 + h * vs1);
     }
+  }
+}
+
+// fn(TS{}, TC{}) for the activations' dtype `act` and the KV cache's dtype `cache`: the same
+// dtype, or a 16-bit cache (bf16, fp16) of fp32 activations (the plan's kv_dtype)
+template <typename F>
+void dispatch_kv_dtypes(at::ScalarType act, at::ScalarType cache, const char* name, F&& fn) {
+  if (act == cache && act == at::kFloat) {
+    fn(float{}, float{});
+  } else if (act == cache && act == at::kBFloat16) {
+    fn(c10::BFloat16{}, c10::BFloat16{});
+  } else if (act == cache && act == at::kHalf) {
+    fn(c10::Half{}, c10::Half{});
+  } else if (act == at::kFloat && cache == at::kHalf) {
+    fn(float{}, c10::Half{});
+  } else if (act == at::kFloat && cache == at::kBFloat16) {
+    fn(float{}, c10::BFloat16{});
+  } else {
+    TORCH_CHECK(false, "servelab ", name, ": a ", cache, " KV cache with ", act,
+                " activations (float32, bfloat16 or float16 caches take their activations' "
+                "dtype; bfloat16 and float16 ones may also hold float32 activations' K and V)");
   }
 }
 
@@ -332,17 +362,22 @@ void store_kv(at::Tensor k_cache, at::Tensor v_cache, const at::Tensor& k, const
   check_cpu(v, "v");
   TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(),
               "servelab store_kv: the caches must be contiguous");
-  TORCH_CHECK(k.scalar_type() == k_cache.scalar_type() && v.scalar_type() == v_cache.scalar_type(),
-              "servelab store_kv: k and v must have the cache's dtype");
+  TORCH_CHECK(k.scalar_type() == v.scalar_type() && k_cache.scalar_type() == v_cache.scalar_type(),
+              "servelab store_kv: k and v must have one dtype, the caches one dtype");
+  TORCH_CHECK(k.stride(2) == 1 && v.stride(2) == 1,
+              "servelab store_kv: a head's numbers of k and v must be contiguous");
   TORCH_CHECK(slot_mapping.scalar_type() == at::kLong, "servelab store_kv: slots must be int64");
   const int64_t n = k.size(0), kvh = k.size(1), d = k.size(2);
   const int64_t num_slots = k_cache.numel() / (kvh * d);
   at::Tensor slots = slot_mapping.contiguous();
   const int64_t* sl = slots.const_data_ptr<int64_t>();
-  store_kv_rows(static_cast<char*>(k_cache.data_ptr()), static_cast<char*>(v_cache.data_ptr()),
-                num_slots, static_cast<const char*>(k.const_data_ptr()), k.stride(0),
-                k.stride(1), static_cast<const char*>(v.const_data_ptr()), v.stride(0),
-                v.stride(1), n, kvh, d, k.element_size(), sl);
+  dispatch_kv_dtypes(k.scalar_type(), k_cache.scalar_type(), "store_kv", [&](auto ts, auto tc) {
+    using TS = decltype(ts);
+    using TC = decltype(tc);
+    store_kv_rows(k_cache.data_ptr<TC>(), v_cache.data_ptr<TC>(), num_slots,
+                  k.const_data_ptr<TS>(), k.stride(0), k.stride(1), v.const_data_ptr<TS>(),
+                  v.stride(0), v.stride(1), n, kvh, d, sl);
+  });
 }
 
 // --- paged decode attention ---------------------------------------------------------------
@@ -419,18 +454,19 @@ inline void sum_lanes(const fVec* v, float* sums) {
 // part == nullptr: the positions are the query's whole context; writes its output to out.
 // Otherwise they are one chunk of it; writes the chunk's partial to part[h * (D + 2) ..]:
 // the unnormalized V sum (D floats), the chunk's max score and its sum of exp(score - max),
-// which combine_chunks joins.
-template <typename T, int DV, int G, typename Rows>
+// which combine_chunks joins. The K and V rows are TC: T, or a 16-bit cache of fp32 queries.
+template <typename T, typename TC, int DV, int G, typename Rows>
 void attend(const T* q, int64_t q_head_stride, int64_t j0, int64_t n,
             float scale, float* scores, int64_t len, T* out, float* part_out, Rows&& rows) {
   constexpr int D = DV * fVec::size();
-  auto load = [](const T* src, fVec* dst) {  // D numbers -> DV float vectors
-    if constexpr (std::is_same_v<T, float>) {
+  auto load = [](const auto* src, fVec* dst) {  // D numbers (T or TC) -> DV float vectors
+    using S = std::remove_cv_t<std::remove_pointer_t<decltype(src)>>;
+    if constexpr (std::is_same_v<S, float>) {
       for (int c = 0; c < DV; ++c) dst[c] = fVec::loadu(src + c * fVec::size());
     } else {
-      using bVec = Vectorized<T>;
+      using bVec = Vectorized<S>;
       for (int c = 0; c < DV; c += 2) {
-        auto [lo, hi] = at::vec::convert_to_float<T>(bVec::loadu(src + c * fVec::size()));
+        auto [lo, hi] = at::vec::convert_to_float<S>(bVec::loadu(src + c * fVec::size()));
         dst[c] = lo;
         dst[c + 1] = hi;
       }
@@ -450,7 +486,7 @@ void attend(const T* q, int64_t q_head_stride, int64_t j0, int64_t n,
       for (int64_t i = 0; i < cnt; ++i) scores[h * len + i0 + i] = sums[i] * scale;
     }
   };
-  rows(j0, n, [&](int64_t j, const T* k, const T*) {
+  rows(j0, n, [&](int64_t j, const TC* k, const TC*) {
     const int64_t i = j - j0;
     fVec kv[DV];
     load(k, kv);
@@ -467,7 +503,7 @@ void attend(const T* q, int64_t q_head_stride, int64_t j0, int64_t n,
   fVec acc[G][DV];
   for (int64_t h = 0; h < G; ++h)
     for (int c = 0; c < DV; ++c) acc[h][c] = fVec(0.0f);
-  rows(j0, n, [&](int64_t j, const T*, const T* v) {  // acc_h += p_hj * v_j
+  rows(j0, n, [&](int64_t j, const TC*, const TC* v) {  // acc_h += p_hj * v_j
     fVec vv[DV];
     load(v, vv);
     for (int64_t h = 0; h < G; ++h) {
@@ -493,7 +529,7 @@ void attend(const T* q, int64_t q_head_stride, int64_t j0, int64_t n,
 
 // attend for head dim D = 64 or 128: DV vectors per head, 4 / 8 with AVX-512's 16 lanes,
 // 8 / 16 with AVX2's 8
-template <typename T, typename Rows>
+template <typename T, typename TC, typename Rows>
 inline void attend_dim(int64_t D, const T* q, int64_t q_head_stride, int64_t group, int64_t j0,
                        int64_t n, float scale, float* scores, int64_t len, T* out,
                        float* part_out, Rows& rows) {
@@ -503,7 +539,7 @@ inline void attend_dim(int64_t D, const T* q, int64_t q_head_stride, int64_t gro
   auto with_group = [&](auto dv) {
     constexpr int DV = decltype(dv)::value;
     auto run = [&](auto g) {
-      attend<T, DV, decltype(g)::value>(q, q_head_stride, j0, n, scale, scores, len, out,
+      attend<T, TC, DV, decltype(g)::value>(q, q_head_stride, j0, n, scale, scores, len, out,
                                         part_out, rows);
     };
     switch (group) {
@@ -608,9 +644,10 @@ void check_attention_heads(int64_t Hq, int64_t Hkv, int64_t D) {
 
 // q: query row t's head h at qp + t * qs0 + h * qs1; caches [blocks, bs, Hkv, D] at kp, vp;
 // out: [rows, Hq, D] contiguous at op; chunk: context positions per task (0: no split).
-template <typename scalar_t>
+// The caches hold TC: scalar_t, or bf16 / fp16 with fp32 queries (dispatch_kv_dtypes).
+template <typename scalar_t, typename TC>
 void attention_rows(const scalar_t* qp, int64_t qs0, int64_t qs1, int64_t Hq, int64_t D,
-                    const scalar_t* kp, const scalar_t* vp, int64_t bs, int64_t Hkv,
+                    const TC* kp, const TC* vp, int64_t bs, int64_t Hkv,
                     const AttentionMeta& meta, double scale, scalar_t* op,
                     int64_t chunk = kChunk) {
   if (chunk <= 0) chunk = std::numeric_limits<int32_t>::max();  // one chunk: the whole context
@@ -697,7 +734,7 @@ void attention_rows(const scalar_t* qp, int64_t qs0, int64_t qs1, int64_t Hq, in
           if (first_query && blk + 1 <= last_blk) {
             const int64_t next = (int64_t(table[blk + 1]) * bs * Hkv + g) * D;
             for (int64_t r = 0; r < bs; ++r)
-              for (int64_t line = 0; line < int64_t(D * sizeof(scalar_t)); line += 64) {
+              for (int64_t line = 0; line < int64_t(D * sizeof(TC)); line += 64) {
                 __builtin_prefetch(reinterpret_cast<const char*>(kp + next + r * Hkv * D) + line,
                                    0, 2);
                 __builtin_prefetch(reinterpret_cast<const char*>(vp + next + r * Hkv * D) + line,
@@ -717,21 +754,24 @@ void attention_rows(const scalar_t* qp, int64_t qs0, int64_t qs1, int64_t Hq, in
         scalar_t* o = op + (t * Hq + g * group) * D;
         if (tk.part >= chunks) continue;  // its context has fewer parts
         if (chunks == 1) {
-          attend_dim(D, qh, qs1, group, 0, ctx, scale, scores.data(), slen, o, nullptr,
-                     kv_rows);
+          attend_dim<scalar_t, TC>(D, qh, qs1, group, 0, ctx, scale, scores.data(), slen, o,
+                                   nullptr, kv_rows);
         } else if (tk.part < 0) {  // every part here, then the join
           own_parts.resize(chunks * group * stride);
           for (int64_t p = 0; p < chunks; ++p)
-            attend_dim(D, qh, qs1, group, p * part_len, std::min(part_len, ctx - p * part_len),
-                       scale, scores.data(), slen, o, own_parts.data() + p * group * stride,
-                       kv_rows);
+            attend_dim<scalar_t, TC>(D, qh, qs1, group, p * part_len,
+                                     std::min(part_len, ctx - p * part_len), scale,
+                                     scores.data(), slen, o,
+                                     own_parts.data() + p * group * stride, kv_rows);
           for (int64_t h = 0; h < group; ++h)
             combine_chunks(own_parts.data() + h * stride, group * stride, chunks, D,
                            o + h * D);
         } else {  // part c; the last of the row's parts to finish joins them
-          attend_dim(D, qh, qs1, group, c * part_len, std::min(part_len, ctx - c * part_len),
-                     scale, scores.data(), slen, o,
-                     parts.data() + ((row_part[t] + c) * Hq + g * group) * stride, kv_rows);
+          attend_dim<scalar_t, TC>(D, qh, qs1, group, c * part_len,
+                                   std::min(part_len, ctx - c * part_len), scale, scores.data(),
+                                   slen, o,
+                                   parts.data() + ((row_part[t] + c) * Hq + g * group) * stride,
+                                   kv_rows);
           if (done[row_part[t] * Hkv + g].fetch_add(1, std::memory_order_acq_rel) ==
               chunks - 1)
             for (int64_t h = g * group; h < (g + 1) * group; ++h)
@@ -753,18 +793,21 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
                   v_cache.is_contiguous() && k_cache.sizes() == v_cache.sizes(),
               "servelab paged_attention: q [tokens, heads, d], caches [blocks, bs, kvh, d]");
   const int64_t Hq = q.size(1), D = q.size(2), bs = k_cache.size(1), Hkv = k_cache.size(2);
-  TORCH_CHECK(k_cache.size(3) == D && q.scalar_type() == k_cache.scalar_type(),
-              "servelab paged_attention: q must be [tokens, Hq, D] in the cache's dtype, "
-              "with B block tables and seq_lens and B + 1 query starts");
+  TORCH_CHECK(k_cache.size(3) == D && k_cache.scalar_type() == v_cache.scalar_type(),
+              "servelab paged_attention: q must be [tokens, Hq, D], the caches [blocks, bs, "
+              "Hkv, D] of one dtype");
   check_attention_heads(Hq, Hkv, D);
   const AttentionMeta meta = attention_meta(block_tables, seq_lens, query_start_loc, q.size(0),
                                             bs);
   at::Tensor out = at::empty({q.size(0), Hq, D}, q.options());
-  DISPATCH_MODEL_DTYPES(q.scalar_type(), "paged_attention", [&] {
-    attention_rows(q.const_data_ptr<scalar_t>(), q.stride(0), q.stride(1), Hq, D,
-                   k_cache.const_data_ptr<scalar_t>(), v_cache.const_data_ptr<scalar_t>(), bs,
-                   Hkv, meta, scale, out.mutable_data_ptr<scalar_t>(), chunk);
-  });
+  dispatch_kv_dtypes(q.scalar_type(), k_cache.scalar_type(), "paged_attention",
+                     [&](auto tq, auto tc) {
+                       using T = decltype(tq);
+                       using TC = decltype(tc);
+                       attention_rows(q.const_data_ptr<T>(), q.stride(0), q.stride(1), Hq, D,
+                                      k_cache.const_data_ptr<TC>(), v_cache.const_data_ptr<TC>(),
+                                      bs, Hkv, meta, scale, out.mutable_data_ptr<T>(), chunk);
+                     });
   return out;
 }
 
@@ -811,10 +854,11 @@ at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos_in,
     TORCH_CHECK(k_caches[i].is_contiguous() && v_caches[i].is_contiguous() &&
                     k_caches[i].sizes() == k_caches[0].sizes() &&
                     v_caches[i].sizes() == k_caches[0].sizes() &&
-                    k_caches[i].scalar_type() == h0.scalar_type() &&
-                    v_caches[i].scalar_type() == h0.scalar_type() && k_caches[i].size(2) == hkv,
+                    k_caches[i].scalar_type() == k_caches[0].scalar_type() &&
+                    v_caches[i].scalar_type() == k_caches[0].scalar_type() &&
+                    k_caches[i].size(2) == hkv,
                 "servelab decode_layers: every layer's K and V cache [blocks, bs, kv_heads, d], "
-                "contiguous, in h's dtype");
+                "contiguous, of one dtype");
   const at::Tensor cos = cos_in.contiguous(), sin = sin_in.contiguous();
   TORCH_CHECK(cos.numel() == n * d && sin.numel() == n * d &&
                   cos.scalar_type() == h0.scalar_type() && sin.scalar_type() == h0.scalar_type(),
@@ -835,8 +879,10 @@ at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos_in,
   at::Tensor ws = at::empty({total}, h0.options());
   at::Tensor x_out = at::empty({n, H}, h0.options());
   NormScratch scratch(n, H);
-  DISPATCH_MODEL_DTYPES(h0.scalar_type(), "decode_layers", [&] {
-    using T = scalar_t;
+  dispatch_kv_dtypes(h0.scalar_type(), k_caches[0].scalar_type(), "decode_layers",
+                     [&](auto tq, auto tc) {
+    using T = decltype(tq);  // the activations
+    using TC = decltype(tc);  // the KV cache
     T* buf[7];
     T* next = ws.mutable_data_ptr<T>();
     for (int j = 0; j < 7; ++j) {
@@ -854,12 +900,9 @@ at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos_in,
           TORCH_CHECK((grouped ? w.size(0) * 16 : w.size(0)) == N,
                       "servelab decode_layers: a weight of shape ", w.sizes(), " for ", N,
                       " outputs");
-          // (the casts only name T = float: the dispatch lambda is no template)
-          const auto* xf = reinterpret_cast<const float*>(in);
-          auto* yf = reinterpret_cast<float*>(out);
-          if (q16) return servelab::matmul_q16_into(xf, n, K, w, choice, yf);
-          if (q8) return servelab::matmul_q8_into(xf, n, K, w, choice, yf);
-          return servelab::matmul_into(xf, n, K, w, choice, yf);
+          if (q16) return servelab::matmul_q16_into(in, n, K, w, choice, out);
+          if (q8) return servelab::matmul_q8_into(in, n, K, w, choice, out);
+          return servelab::matmul_into(in, n, K, w, choice, out);
         }
       }
       const at::Tensor xt = at::from_blob(const_cast<T*>(in), {n, K}, opts);
@@ -888,14 +931,13 @@ at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos_in,
       linear(x, H, w[1], qkv_n, qkv);
       // q and k heads rotated together ([n, hq + hkv, d]); v stays in qkv
       rope_rows(static_cast<const T*>(qkv), qkv_n, d, n, hq + hkv, d, cp, sp, qk_rot);
-      store_kv_rows(static_cast<char*>(k_caches[i].data_ptr()),
-                    static_cast<char*>(v_caches[i].data_ptr()), k_caches[i].numel() / (hkv * d),
-                    reinterpret_cast<const char*>(qk_rot + hq * d), qk, d,
-                    reinterpret_cast<const char*>(qkv + qk), qkv_n, d, n, hkv, d, sizeof(T),
+      store_kv_rows(k_caches[i].data_ptr<TC>(), v_caches[i].data_ptr<TC>(),
+                    k_caches[i].numel() / (hkv * d), static_cast<const T*>(qk_rot + hq * d), qk,
+                    d, static_cast<const T*>(qkv + qk), qkv_n, d, n, hkv, d,
                     slots.const_data_ptr<int64_t>());
       attention_rows(static_cast<const T*>(qk_rot), qk, d, hq, d,
-                     k_caches[i].const_data_ptr<T>(), v_caches[i].const_data_ptr<T>(), bs, hkv,
-                     meta, scale, attn);
+                     k_caches[i].const_data_ptr<TC>(), v_caches[i].const_data_ptr<TC>(), bs,
+                     hkv, meta, scale, attn);
       linear(attn, hq * d, w[2], H, lin);
       add_norm(h_prev, lin, w[3]);  // h += attention; x = the norm before the MLP
       h_prev = h;
