@@ -25,6 +25,9 @@ through the dense, GGUF, GGUF-q8 and GGUF-q16 engines; `--json` saves it.
 It starts with where a GGUF step's time goes (`bench_gguf_matmuls`: each kind of matmul against
 its bytes, then the rest of the step); `--weights --matmuls-only` runs only that, and
 `--one-thread` runs it on one thread timed in CPU time (usable on a busy shared machine).
+`--kv-cache` times whole decode steps of the default engine with a float32 and a float16 KV
+cache (`kv_cache_dtype`), two engines in this process stepped in turns, at 1 to 16 running
+requests and contexts of 100 to 400 positions: the cache's bytes against the conversion.
 `--rows` times the same matmuls (every layer's and the lm_head's GGUF weights, fp32 rows, then
 the same weights pack_q8()ed with int8 rows and pack_q16()ed with int16 rows: AVX-512 with and
 without VNNI, AVX2, and "avx512-vnni-amx" where the int16 kernel has AMX int8 tiles, which it
@@ -537,6 +540,49 @@ def bench_invariance_cost(engine) -> None:
               f"invariant costs {(best['invariant'] / best['SDPA > 64'] - 1) * 100:+.1f}%")
 
 
+def bench_kv_cache(cases=((1, 100), (1, 400), (4, 400), (16, 200)), rounds: int = 8,
+                   steps: int = 24) -> list[dict]:
+    """Median ms of a decode step at `running` requests of `context` positions, with the
+    default engine's float32 and float16 KV caches, windows of `steps` steps in turns (the
+    order flipping each round); the median of `rounds` windows a side."""
+    import statistics
+
+    from engine.config import EngineConfig, SamplingParams
+    from engine.engine import LLMEngine
+
+    kinds = ("float32", "float16")
+    engines = {kv: LLMEngine(EngineConfig(max_num_seqs=16, max_model_len=512, kv_cache_dtype=kv))
+               for kv in kinds}
+    print(f"decode steps, KV cache float32 against float16 [{engines['float16'].describe()}]")
+
+    def window(engine, running: int, context: int) -> float:
+        for i in range(running):
+            ids = [(7 * j + 13 * i) % 3000 + 100 for j in range(context)]
+            engine.add_request(ids, SamplingParams(max_tokens=steps + 2, temperature=0,
+                                                   ignore_eos=True))
+        times = []
+        while engine.has_unfinished():
+            t0 = time.perf_counter()
+            report = engine.step()
+            if report.num_batched_tokens == running:  # a decode step of every request
+                times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    out = []
+    for running, context in cases:
+        per = {kv: [] for kv in kinds}
+        for r in range(rounds):
+            for kv in (kinds if r % 2 == 0 else kinds[::-1]):
+                per[kv].append(window(engines[kv], running, context))
+        ms = {kv: statistics.median(v) * 1e3 for kv, v in per.items()}
+        out.append({"running": running, "context": context, "ms_float32": ms["float32"],
+                    "ms_float16": ms["float16"], "speedup": ms["float32"] / ms["float16"]})
+        print(f"  {running:2d} running at context {context}: float32 {ms['float32']:6.2f} ms, "
+              f"float16 {ms['float16']:6.2f} ms -> {ms['float32'] / ms['float16']:.2f}x",
+              flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.common import write_json
     from engine.config import EngineConfig
@@ -558,8 +604,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--attention", action="store_true",
                     help="only the attention kernel: a batch of decodes, prompts, and decodes "
                     "at long contexts split into parts or not")
-    ap.add_argument("--json", help="write the --weights, --rows or --attention results here")
+    ap.add_argument("--kv-cache", action="store_true",
+                    help="decode steps with a float32 and a float16 KV cache, in turns")
+    ap.add_argument("--json", help="write the --weights, --rows, --attention or --kv-cache "
+                    "results here")
     args = ap.parse_args(argv)
+    if args.kv_cache:
+        write_json(args.json, "cpu", args, kv_cache=bench_kv_cache())
+        return 0
     if args.attention:
         from engine.model.cpu import library
 

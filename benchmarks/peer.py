@@ -441,6 +441,20 @@ def comparison(engine_http: dict | None, peer: dict | None, offline: dict | None
     return rows, ratios
 
 
+BASELINE = "engine.serve baseline"  # the side --baseline-option adds
+
+
+def baseline_ratios(engine_http: dict, base_http: dict, peer: dict) -> dict:
+    """engine / baseline and baseline / peer, at batch 1 and on the workload."""
+    out = {}
+    for key, path in (("decode_b1", ("decode_b1", "tok_per_s")),
+                      ("output_tok_per_s", ("workload", "output_tok_per_s"))):
+        e, b, p = _get(engine_http, *path), _get(base_http, *path), _get(peer, *path)
+        out[f"{key}_engine_over_baseline"] = e / b if e is not None and b else None
+        out[f"{key}_baseline_over_peer"] = b / p if b is not None and p else None
+    return out
+
+
 def format_table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
@@ -460,10 +474,16 @@ def engine_config_dict(args: argparse.Namespace) -> dict:
            "device": args.device, "dtype": args.dtype}
     if args.weights is not None:
         cfg["weights"] = args.weights
-    for opt in args.engine_option:
+    return with_options(cfg, args.engine_option, "--engine-option")
+
+
+def with_options(cfg: dict, options: list[str], flag: str) -> dict:
+    """cfg with each KEY=VALUE of `options` set (VALUE as JSON, or a bare string)."""
+    cfg = dict(cfg)
+    for opt in options:
         key, sep, value = opt.partition("=")
         if not sep or not key:
-            raise ValueError(f"--engine-option {opt!r}: expected KEY=VALUE")
+            raise ValueError(f"{flag} {opt!r}: expected KEY=VALUE")
         try:
             cfg[key] = json.loads(value)
         except json.JSONDecodeError:
@@ -495,6 +515,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--weights", default=None, help="EngineConfig(weights=...), where the engine has it")
     a("--engine-option", action="append", default=[], metavar="KEY=VALUE",
       help="any EngineConfig field (VALUE as JSON, or a bare string); repeatable")
+    a("--baseline-option", action="append", default=[], metavar="KEY=VALUE",
+      help="a second engine.serve in the turns, the engine's configuration with this field "
+           "changed (repeatable): a change measured against what it replaces in one run")
     a("--skip-engine", action="store_true", help="measure the peer alone (no engine.serve)")
     a("--skip-offline", action="store_true", help="no offline engine run in this process")
     a("--quick", action="store_true",
@@ -528,9 +551,12 @@ def main(argv: list[str] | None = None) -> int:
         args.rounds = min(args.rounds, 2)
     try:
         config = engine_config_dict(args)
+        baseline = (with_options(config, args.baseline_option, "--baseline-option")
+                    if args.baseline_option else None)
         from benchmarks.serve_config import config_from_json
 
-        config_from_json(json.dumps(config))  # a bad option fails here, not in the child
+        for c in (config, baseline or config):  # a bad option fails here, not in the child
+            config_from_json(json.dumps(c))
         wl = load_jsonl(args.workload_file) if args.workload_file else get_workload(
             args.workload, n=args.requests, max_tokens_scale=0.25 if args.quick else 1.0)
     except (ValueError, TypeError, OSError) as exc:
@@ -558,10 +584,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     from engine.threads import server_env
 
-    def engine_server() -> ServerProcess:
+    def engine_server(cfg: dict = config, name: str = "engine.serve") -> ServerProcess:
         port = free_port()
-        return ServerProcess("engine.serve", engine_server_command(config, port), port,
-                             log_dir / "engine-serve.log", server_env(env), args.startup_timeout)
+        return ServerProcess(name, engine_server_command(cfg, port), port,
+                             log_dir / f"{name.replace(' ', '-')}.log", server_env(env),
+                             args.startup_timeout)
 
     # llama.cpp's threads (OpenMP too) under the bench's policy without the engine's spin
     # count: ACTIVE alone was at least as fast for it at batch 1 (docs/performance.md)
@@ -578,6 +605,8 @@ def main(argv: list[str] | None = None) -> int:
     # refuses a field it does not know, as it must
     sides = ([] if args.skip_engine else [("engine.serve", engine_server, None)]) + [
         (args.peer, peer_server, PEER_EXTRA_BODY.get(args.peer))]
+    if baseline is not None and not args.skip_engine:
+        sides.append((BASELINE, lambda: engine_server(baseline, BASELINE), None))
     print(f"{args.rounds} turns of each server (a fresh start, {B1_PER_TURN} batch-1 answers, "
           f"the workload), "
           f"in alternating order ...", flush=True)
@@ -601,6 +630,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(wl)} {wl.name} requests, {args.seats} running at most; batch-1 answers of "
           f"{args.decode_tokens} tokens; ratio = engine / {args.peer}")
     print(format_table(rows))
+    base_http = results.get(BASELINE)
+    if base_http is not None:
+        ratios.update(baseline_ratios(engine_http, base_http, peer))
+        changed = {k: baseline[k] for k in baseline if baseline[k] != config.get(k)}
+        print(f"{BASELINE} ({json.dumps(changed)}): batch 1 "
+              f"{base_http['decode_b1']['tok_per_s']:.1f} tok/s, workload "
+              f"{base_http['workload']['output_tok_per_s']:.1f} output tok/s; engine.serve / "
+              f"baseline {ratios['decode_b1_engine_over_baseline']:.2f}x at batch 1, "
+              f"{ratios['output_tok_per_s_engine_over_baseline']:.2f}x on the workload")
     cpu = cpu_description()
     print(f"CPU: {cpu['model']} ({', '.join(cpu['flags'])}); load average (1 min) before / "
           f"after: {load_before[0]:.2f} / {load_after[0]:.2f}")
@@ -612,14 +650,15 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.out, "cpu", args, plan=plan,
                peer={"name": args.peer, "binary": binary, "version": version, "gguf": str(gguf)},
                kernel_paths=kernel_paths(plan, peer),
-               cpu=cpu, engine_config=config, threads=threads, workload=wl.name,
+               cpu=cpu, engine_config=config, baseline_config=baseline, threads=threads,
+               workload=wl.name,
                load_average={"before": load_before, "after": load_after},
                elapsed_s=time.perf_counter() - t0,
                results={"engine_http": engine_http, "peer_http": peer,
-                        "engine_offline": offline},
+                        "engine_offline": offline, "baseline_http": base_http},
                ratios=ratios, table=rows)
     ok = all(r["workload"]["ok"] == r["workload"]["users"]
-             for r in (engine_http, peer) if r is not None)
+             for r in (engine_http, peer, base_http) if r is not None)
     return 0 if ok else 1
 
 

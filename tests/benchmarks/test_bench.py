@@ -169,6 +169,17 @@ def test_kernel_bench_long_decode_runs(capsys):
     assert capsys.readouterr().out.count("one task per KV head") == 4
 
 
+def test_kernel_bench_kv_cache_runs_both_caches(capsys):
+    """`kernel_bench --kv-cache` on small cases: a float32 and a float16 engine in turns, one
+    row per (running, context), both times in it (no timing is asserted)."""
+    from benchmarks import kernel_bench
+
+    rows = kernel_bench.bench_kv_cache(cases=((1, 20), (2, 40)), rounds=2, steps=3)
+    assert [(r["running"], r["context"]) for r in rows] == [(1, 20), (2, 40)]
+    assert all(r["ms_float32"] > 0 and r["ms_float16"] > 0 for r in rows)
+    assert "KV cache float32 against float16" in capsys.readouterr().out
+
+
 def test_kernel_bench_rows_hot_runs_every_path_on_one_thread(capsys):
     """`kernel_bench --rows --hot` on two row counts and one round: every path this CPU runs
     gives a cell per row count, on one thread (one gate_up, 20 times), and torch's thread

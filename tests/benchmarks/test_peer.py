@@ -298,18 +298,25 @@ def test_a_peer_that_writes_its_system_info_only_at_trace_level_is_probed(
 def test_the_engine_and_the_peer_side_by_side_each_get_only_their_own_fields(
         fake_binary, tmp_path):
     """The peer's extra field (llama-server's `cache_prompt`) goes to the peer alone: the
-    engine's server refuses fields it does not know, so sending it there fails the run."""
+    engine's server refuses fields it does not know, so sending it there fails the run. A
+    --baseline-option runs a second engine.serve with that field changed in the same turns."""
     model = tmp_path / "model.gguf"
     model.write_bytes(b"GGUF")
     out = tmp_path / "peer.json"
     rc = peer.main(["--peer-binary", fake_binary, "--model-file", str(model), "--quick",
                     "--skip-offline", "--seats", "4", "--max-model-len", "256", "--rounds", "1",
+                    "--baseline-option", "kv_cache_dtype=float32",
                     "--log-dir", str(tmp_path / "logs"), "--out", str(out)])
     assert rc == 0
     data = json.loads(out.read_text())
-    engine = data["results"]["engine_http"]
-    assert engine["workload"]["ok"] == engine["workload"]["users"] == 8, engine["workload"]
+    engine, base = data["results"]["engine_http"], data["results"]["baseline_http"]
+    for side in (engine, base):
+        assert side["workload"]["ok"] == side["workload"]["users"] == 8, side["workload"]
     assert data["ratios"]["output_tok_per_s_engine_over_peer"] is not None
+    assert data["ratios"]["output_tok_per_s_engine_over_baseline"] is not None
+    assert data["baseline_config"] == {**data["engine_config"], "kv_cache_dtype": "float32"}
+    assert base["system"] == "engine.serve baseline"
+    assert (tmp_path / "logs" / "engine.serve-baseline.log").is_file()
 
 
 # llama.cpp's line as common_params_get_system_info and llama_print_system_info write it:
