@@ -25,7 +25,7 @@ through the dense, GGUF, GGUF-q8 and GGUF-q16 engines; `--json` saves it.
 It starts with where a GGUF step's time goes (`bench_gguf_matmuls`: each kind of matmul against
 its bytes, then the rest of the step); `--weights --matmuls-only` runs only that, and
 `--one-thread` runs it on one thread timed in CPU time (usable on a busy shared machine).
-`--kv-cache` times whole decode steps of the default engine with a float32 and a float16 KV
+`--kv-cache` times whole decode steps of the gguf-q16 engine with a float32 and a float16 KV
 cache (`kv_cache_dtype`), two engines in this process stepped in turns, at 1 to 16 running
 requests and contexts of 100 to 400 positions: the cache's bytes against the conversion.
 `--rows` times the same matmuls (every layer's and the lm_head's GGUF weights, fp32 rows, then
@@ -543,7 +543,7 @@ def bench_invariance_cost(engine) -> None:
 def bench_kv_cache(cases=((1, 100), (1, 400), (4, 400), (16, 200)), rounds: int = 8,
                    steps: int = 24) -> list[dict]:
     """Median ms of a decode step at `running` requests of `context` positions, with the
-    default engine's float32 and float16 KV caches, windows of `steps` steps in turns (the
+    gguf-q16 engine's float32 and float16 KV caches, windows of `steps` steps in turns (the
     order flipping each round); the median of `rounds` windows a side."""
     import statistics
 
@@ -551,7 +551,9 @@ def bench_kv_cache(cases=((1, 100), (1, 400), (4, 400), (16, 200)), rounds: int 
     from engine.engine import LLMEngine
 
     kinds = ("float32", "float16")
-    engines = {kv: LLMEngine(EngineConfig(max_num_seqs=16, max_model_len=512, kv_cache_dtype=kv))
+    # the CPU default's weights (gguf-q16, float32 activations), whichever this CPU defaults to
+    engines = {kv: LLMEngine(EngineConfig(weights="gguf-q16", max_num_seqs=16, max_model_len=512,
+                                          kv_cache_dtype=kv))
                for kv in kinds}
     print(f"decode steps, KV cache float32 against float16 [{engines['float16'].describe()}]")
 

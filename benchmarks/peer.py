@@ -634,11 +634,14 @@ def main(argv: list[str] | None = None) -> int:
     if base_http is not None:
         ratios.update(baseline_ratios(engine_http, base_http, peer))
         changed = {k: baseline[k] for k in baseline if baseline[k] != config.get(k)}
+        def x(r: float | None) -> str:
+            return "-" if r is None else f"{r:.2f}x"
+
         print(f"{BASELINE} ({json.dumps(changed)}): batch 1 "
               f"{base_http['decode_b1']['tok_per_s']:.1f} tok/s, workload "
               f"{base_http['workload']['output_tok_per_s']:.1f} output tok/s; engine.serve / "
-              f"baseline {ratios['decode_b1_engine_over_baseline']:.2f}x at batch 1, "
-              f"{ratios['output_tok_per_s_engine_over_baseline']:.2f}x on the workload")
+              f"baseline {x(ratios['decode_b1_engine_over_baseline'])} at batch 1, "
+              f"{x(ratios['output_tok_per_s_engine_over_baseline'])} on the workload")
     cpu = cpu_description()
     print(f"CPU: {cpu['model']} ({', '.join(cpu['flags'])}); load average (1 min) before / "
           f"after: {load_before[0]:.2f} / {load_after[0]:.2f}")

@@ -98,8 +98,8 @@ class EngineConfig:
     # (every CPU with the C++ kernels, by default; engine/plan.py decides)
     dtype: str = "auto"
     # the KV cache's numbers (vLLM's kv_cache_dtype). "auto": float16 on a CPU whose weights
-    # are gguf-q8 / gguf-q16 (llama.cpp's default cache: half the bytes each decode step
-    # reads), else `dtype`. A 16-bit cache may hold float32 activations' K and V (rounded to
+    # are gguf-q8 / gguf-q16 with float32 activations (llama.cpp's default cache: half the
+    # bytes each decode step reads), else `dtype`. A 16-bit cache may hold float32 activations' K and V (rounded to
     # nearest even when stored); any other cache takes `dtype` (engine/plan.py decides)
     kv_cache_dtype: str = "auto"
     attention_backend: str = "auto"  # "auto" (triton on CUDA, cpu on CPU), "torch", "cpu", "triton"

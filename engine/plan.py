@@ -42,9 +42,9 @@ The rules, and why:
               whole run every layer in one call; the others run the Python loop, which calls
               the same kernels, so the bits are the same either way. Else "python".
   kv_dtype    "auto": float16 on a CPU whose weights are gguf-q8 / gguf-q16 with float32
-              activations (llama.cpp's default cache): half of float32's bytes, and a decode step reads the cache at
-              every position of every running request, so with long contexts those bytes
-              rival the weights'. Those paths round the activations already, so their tokens
+              activations (llama.cpp's default cache): half of float32's bytes, and a decode
+              step reads the cache at every position of every running request, so with long
+              contexts those bytes rival the weights'. Those paths round the activations already, so their tokens
               are not the file's fp32 model's anyway; "gguf" and dense float32 keep a float32
               cache and stay that model exactly. Elsewhere `dtype`. An explicit 16-bit cache
               under float32 activations runs on a CPU only (the C++ kernels and the torch
@@ -178,7 +178,7 @@ class ExecutionPlan:
 
     device: str  # "cpu" or "cuda"
     dtype: str  # activations and dense weights: "float32", "bfloat16" or "float16"
-    kv_dtype: str  # the KV cache's numbers: `dtype`, or float16 / bfloat16 with float32
+    kv_dtype: str  # the KV cache's numbers: `dtype`, or float16 / bfloat16 with float32 ones
     weights: str  # "dense" or the GGUF blocks: "gguf", "gguf-q8", "gguf-q16"
     layout: str  # the linear weights' layout and matmul (LAYOUTS)
     isa: str | None  # the C++ matmul's instruction set; None without the C++ kernels
@@ -206,8 +206,8 @@ class ExecutionPlan:
         return self.layer_ops == "cpu"
 
     def describe(self) -> str:
-        """One line, e.g. 'cpu float32 gguf-q16 (avx512+vnni), attention cpu, C++ layer loop,
-        2 threads'."""
+        """One line, e.g. 'cpu float32 gguf-q16 (avx512+vnni), KV cache float16, attention cpu,
+        C++ layer loop, 2 threads' (the KV cache named where it is not `dtype`)."""
         weights = self.weights if self.weights != "dense" else f"dense/{self.layout}"
         parts = [f"{self.device} {self.dtype} {weights}" + (f" ({self.isa})" if self.isa else "")]
         if self.kv_dtype != self.dtype:
