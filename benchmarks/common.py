@@ -211,12 +211,16 @@ def serve(engine, requests: list[tuple[float, str, SamplingParams]], progress=No
     }
 
 
-def decode_rate(engine, batch: int, steps: int = 16, windows: int = 3) -> float:
+def decode_rate(engine, batch: int, steps: int = 16, windows: int = 3,
+                context: int | None = None) -> float:
     """Tokens/s of steady decode with `batch` requests running (prefill excluded): the fastest
     of `windows` runs of `steps` steps, so a burst of load from another job on this shared
-    machine does not decide the figure (as timeit takes the minimum)."""
+    machine does not decide the figure (as timeit takes the minimum). `context`: each
+    request's prompt that many token ids (the KV each step reads), else a short one."""
     params = SamplingParams(max_tokens=windows * steps + 4, ignore_eos=True)
-    rids = [engine.add_request(f"Count slowly from {i} upwards:", params) for i in range(batch)]
+    prompts = [f"Count slowly from {i} upwards:" if context is None else
+               [(7 * j + 13 * i) % 3000 + 100 for j in range(context)] for i in range(batch)]
+    rids = [engine.add_request(p, params) for p in prompts]
     while any(engine.requests[r].num_output_tokens < 2 for r in rids):
         engine.step()  # prefill and the first decode
     step_s = best_of(engine.step, rounds=windows, reps=steps, device=engine.device)

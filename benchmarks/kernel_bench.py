@@ -542,12 +542,13 @@ def bench_invariance_cost(engine) -> None:
 
 def bench_kv_cache(cases=((1, 100), (1, 400), (4, 400), (16, 200)), rounds: int = 8,
                    steps: int = 24) -> list[dict]:
-    """Median ms of a decode step at `running` requests of `context` positions, with the
-    gguf-q16 engine's float32 and float16 KV caches, windows of `steps` steps in turns (the
-    order flipping each round); the median of `rounds` windows a side."""
+    """ms of a decode step at `running` requests of `context` positions, with the gguf-q16
+    engine's float32 and float16 KV caches: `rounds` windows of `steps` steps a side
+    (`decode_rate`), in turns whose order flips each round; the median window a side."""
     import statistics
 
-    from engine.config import EngineConfig, SamplingParams
+    from benchmarks.common import decode_rate
+    from engine.config import EngineConfig
     from engine.engine import LLMEngine
 
     kinds = ("float32", "float16")
@@ -556,26 +557,13 @@ def bench_kv_cache(cases=((1, 100), (1, 400), (4, 400), (16, 200)), rounds: int 
                                           kv_cache_dtype=kv))
                for kv in kinds}
     print(f"decode steps, KV cache float32 against float16 [{engines['float16'].describe()}]")
-
-    def window(engine, running: int, context: int) -> float:
-        for i in range(running):
-            ids = [(7 * j + 13 * i) % 3000 + 100 for j in range(context)]
-            engine.add_request(ids, SamplingParams(max_tokens=steps + 2, temperature=0,
-                                                   ignore_eos=True))
-        times = []
-        while engine.has_unfinished():
-            t0 = time.perf_counter()
-            report = engine.step()
-            if report.num_batched_tokens == running:  # a decode step of every request
-                times.append(time.perf_counter() - t0)
-        return statistics.median(times)
-
     out = []
     for running, context in cases:
         per = {kv: [] for kv in kinds}
         for r in range(rounds):
             for kv in (kinds if r % 2 == 0 else kinds[::-1]):
-                per[kv].append(window(engines[kv], running, context))
+                rate = decode_rate(engines[kv], running, steps, windows=1, context=context)
+                per[kv].append(running / rate)  # seconds a step
         ms = {kv: statistics.median(v) * 1e3 for kv, v in per.items()}
         out.append({"running": running, "context": context, "ms_float32": ms["float32"],
                     "ms_float16": ms["float16"], "speedup": ms["float32"] / ms["float16"]})

@@ -620,8 +620,8 @@ AttentionMeta attention_meta(const at::Tensor& block_tables_in, const at::Tensor
   m.B = m.lens.numel();
   m.max_blocks = m.tables.size(1);
   TORCH_CHECK(m.qsl.numel() == m.B + 1 && m.tables.size(0) == m.B,
-              "servelab paged_attention: q must be [tokens, Hq, D] in the cache's dtype, "
-              "with B block tables and seq_lens and B + 1 query starts");
+              "servelab paged_attention: expected B block tables, B seq_lens and B + 1 query "
+              "starts");
   const int32_t* lp = m.lens.const_data_ptr<int32_t>();
   const int32_t* sp = m.qsl.const_data_ptr<int32_t>();
   TORCH_CHECK(sp[0] == 0 && sp[m.B] == rows,
