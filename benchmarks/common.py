@@ -277,6 +277,14 @@ def run_engine(config, workload, progress=None) -> dict:
     }
 
 
+def teacher_forced_logits(eng, ids: list[int]) -> torch.Tensor:
+    """Logits at every position of `ids` ([n, vocab]): one prefill through the engine's model
+    and pool, blocks 0, 1, 2, ... (what a request would hold; no allocator)."""
+    tokens, positions, meta = sequence_batch(ids, 0, eng.config.block_size, eng.device)
+    hidden = eng.model.forward(tokens, positions, meta, eng.pool.layers, eng.backend)
+    return eng.model.logits(hidden)
+
+
 def sequence_batch(token_ids: list[int], start: int, block_size: int, device: torch.device):
     """The model's inputs to run token_ids[start:] as one sequence whose first `start` tokens
     are already in the pool, in blocks 0, 1, 2, ... (a probe's private pool, no allocator):

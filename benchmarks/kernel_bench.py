@@ -27,7 +27,9 @@ its bytes, then the rest of the step); `--weights --matmuls-only` runs only that
 `--one-thread` runs it on one thread timed in CPU time (usable on a busy shared machine).
 `--kv-cache` times whole decode steps of the gguf-q16 engine with a float32 and a float16 KV
 cache (`kv_cache_dtype`), two engines in this process stepped in turns, at 1 to 16 running
-requests and contexts of 100 to 400 positions: the cache's bytes against the conversion.
+requests and contexts of 100 to 400 positions: the cache's bytes against the conversion;
+`--kv-quality` measures what that cache costs in numbers (`kv_cache_quality`: logits and next
+tokens against the fp32 model, greedy answers against the float32 cache, the largest |K|, |V|).
 `--rows` times the same matmuls (every layer's and the lm_head's GGUF weights, fp32 rows, then
 the same weights pack_q8()ed with int8 rows and pack_q16()ed with int16 rows: AVX-512 with and
 without VNNI, AVX2, and "avx512-vnni-amx" where the int16 kernel has AMX int8 tiles, which it
@@ -573,6 +575,69 @@ def bench_kv_cache(cases=((1, 100), (1, 400), (4, 400), (16, 200)), rounds: int 
     return out
 
 
+def kv_cache_quality(prompts=None, forced_tokens: int = 24, answers: int = 32,
+                     answer_tokens: int = 128) -> dict:
+    """What the float16 KV cache costs in numbers, beside a float32 cache (both gguf-q16, fp32
+    activations) and against the fp32 model (weights="gguf", the GGUF file's own numbers):
+
+    - logits, teacher-forced on the fp32 engine's own greedy answers to `prompts` (the
+      probe prompts, `forced_tokens` each): the distance from the fp32 model's logits as a
+      share of their norm (the mean over a prompt's positions; the range over prompts), and
+      at how many positions each picks the fp32 model's next token;
+    - the largest |K| and |V| the fp32 model writes on those positions (float16 holds 65504);
+    - greedy answers to the first `answers` longtail prompts, `answer_tokens` tokens each,
+      float16 cache against float32: how many are identical, and where the others part."""
+    from benchmarks.common import teacher_forced_logits
+    from benchmarks.workloads import PROBE_PROMPTS, get_workload
+    from engine.config import EngineConfig, SamplingParams
+    from engine.engine import LLMEngine
+
+    def engine(weights: str, kv: str) -> LLMEngine:
+        return LLMEngine(EngineConfig(weights=weights, dtype="float32", kv_cache_dtype=kv,
+                                      max_num_seqs=16, max_model_len=512))
+
+    ref = engine("gguf", "float32")
+    caches = {kv: engine("gguf-q16", kv) for kv in ("float32", "float16")}
+    print(f"float16 KV cache against float32 [{caches['float16'].describe()}], "
+          f"against the fp32 model [{ref.describe()}]")
+    greedy = SamplingParams(max_tokens=forced_tokens, temperature=0.0)
+    rel = {kv: [] for kv in caches}
+    agree = dict.fromkeys(caches, 0)
+    positions, max_k, max_v = 0, 0.0, 0.0
+    for prompt in prompts or PROBE_PROMPTS:
+        ids = ref.tokenize(prompt)
+        ids = ids + ref.generate([ids], greedy)[0].token_ids
+        want = teacher_forced_logits(ref, ids)
+        blocks = -(-len(ids) // ref.config.block_size)
+        for k_cache, v_cache in ref.pool.layers:  # blocks 0 .. blocks - 1 hold these positions
+            max_k = max(max_k, k_cache[:blocks].abs().max().item())
+            max_v = max(max_v, v_cache[:blocks].abs().max().item())
+        for kv, eng in caches.items():
+            got = teacher_forced_logits(eng, ids)
+            rel[kv].append(((got - want).norm(dim=-1) / want.norm(dim=-1)).mean().item())
+            agree[kv] += int((got.argmax(-1) == want.argmax(-1)).sum())
+        positions += len(ids)
+    items = get_workload("longtail", n=answers).items
+    params = SamplingParams(max_tokens=answer_tokens, temperature=0.0, ignore_eos=True)
+    outs = {kv: [o.token_ids for o in eng.generate([it.prompt for it in items], params)]
+            for kv, eng in caches.items()}
+    parts = [next(i for i, (a, b) in enumerate(zip(x, y)) if a != b)
+             for x, y in zip(outs["float32"], outs["float16"]) if x != y]
+    out = {"positions": positions, "max_abs_k": max_k, "max_abs_v": max_v,
+           "answers": len(items), "answer_tokens": answer_tokens,
+           "identical_answers": len(items) - len(parts), "first_difference_at": parts}
+    for kv in caches:
+        out[f"logits_rel_{kv}"] = [min(rel[kv]), max(rel[kv])]
+        out[f"same_argmax_{kv}"] = agree[kv]
+        print(f"  KV cache {kv}: logits {100 * min(rel[kv]):.3f}-{100 * max(rel[kv]):.3f}% of "
+              f"their norm from the fp32 model's; its next token at {agree[kv]} of "
+              f"{positions} positions")
+    print(f"  largest |K| {max_k:.1f}, |V| {max_v:.1f}; greedy answers identical: "
+          f"{out['identical_answers']} of {len(items)} ({answer_tokens} tokens; the others "
+          f"part at token {', '.join(map(str, parts)) or '-'})", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.common import write_json
     from engine.config import EngineConfig
@@ -596,11 +661,17 @@ def main(argv: list[str] | None = None) -> int:
                     "at long contexts split into parts or not")
     ap.add_argument("--kv-cache", action="store_true",
                     help="decode steps with a float32 and a float16 KV cache, in turns")
-    ap.add_argument("--json", help="write the --weights, --rows, --attention or --kv-cache "
-                    "results here")
+    ap.add_argument("--kv-quality", action="store_true",
+                    help="what the float16 KV cache costs in numbers: logits, next tokens, "
+                    "greedy answers, against the float32 cache and the fp32 model")
+    ap.add_argument("--json", help="write the --weights, --rows, --attention, --kv-cache or "
+                    "--kv-quality results here")
     args = ap.parse_args(argv)
     if args.kv_cache:
         write_json(args.json, "cpu", args, kv_cache=bench_kv_cache())
+        return 0
+    if args.kv_quality:
+        write_json(args.json, "cpu", args, kv_quality=kv_cache_quality())
         return 0
     if args.attention:
         from engine.model.cpu import library

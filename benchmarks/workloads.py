@@ -74,6 +74,19 @@ class Workload:
         return sum(self.max_tokens)
 
 
+# Prompts of every kind the model meets (prose, code, Chinese, chat markup, SQL) for checks of
+# the engine's numbers against a reference, token by token (the tests; kernel_bench --kv-quality)
+PROBE_PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "我最喜欢的水果是",
+    "Once upon a time, in a small village at the edge of a dark forest, there lived",
+    "<|im_start|>user\nList three primary colors.<|im_end|>\n<|im_start|>assistant\n",
+    "SELECT name, age FROM users WHERE",
+    "请用一句话解释什么是机器学习：",
+]
+
+
 def chat(user: str, system: str | None = None) -> str:
     """SmolLM2's chat markup around one user turn, ending where the assistant starts."""
     head = f"<|im_start|>system\n{system}<|im_end|>\n" if system else ""

@@ -18,15 +18,7 @@ import time
 
 import pytest
 
-PROMPTS = [
-    "The capital of France is",
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
-    "我最喜欢的水果是",
-    "Once upon a time, in a small village at the edge of a dark forest, there lived",
-    "<|im_start|>user\nList three primary colors.<|im_end|>\n<|im_start|>assistant\n",
-    "SELECT name, age FROM users WHERE",
-    "请用一句话解释什么是机器学习：",
-]
+from benchmarks.workloads import PROBE_PROMPTS as PROMPTS  # noqa: F401  (tests import it from here)
 
 
 def pytest_configure(config):
@@ -84,18 +76,10 @@ def assert_blocks_consistent(alloc, holders) -> None:
 
 
 def teacher_forced_logits(eng, ids: list[int]):
-    """Logits at every position of `ids`, one prefill through the engine's model and pool."""
-    import torch
+    """benchmarks.common's (imported here when called: conftest loads no torch)."""
+    from benchmarks.common import teacher_forced_logits as logits
 
-    from engine.model.attention import build_metadata
-
-    n = len(ids)
-    bs = eng.config.block_size
-    table = list(range(-(-n // bs)))
-    meta = build_metadata([n], [n], [table], list(range(n)), bs, eng.device)
-    hidden = eng.model.forward(torch.tensor(ids), torch.arange(n), meta, eng.pool.layers,
-                               eng.backend)
-    return eng.model.logits(hidden)
+    return logits(eng, ids)
 
 
 def q4_1_edge_blocks():

@@ -180,6 +180,27 @@ def test_kernel_bench_kv_cache_runs_both_caches(capsys):
     assert "KV cache float32 against float16" in capsys.readouterr().out
 
 
+def test_kernel_bench_kv_quality_measures_both_caches_against_the_fp32_model(capsys):
+    """`kernel_bench --kv-quality` on two probe prompts and two short answers: every position
+    counted once, both caches' logits within the bound the q16 engine test holds (0.2% of
+    their norm) and nearly always the fp32 model's next token, K and V far inside float16's
+    range, and each answer either identical or parted at a token it names."""
+    from benchmarks import kernel_bench
+    from benchmarks.workloads import PROBE_PROMPTS
+
+    out = kernel_bench.kv_cache_quality(prompts=PROBE_PROMPTS[:2], forced_tokens=6, answers=2,
+                                        answer_tokens=8)
+    assert out["positions"] > 12
+    for kv in ("float32", "float16"):
+        lo, hi = out[f"logits_rel_{kv}"]
+        assert 0 < lo <= hi < 2e-3, (kv, lo, hi)
+        assert out[f"same_argmax_{kv}"] >= out["positions"] - 1, kv
+    assert 0 < out["max_abs_k"] < 65504 and 0 < out["max_abs_v"] < 65504
+    assert out["identical_answers"] + len(out["first_difference_at"]) == 2
+    assert all(0 <= i < 8 for i in out["first_difference_at"])
+    assert "greedy answers identical" in capsys.readouterr().out
+
+
 def test_kernel_bench_rows_hot_runs_every_path_on_one_thread(capsys):
     """`kernel_bench --rows --hot` on two row counts and one round: every path this CPU runs
     gives a cell per row count, on one thread (one gate_up, 20 times), and torch's thread

@@ -267,7 +267,8 @@ def engines():
 def test_engine_gguf_q16_is_far_closer_to_the_fp32_model_than_bf16(engines):
     """Teacher-forced on the fp32 GGUF engine's own greedy answers: int16 activations move the
     logits by under 0.2% of their norm on average (measured on these prompts on a Zen 4:
-    0.04-0.08% with the default float16 KV cache, 0.03-0.05% with a float32 one; bf16:
+    0.04-0.08% with the default float16 KV cache, 0.03-0.05% with a float32 one, as
+    `python -m benchmarks.kernel_bench --kv-quality` prints; bf16:
     1.7-2.8%; int8: 2.5-6%), at least 10 times less than bf16 activations on
     every prompt, and pick the fp32 engine's next token at 99% of positions or more."""
     assert engines["q16"].model.layout == "gguf-q16"
