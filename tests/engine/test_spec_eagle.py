@@ -8,8 +8,6 @@ the draft is, so no test waits for the 15-minute training.
 from __future__ import annotations
 
 import json
-import tempfile
-from pathlib import Path
 
 import pytest
 import torch
@@ -309,7 +307,7 @@ def test_recorded_features_equal_a_whole_sequence_forward():
 
 
 @pytest.mark.slow
-def test_engine_drafts_are_the_training_forwards_argmax(target):
+def test_engine_drafts_are_the_training_forwards_argmax(target, tmp_path):
     """Every chain the engine drafts (EagleProposer.propose over the target's features as the
     verification forwards hand them over) is the argmax chain of the training-time forward
     (`unrolled_forward`) on the target's features of the same tokens: same feature (final
@@ -321,7 +319,7 @@ def test_engine_drafts_are_the_training_forwards_argmax(target):
 
     w = eagle.init_weights(target, torch.arange(2048), seed=2)
     w["fc"][:, 576:] = torch.randn(576, 576, generator=torch.Generator().manual_seed(2)) * 0.05
-    path = Path(tempfile.mkdtemp()) / "eagle-test.safetensors"
+    path = tmp_path / "eagle-test.safetensors"
     eagle.save_weights(w, path)
     k = 3
     eng = LLMEngine(EngineConfig(dtype="float32", max_num_seqs=2,
