@@ -28,6 +28,9 @@ Without a `llama-server` on PATH (or `--peer-binary PATH`) it prints one line an
 peer is optional and CI never builds it. docs/performance.md says how to install or build it.
 The engine's configuration passes through (`--dtype`, `--weights`, `--engine-option KEY=VALUE`
 for any `EngineConfig` field), so a new engine path can be compared with the same command.
+A third side, a second `engine.serve` in the same turns, measures a change against what it
+replaces: `--baseline-option KEY=VALUE` (the configuration with that field changed) and
+`--baseline-checkout DIR` (the code of another checkout, say `git worktree add DIR main`).
 """
 
 from __future__ import annotations
@@ -207,6 +210,7 @@ class ServerProcess:
     log_path: Path
     env: dict[str, str] | None = None
     startup_timeout_s: float = 300.0
+    cwd: Path = ROOT  # the checkout whose code it runs (--baseline-checkout: another one)
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -228,7 +232,7 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=self.env, cwd=ROOT)
+                                         stdin=subprocess.DEVNULL, env=self.env, cwd=self.cwd)
 
     def _wait_ready(self, timeout_s: float) -> None:
         import httpx
@@ -491,6 +495,29 @@ def with_options(cfg: dict, options: list[str], flag: str) -> dict:
     return cfg
 
 
+def baseline_checkout(path: str | None) -> dict | None:
+    """--baseline-checkout's directory, its commit and whether it has changes beside it;
+    ValueError when it is not a checkout of this repository."""
+    if path is None:
+        return None
+    root = Path(path).expanduser().resolve()
+    if not (root / "benchmarks" / "serve_config.py").is_file():
+        raise ValueError(f"--baseline-checkout {path}: no benchmarks/serve_config.py there "
+                         "(a checkout of this repository, e.g. `git worktree add DIR REV`)")
+
+    def git(*cmd: str) -> str | None:
+        try:
+            r = subprocess.run(["git", "-C", str(root), *cmd], capture_output=True, text=True,
+                               timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    status = git("status", "--porcelain")
+    return {"path": str(root), "commit": git("rev-parse", "HEAD") or "unknown (not a git checkout)",
+            "dirty": None if status is None else bool(status)}
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.bench --peer llama-server",
                                  description=__doc__.split("\n")[0])
@@ -518,6 +545,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--baseline-option", action="append", default=[], metavar="KEY=VALUE",
       help="a second engine.serve in the turns, the engine's configuration with this field "
            "changed (repeatable): a change measured against what it replaces in one run")
+    a("--baseline-checkout", default=None, metavar="DIR",
+      help="a second engine.serve in the turns, run from another checkout of this repository "
+           "(say `git worktree add DIR REV`), with the engine's configuration and any "
+           "--baseline-option: a code change measured against what it replaces in one run")
     a("--skip-engine", action="store_true", help="measure the peer alone (no engine.serve)")
     a("--skip-offline", action="store_true", help="no offline engine run in this process")
     a("--quick", action="store_true",
@@ -551,11 +582,14 @@ def main(argv: list[str] | None = None) -> int:
         args.rounds = min(args.rounds, 2)
     try:
         config = engine_config_dict(args)
+        checkout = baseline_checkout(args.baseline_checkout)
         baseline = (with_options(config, args.baseline_option, "--baseline-option")
-                    if args.baseline_option else None)
+                    if args.baseline_option or checkout else None)
         from benchmarks.serve_config import config_from_json
 
-        for c in (config, baseline or config):  # a bad option fails here, not in the child
+        # a bad option fails here, not in the child (another checkout's server checks its own
+        # fields: it may know one this one does not)
+        for c in (config, baseline if baseline and not checkout else config):
             config_from_json(json.dumps(c))
         wl = load_jsonl(args.workload_file) if args.workload_file else get_workload(
             args.workload, n=args.requests, max_tokens_scale=0.25 if args.quick else 1.0)
@@ -584,11 +618,16 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     from engine.threads import server_env
 
-    def engine_server(cfg: dict = config, name: str = "engine.serve") -> ServerProcess:
+    def engine_server(cfg: dict = config, name: str = "engine.serve",
+                      root: Path = ROOT) -> ServerProcess:
         port = free_port()
+        child_env = server_env(env)
+        if root != ROOT:  # its own packages first, whatever this one has installed
+            child_env["PYTHONPATH"] = os.pathsep.join(
+                [str(root)] + [p for p in [env.get("PYTHONPATH")] if p])
         return ServerProcess(name, engine_server_command(cfg, port), port,
-                             log_dir / f"{name.replace(' ', '-')}.log", server_env(env),
-                             args.startup_timeout)
+                             log_dir / f"{name.replace(' ', '-')}.log", child_env,
+                             args.startup_timeout, cwd=root)
 
     # llama.cpp's threads (OpenMP too) under the bench's policy without the engine's spin
     # count: ACTIVE alone was at least as fast for it at batch 1 (docs/performance.md)
@@ -606,7 +645,8 @@ def main(argv: list[str] | None = None) -> int:
     sides = ([] if args.skip_engine else [("engine.serve", engine_server, None)]) + [
         (args.peer, peer_server, PEER_EXTRA_BODY.get(args.peer))]
     if baseline is not None and not args.skip_engine:
-        sides.append((BASELINE, lambda: engine_server(baseline, BASELINE), None))
+        base_root = Path(checkout["path"]) if checkout else ROOT
+        sides.append((BASELINE, lambda: engine_server(baseline, BASELINE, base_root), None))
     print(f"{args.rounds} turns of each server (a fresh start, {B1_PER_TURN} batch-1 answers, "
           f"the workload), "
           f"in alternating order ...", flush=True)
@@ -634,6 +674,8 @@ def main(argv: list[str] | None = None) -> int:
     if base_http is not None:
         ratios.update(baseline_ratios(engine_http, base_http, peer))
         changed = {k: baseline[k] for k in baseline if baseline[k] != config.get(k)}
+        if checkout:
+            changed["checkout"] = f"{checkout['path']} ({checkout['commit'][:10]})"
         def x(r: float | None) -> str:
             return "-" if r is None else f"{r:.2f}x"
 
@@ -653,7 +695,8 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.out, "cpu", args, plan=plan,
                peer={"name": args.peer, "binary": binary, "version": version, "gguf": str(gguf)},
                kernel_paths=kernel_paths(plan, peer),
-               cpu=cpu, engine_config=config, baseline_config=baseline, threads=threads,
+               cpu=cpu, engine_config=config, baseline_config=baseline,
+               baseline_checkout=checkout, threads=threads,
                workload=wl.name,
                load_average={"before": load_before, "after": load_after},
                elapsed_s=time.perf_counter() - t0,

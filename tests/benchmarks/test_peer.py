@@ -299,13 +299,24 @@ def test_the_engine_and_the_peer_side_by_side_each_get_only_their_own_fields(
         fake_binary, tmp_path):
     """The peer's extra field (llama-server's `cache_prompt`) goes to the peer alone: the
     engine's server refuses fields it does not know, so sending it there fails the run. A
-    --baseline-option runs a second engine.serve with that field changed in the same turns."""
+    --baseline-option runs a second engine.serve with that field changed in the same turns,
+    and --baseline-checkout runs that one from another checkout's code."""
     model = tmp_path / "model.gguf"
     model.write_bytes(b"GGUF")
+    # another checkout: this one's packages, its server marked so its log shows whose code ran
+    other = tmp_path / "other"
+    for pkg in ("engine", "benchmarks", "lessons", "app"):
+        shutil.copytree(peer.ROOT / pkg, other / pkg,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    serve = other / "benchmarks" / "serve_config.py"
+    text = serve.read_text()
+    assert text.count("serving on http") == 1
+    serve.write_text(text.replace("serving on http", "the other checkout serving on http"))
     out = tmp_path / "peer.json"
     rc = peer.main(["--peer-binary", fake_binary, "--model-file", str(model), "--quick",
                     "--skip-offline", "--seats", "4", "--max-model-len", "256", "--rounds", "1",
                     "--baseline-option", "kv_cache_dtype=float32",
+                    "--baseline-checkout", str(other),
                     "--log-dir", str(tmp_path / "logs"), "--out", str(out)])
     assert rc == 0
     data = json.loads(out.read_text())
@@ -316,7 +327,22 @@ def test_the_engine_and_the_peer_side_by_side_each_get_only_their_own_fields(
     assert data["ratios"]["output_tok_per_s_engine_over_baseline"] is not None
     assert data["baseline_config"] == {**data["engine_config"], "kv_cache_dtype": "float32"}
     assert base["system"] == "engine.serve baseline"
-    assert (tmp_path / "logs" / "engine.serve-baseline.log").is_file()
+    assert "the other checkout serving on" in (tmp_path / "logs" / "engine.serve-baseline.log"
+                                                ).read_text()
+    assert "the other checkout" not in (tmp_path / "logs" / "engine.serve.log").read_text()
+    assert data["baseline_checkout"]["path"] == str(other.resolve())
+
+
+def test_a_baseline_checkout_that_is_none_is_refused(tmp_path):
+    """--baseline-checkout names a directory without this repository's serve_config: the
+    command stops with a message naming it, before any server starts."""
+    with pytest.raises(ValueError, match="--baseline-checkout .*no benchmarks/serve_config.py"):
+        peer.baseline_checkout(str(tmp_path))
+    assert peer.baseline_checkout(None) is None
+    here = peer.baseline_checkout(str(peer.ROOT))
+    # a clone has its commit; a copy without .git (or a git that refuses it) says so
+    assert here["path"] == str(peer.ROOT)
+    assert len(here["commit"]) == 40 or here["commit"].startswith("unknown"), here
 
 
 # llama.cpp's line as common_params_get_system_info and llama_print_system_info write it:
