@@ -365,6 +365,39 @@ def merge_turns(turns: list[dict]) -> dict:
     return out
 
 
+def pool_runs(paths: list[str]) -> dict:
+    """The turns of several runs' JSONs (written by this bench) as one sample: each side's
+    median batch-1 rate (a turn's best answer) and median workload rate over all its turns,
+    the ratios of those medians, and the range of the turn-by-turn ratios (a run's turn i of
+    the engine against its turn i of the peer). A run's own figures take the best batch-1
+    turn and the median workload turn of 2-3 turns; on a noisy VM many runs' turns pooled say
+    more than any one run. ValueError naming a file that is not such a JSON."""
+    import statistics
+
+    sides = {"engine_http": ([], []), "peer_http": ([], [])}
+    pairs: list[float] = []
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+            res = data["results"]
+            turns = {k: res[k]["turns"] for k in sides}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}: not a peer bench JSON with both sides' turns "
+                             f"({type(exc).__name__}: {exc})") from None
+        for k, (b1, wl) in sides.items():
+            b1 += [t["decode_b1_tok_per_s"] for t in turns[k]]
+            wl += [t["output_tok_per_s"] for t in turns[k]]
+        pairs += [e["output_tok_per_s"] / p["output_tok_per_s"]
+                  for e, p in zip(turns["engine_http"], turns["peer_http"])]
+    med = {k: (statistics.median(b1), statistics.median(wl)) for k, (b1, wl) in sides.items()}
+    (eb, ew), (pb, pw) = med["engine_http"], med["peer_http"]
+    return {"runs": len(paths), "turns": len(sides["engine_http"][1]),
+            "engine_http": {"decode_b1_tok_per_s": eb, "output_tok_per_s": ew},
+            "peer_http": {"decode_b1_tok_per_s": pb, "output_tok_per_s": pw},
+            "decode_b1_engine_over_peer": eb / pb, "output_tok_per_s_engine_over_peer": ew / pw,
+            "turn_ratios": [min(pairs), max(pairs)]}
+
+
 def measure_offline(config_dict: dict, workload, decode_tokens: int, threads: int) -> dict:
     """The same engine configuration in this process: batch-1 decode and the workload."""
     import torch
@@ -549,6 +582,8 @@ def build_parser() -> argparse.ArgumentParser:
       help="a second engine.serve in the turns, run from another checkout of this repository "
            "(say `git worktree add DIR REV`), with the engine's configuration and any "
            "--baseline-option: a code change measured against what it replaces in one run")
+    a("--pool", nargs="+", metavar="JSON",
+      help="measure nothing: pool the turns of these runs' JSONs and print the medians' ratios")
     a("--skip-engine", action="store_true", help="measure the peer alone (no engine.serve)")
     a("--skip-offline", action="store_true", help="no offline engine run in this process")
     a("--quick", action="store_true",
@@ -564,6 +599,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
+    if args.pool:
+        try:
+            pooled = pool_runs(args.pool)
+        except ValueError as exc:
+            ap.error(str(exc))
+        e, p = pooled["engine_http"], pooled["peer_http"]
+        print(f"{pooled['runs']} runs, {pooled['turns']} turns a side; medians over the turns: "
+              f"batch 1 {e['decode_b1_tok_per_s']:.1f} / {p['decode_b1_tok_per_s']:.1f} tok/s = "
+              f"{pooled['decode_b1_engine_over_peer']:.2f}x, workload "
+              f"{e['output_tok_per_s']:.1f} / {p['output_tok_per_s']:.1f} output tok/s = "
+              f"{pooled['output_tok_per_s_engine_over_peer']:.2f}x (engine / {args.peer}); "
+              f"turn by turn {pooled['turn_ratios'][0]:.2f}x-{pooled['turn_ratios'][1]:.2f}x")
+        return 0
     try:
         binary = find_peer_binary(args.peer, args.peer_binary)
     except ValueError as exc:

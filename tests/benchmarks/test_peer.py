@@ -439,3 +439,35 @@ def test_real_llama_server_on_the_bundled_model(tmp_path):
     assert res["workload"]["exact_tokens"] == 4, res["workload"]
     assert res["workload"]["output_tokens"] == sum(it.max_tokens for it in items)
     assert res["decode_b1"]["tok_per_s"] > 0
+
+
+def test_pooled_runs_take_the_medians_over_every_turn(tmp_path, capsys):
+    """--pool reads runs' JSONs and pools their turns: each side's median over all turns,
+    the medians' ratio and the range of turn-by-turn ratios; a file without both sides'
+    turns is refused with its name, and nothing is measured (no binary is needed)."""
+    def run(path, engine, peer_rates):
+        turns = {name: [{"decode_b1_tok_per_s": b1, "output_tok_per_s": wl, "server_cpu_s": 1.0}
+                        for b1, wl in rates]
+                 for name, rates in (("engine_http", engine), ("peer_http", peer_rates))}
+        path.write_text(json.dumps({"results": {k: {"turns": v} for k, v in turns.items()}}))
+        return str(path)
+
+    a = run(tmp_path / "a.json", [(200, 400), (210, 500)], [(100, 100), (100, 125)])
+    b = run(tmp_path / "b.json", [(190, 300), (220, 450), (230, 480)],
+            [(120, 100), (110, 110), (105, 100)])
+    pooled = peer.pool_runs([a, b])
+    assert pooled["runs"] == 2 and pooled["turns"] == 5
+    assert pooled["engine_http"] == {"decode_b1_tok_per_s": 210, "output_tok_per_s": 450}
+    assert pooled["peer_http"] == {"decode_b1_tok_per_s": 105, "output_tok_per_s": 100}
+    assert pooled["output_tok_per_s_engine_over_peer"] == 4.5
+    assert pooled["decode_b1_engine_over_peer"] == 2.0
+    assert pooled["turn_ratios"] == [3.0, 4.8]  # 300 / 100 and 480 / 100
+    assert peer.main(["--pool", a, b, "--peer-binary", str(tmp_path / "none")]) == 0
+    assert "2 runs, 5 turns a side" in capsys.readouterr().out
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"results": {"engine_http": None}}))
+    with pytest.raises(ValueError, match="bad.json: not a peer bench JSON"):
+        peer.pool_runs([a, str(bad)])
+    with pytest.raises(SystemExit):
+        peer.main(["--pool", str(bad)])
+    assert "bad.json" in capsys.readouterr().err
