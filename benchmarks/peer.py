@@ -389,6 +389,8 @@ def pool_runs(paths: list[str]) -> dict:
             wl += [t["output_tok_per_s"] for t in turns[k]]
         pairs += [e["output_tok_per_s"] / p["output_tok_per_s"]
                   for e, p in zip(turns["engine_http"], turns["peer_http"])]
+    if not pairs:
+        raise ValueError(f"{', '.join(paths)}: no turns of both sides to pool")
     med = {k: (statistics.median(b1), statistics.median(wl)) for k, (b1, wl) in sides.items()}
     (eb, ew), (pb, pw) = med["engine_http"], med["peer_http"]
     return {"runs": len(paths), "turns": len(sides["engine_http"][1]),
@@ -723,7 +725,8 @@ def main(argv: list[str] | None = None) -> int:
         ratios.update(baseline_ratios(engine_http, base_http, peer))
         changed = {k: baseline[k] for k in baseline if baseline[k] != config.get(k)}
         if checkout:
-            changed["checkout"] = f"{checkout['path']} ({checkout['commit'][:10]})"
+            commit = checkout["commit"]
+            changed["checkout"] = f"{checkout['path']} ({commit[:10] if len(commit) == 40 else commit})"
         def x(r: float | None) -> str:
             return "-" if r is None else f"{r:.2f}x"
 

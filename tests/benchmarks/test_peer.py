@@ -468,6 +468,9 @@ def test_pooled_runs_take_the_medians_over_every_turn(tmp_path, capsys):
     bad.write_text(json.dumps({"results": {"engine_http": None}}))
     with pytest.raises(ValueError, match="bad.json: not a peer bench JSON"):
         peer.pool_runs([a, str(bad)])
+    empty = run(tmp_path / "empty.json", [], [])
+    with pytest.raises(ValueError, match="empty.json: no turns"):
+        peer.pool_runs([empty])
     with pytest.raises(SystemExit):
         peer.main(["--pool", str(bad)])
     assert "bad.json" in capsys.readouterr().err
