@@ -7,8 +7,9 @@ They compute what the engine's torch ops compute (engine/model/llama.py: `rms_no
 same roundings: fp32 inside where torch computes in fp32, and every intermediate that torch rounds
 to the activation dtype (bf16/fp16) rounded to it here too, at the same point.
 
-`FUSED_OPS` is the engine's `LayerOps` made of them; the execution plan picks it on CUDA only
-(engine/plan.py, `fused_ops`), never on a CPU, where the C++ kernels do the same work.
+The engine's `LayerOps` made of them is `engine.model.llama.triton_ops()` (this module imports
+nothing of the engine); the execution plan picks it on CUDA only (engine/plan.py, `fused_ops`),
+never on a CPU, where the C++ kernels do the same work.
 """
 
 from __future__ import annotations
@@ -190,9 +191,3 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
                                                                        **meta)
     return out.view(*gate_up.shape[:-1], n)
 
-
-def fused_layer_ops():
-    """The engine's LayerOps made of these kernels (engine/model/llama.py)."""
-    from engine.model.llama import LayerOps
-
-    return LayerOps("triton", rms_norm, add_rms_norm, rope, silu_mul)

@@ -338,12 +338,12 @@ def paged_case(c: Check, layout, dtype, seq_lens, q_lens, block_size, seed=0, nu
 
 def kernel_checks(c: Check) -> dict:
     torch = c.torch
-    from servelab_kernels.backend import TritonAttention
     from servelab_kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
     from servelab_kernels.extend_attention import paged_extend_attention, paged_extend_attention_ref
     from servelab_kernels.store_kv import store_kv, store_kv_ref
 
     from engine.model.attention import TorchAttention, build_metadata
+    from engine.model.attention.triton_backend import TritonAttention
 
     s = c.sizes
     tol = {torch.float32: 1e-3, torch.bfloat16: 1e-2}

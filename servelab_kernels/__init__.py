@@ -15,12 +15,16 @@ Each file holds one kernel next to the plain torch reference it is tested agains
                            (flash-decoding, Dao et al. 2023) and a combine step
   * `extend_attention.py`  several query tokens per request (prefill chunks, speculative
                            verification) attending causally through the block table
-  * `backend.py`           `TritonAttention`, the engine backend built from the three
+  * `fused_ops.py`         RMSNorm (with the residual add), RoPE and SwiGLU, one kernel each
+  * `warmup.py`            every kernel variant a serving step can launch, compiled at start-up
   * `gpu_check.py`         `python -m servelab_kernels.gpu_check --out DIR` (CUDA only): the
                            kernels and the engine checked and timed on a GPU in one run
 
 Set TRITON_INTERPRET=1 before triton is imported to run the kernels on CPU tensors.
-This package imports nothing at load time, so the engine runs without triton installed.
+These modules import torch, triton and each other, nothing of the engine: the engine's
+adapters import them (`engine/model/attention/triton_backend.py`, `engine.model.llama.triton_ops`),
+only when the Triton backend or the fused ops are asked for. This package imports nothing at
+load time, so the engine runs without triton installed.
 """
 
 import os

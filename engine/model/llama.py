@@ -9,9 +9,10 @@ back to back, and the attention backend finds each request's context in the KV p
 q/k/v and gate/up projections are fused into one matmul each: fewer, larger matmuls are
 what a CPU (and a GPU) runs best. Everything that differs between a GPU, a plain CPU and a
 CPU with our C++ kernels is decided once, by the engine's execution plan (engine/plan.py),
-and built here with the model: the small per-layer ops (`LayerOps`: PyTorch's or the C++
-kernels), the weight layout and its matmul (engine/model/cpu/packing.py), and whether the
-C++ copy of the layer loop may run; `forward` shows every path a step can take.
+and built here with the model: the small per-layer ops (`LayerOps`: PyTorch's, the C++
+kernels' or, on a GPU, the fused Triton kernels'), the weight layout and its matmul
+(engine/model/cpu/packing.py), and whether the C++ copy of the layer loop may run; `forward`
+shows every path a step can take.
 """
 
 from __future__ import annotations
@@ -91,11 +92,12 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> 
 
 
 class LayerOps(NamedTuple):
-    """The small per-layer ops of one model, chosen at construction: PyTorch's (above) or the
-    C++ kernels (cpu/ops.cpp), which do the same arithmetic with the same roundings in one call
-    instead of 3 to 8 operators (tests/engine/test_cpu_ops.py holds them to the same bits)."""
+    """The small per-layer ops of one model, chosen at construction: PyTorch's (above), the
+    C++ kernels (cpu/ops.cpp) or the fused Triton kernels (servelab_kernels.fused_ops), which do
+    the same arithmetic with the same roundings in one call instead of 3 to 8 operators
+    (tests/engine/test_cpu_ops.py and tests/kernels/test_kernel_fused_ops.py hold them to it)."""
 
-    name: str  # "torch" or "cpu"
+    name: str  # "torch", "cpu" or "triton"
     rms_norm: Callable
     add_rms_norm: Callable
     rope: Callable
@@ -109,6 +111,15 @@ def cpu_kernel_ops() -> LayerOps:
     """The C++ kernels' ops (engine/model/cpu/library.py must have loaded them)."""
     ops = torch.ops.servelab
     return LayerOps("cpu", ops.rms_norm, ops.add_rms_norm, ops.rope, ops.silu_mul)
+
+
+def triton_ops() -> LayerOps:
+    """The fused Triton kernels' ops (kernels/fused_ops.py, imported as servelab_kernels; CUDA,
+    or CPU tensors under TRITON_INTERPRET=1). Imported here, when asked for: triton is
+    optional."""
+    from servelab_kernels import fused_ops as k
+
+    return LayerOps("triton", k.rms_norm, k.add_rms_norm, k.rope, k.silu_mul)
 
 
 class LlamaModel:
@@ -190,9 +201,7 @@ class LlamaModel:
         if fused_ops:
             if cpu_kernels:
                 raise ValueError("fused_ops and cpu_kernels are two sets of the same ops: pick one")
-            from servelab_kernels.fused_ops import fused_layer_ops
-
-            self.ops = fused_layer_ops()
+            self.ops = triton_ops()
         else:
             self.ops = cpu_kernel_ops() if cpu_kernels else TORCH_OPS
         # y = x W^T (+ b), for weights in this layout (the built-in draft: its int4/int8 ones)

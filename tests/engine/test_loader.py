@@ -131,7 +131,7 @@ def test_the_repos_kernels_folder_does_not_shadow_pypis_kernels():
     import servelab_kernels
 
     folder = Path(servelab_kernels.__path__[0])
-    assert folder.name == "kernels" and (folder / "backend.py").is_file()
+    assert folder.name == "kernels" and (folder / "store_kv.py").is_file()
     assert not (folder / "__init__.py").exists()
     spec = importlib.util.find_spec("kernels")
     assert spec is not None and spec.origin is not None, "PyPI's kernels is not installed"

@@ -1,11 +1,12 @@
-"""kernels/backend.py TritonAttention against engine.model.attention.TorchAttention."""
+"""TritonAttention (engine/model/attention/triton_backend.py, over the kernels of kernels/)
+against engine.model.attention.TorchAttention."""
 
 import pytest
 import torch
 from kernel_cases import DTYPES, LAYOUT_IDS, LAYOUTS, TOL, make_pool, random_tables, rel_err
-from servelab_kernels.backend import TritonAttention
 
 from engine.model.attention import TorchAttention, build_metadata, get_backend
+from engine.model.attention.triton_backend import TritonAttention
 
 
 def _step(layout, dtype, rows, block_size=16, seed=30):

@@ -55,7 +55,7 @@ def _prompts():
 @pytest.fixture
 def step_kinds(monkeypatch):
     """Record the query lengths of every attention call the Triton backend gets."""
-    from servelab_kernels.backend import TritonAttention
+    from engine.model.attention.triton_backend import TritonAttention
 
     seen: list[list[int]] = []
     forward = TritonAttention.forward
@@ -108,7 +108,7 @@ def test_triton_backend_speculative_verification(tiny_llama):
     assert got == ref  # greedy speculation is lossless
 
 
-def test_fused_layer_ops_match_torch_greedy(tiny_llama, monkeypatch):
+def test_fused_triton_ops_match_torch_greedy(tiny_llama, monkeypatch):
     """fused_ops=True: the engine's plan picks the fused Triton RMSNorm/RoPE/SwiGLU (allowed on
     CPU tensors only under the interpreter), and every call goes through them; the greedy
     tokens are the PyTorch ops', through prefill, chunked prefill with decodes, and decode."""

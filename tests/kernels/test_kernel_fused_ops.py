@@ -9,7 +9,7 @@ at exactly torch's points (equal bits against the same sequence with truncation)
 
 import pytest
 import torch
-from servelab_kernels.fused_ops import add_rms_norm, fused_layer_ops, rms_norm, rope, silu_mul
+from servelab_kernels.fused_ops import add_rms_norm, rms_norm, rope, silu_mul
 
 from engine.model import llama
 
@@ -98,7 +98,7 @@ def test_one_layer_with_the_fused_ops_matches_the_torch_ops():
     """A whole layer's small ops, chained as LlamaModel.forward chains them, in fp32."""
     gen = torch.Generator().manual_seed(3)
     n, hidden, hq, hkv, d, inter, eps = 4, 576, 9, 3, 64, 1536, 1e-5
-    ops, ref = fused_layer_ops(), llama.TORCH_OPS
+    ops, ref = llama.triton_ops(), llama.TORCH_OPS
     assert ops.name == "triton" and ops._fields == ref._fields
     h = torch.randn((n, hidden), generator=gen)
     w_in, w_post = 1 + 0.1 * torch.randn(hidden, generator=gen), torch.rand(hidden, generator=gen)

@@ -9,8 +9,9 @@ import os
 import pytest
 import torch
 from servelab_kernels._common import interpreting
-from servelab_kernels.backend import TritonAttention
 from servelab_kernels.store_kv import store_kv
+
+from engine.model.attention.triton_backend import TritonAttention
 
 parent_process = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") == "1",

@@ -14,9 +14,9 @@ import servelab_kernels.decode_attention as dec
 import servelab_kernels.extend_attention as ext
 import servelab_kernels.store_kv as skv
 import torch
-from servelab_kernels.backend import TritonAttention
 
 from engine.model.attention import build_metadata
+from engine.model.attention.triton_backend import TritonAttention
 from servelab_kernels import warmup
 
 LAYOUT = (4, 2, 16)  # query heads, KV heads, head dim

@@ -4,8 +4,9 @@
                     mapping and block tables as tensors, in one host buffer and one copy) and
                     `AttentionBackend` (store_kv, forward)
   torch_backend.py  "torch": gather through the block tables + SDPA; the reference
+  triton_backend.py "triton": the Triton kernels of kernels/ (CUDA, or the interpreter in
+                    tests); imported, with triton, only when asked for
   ../cpu/attention.py   "cpu": the torch backend with the C++ paged-attention kernel
-  kernels/backend.py    "triton": the Triton kernels (CUDA, or the interpreter in tests)
 
 `get_backend(name)` builds one; a backend module is imported only when asked for (triton is
 optional, the C++ kernels are built on first use).
@@ -28,7 +29,7 @@ from engine.model.attention.torch_backend import TorchAttention
 BACKENDS: dict[str, tuple[str, str]] = {
     "torch": ("engine.model.attention.torch_backend", "TorchAttention"),
     "cpu": ("engine.model.cpu.attention", "CpuAttention"),
-    "triton": ("servelab_kernels.backend", "TritonAttention"),
+    "triton": ("engine.model.attention.triton_backend", "TritonAttention"),
 }
 
 

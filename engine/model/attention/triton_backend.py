@@ -1,15 +1,18 @@
-"""TritonAttention: the engine's attention backend built from the paged Triton kernels.
+"""TritonAttention: the engine's attention backend built from the paged Triton kernels
+(kernels/, imported as servelab_kernels: they know nothing of the engine; this adapter does).
 
 The two methods of `engine.model.attention.AttentionBackend` (the contract):
   * `store_kv`  writes this step's K/V into the pool at `slot_mapping` (PagedAttention's cache
-                write, Kwon et al., vLLM 2023)            -> kernels/store_kv.py
+                write, Kwon et al., vLLM 2023)          -> kernels/store_kv.py
   * `forward`   decode-only steps use split-K decode attention with a combine step
-                (flash-decoding, Dao et al. 2023)          -> kernels/decode_attention.py
+                (flash-decoding, Dao et al. 2023)        -> kernels/decode_attention.py
                 any other step (prefill chunks, speculative verification, mixed batches) uses
-                the causal extend kernel for every row     -> kernels/extend_attention.py
+                the causal extend kernel for every row   -> kernels/extend_attention.py
 
 Per-step values the kernels need on the host side (max lengths, the split plan's buffers) are
-derived once per step and kept in `meta._cache`, which every layer of the step shares.
+derived once per step and kept in `meta._cache`, which every layer of the step shares. This
+module imports triton (through the kernels): the registry (attention/__init__.py) imports it
+only when "triton" is asked for.
 """
 
 from __future__ import annotations
