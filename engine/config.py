@@ -129,7 +129,7 @@ class EngineConfig:
     # CUDA: RMSNorm (with the residual add), rotary and SwiGLU as fused Triton kernels
     # (kernels/fused_ops.py: one launch each instead of several PyTorch ops); off: PyTorch's ops.
     # A CPU never runs them (the C++ kernels do this work there): True on a CPU is an error,
-    # except under TRITON_INTERPRET=1 (tests). `python -m servelab_kernels.gpu_check` times both
+    # except under TRITON_INTERPRET=1 (tests). `python -m benchmarks.gpu.check` times both
     fused_ops: bool = False
     gpu_memory_utilization: float = 0.5  # CUDA: the most of the free memory the KV pool may take
     # decode-only steps replay a captured CUDA graph (engine/graphs.py; vLLM's enforce_eager,

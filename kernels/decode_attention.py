@@ -199,7 +199,8 @@ def split_kernel_meta(
     num_warps: int = 4,
     num_stages: int = 2,
 ) -> dict:
-    """Constexpr arguments and launch options of `_decode_split_kernel` (also compile_check.py)."""
+    """Constexpr arguments and launch options of `_decode_split_kernel`
+    (also benchmarks/gpu/compile_check.py)."""
     block_d = max(16, next_pow2(head_dim))  # tl.dot needs K >= 16; extra lanes are masked
     group = num_heads // num_kv_heads
     block_n = block_n or (64 if block_d <= 128 else 32)

@@ -133,7 +133,8 @@ def extend_kernel_meta(
     num_warps: int | None = None,
     num_stages: int = 2,
 ) -> dict:
-    """Constexpr arguments and launch options of `_extend_kernel` (also compile_check.py)."""
+    """Constexpr arguments and launch options of `_extend_kernel`
+    (also benchmarks/gpu/compile_check.py)."""
     group = num_heads // num_kv_heads
     block_g = next_pow2(group)
     block_d = max(16, next_pow2(head_dim))  # tl.dot needs K >= 16; extra lanes are masked

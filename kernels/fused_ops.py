@@ -110,13 +110,15 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 
 
 def rms_norm_meta(n: int, add: bool) -> dict:
-    """Constexprs and launch options of `_rms_norm_kernel` (also compile_check.py)."""
+    """Constexprs and launch options of `_rms_norm_kernel`
+    (also benchmarks/gpu/compile_check.py)."""
     return dict(N=n, BLOCK_N=next_pow2(n), ADD=add,
                 num_warps=1 if n <= 256 else (4 if n <= 2048 else 8))
 
 
 def rope_meta(heads: int, d: int) -> dict:
-    """Constexprs and launch options of `_rope_kernel` (also compile_check.py)."""
+    """Constexprs and launch options of `_rope_kernel`
+    (also benchmarks/gpu/compile_check.py)."""
     return dict(HEADS=heads, D=d, BLOCK_H=next_pow2(heads),
                 num_warps=1 if heads * d <= 1024 else 4)
 
@@ -125,7 +127,8 @@ SILU_BLOCK = 1024  # columns per program: a row of a large MLP spreads over seve
 
 
 def silu_mul_meta(n: int) -> dict:
-    """Constexprs and launch options of `_silu_mul_kernel` (also compile_check.py)."""
+    """Constexprs and launch options of `_silu_mul_kernel`
+    (also benchmarks/gpu/compile_check.py)."""
     return dict(N=n, BLOCK=min(SILU_BLOCK, next_pow2(n)), num_warps=4)
 
 

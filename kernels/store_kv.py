@@ -55,7 +55,8 @@ def _store_kv_kernel(
 
 
 def store_kernel_meta(num_kv_heads: int, head_dim: int, block_size: int) -> dict:
-    """Constexpr arguments and launch options of `_store_kv_kernel` (also compile_check.py)."""
+    """Constexpr arguments and launch options of `_store_kv_kernel`
+    (also benchmarks/gpu/compile_check.py)."""
     return dict(
         NUM_KV_HEADS=num_kv_heads,
         HEAD_DIM=head_dim,

@@ -1,13 +1,15 @@
-"""Triton kernels for ServeLab's GPU path: paged attention over the engine's KV pool.
+"""Triton kernels for ServeLab's GPU path: paged attention over the engine's KV pool, and the
+fused small ops of a layer.
 
-The code lives in the top-level folder `kernels/`; this package is its import name. The folder
-has no `__init__.py` of its own, so `import kernels` never finds it ahead of PyPI's `kernels`
-(a regular package always wins over a folder without one), which transformers imports while
-it reads a GGUF file. `__path__` below makes `servelab_kernels.<module>` load
-`kernels/<module>.py`, the same from the repo root (`python -m servelab_kernels.gpu_check`),
-from an editable install and from a copy of the tree.
+The code lives in the top-level folder `kernels/`; this package is its import name, and stays
+one because the name clash stays: transformers requires PyPI's `kernels` package (`pip show
+kernels`: Required-by: transformers) and imports it while it reads a GGUF file. The folder has
+no `__init__.py` of its own, so `import kernels` never finds it ahead of PyPI's (a regular
+package always wins over a folder without one). `__path__` below makes
+`servelab_kernels.<module>` load `kernels/<module>.py`, the same from the repo root, from an
+editable install and from a copy of the tree.
 
-Each file holds one kernel next to the plain torch reference it is tested against:
+Each kernel file holds its kernels next to the plain torch reference they are tested against:
 
   * `store_kv.py`          write this step's K/V into the pool at `slot_mapping` (PagedAttention,
                            Kwon et al., vLLM 2023: the "reshape_and_cache" step)
@@ -17,14 +19,17 @@ Each file holds one kernel next to the plain torch reference it is tested agains
                            verification) attending causally through the block table
   * `fused_ops.py`         RMSNorm (with the residual add), RoPE and SwiGLU, one kernel each
   * `warmup.py`            every kernel variant a serving step can launch, compiled at start-up
-  * `gpu_check.py`         `python -m servelab_kernels.gpu_check --out DIR` (CUDA only): the
-                           kernels and the engine checked and timed on a GPU in one run
+  * `_common.py`           what they share: input checks, interpreter detection, the tiles
+                           of paged attention that decode and extend both use
+
+These modules import torch, triton and each other, nothing of the project
+(tests/test_layers.py). The engine's adapters import them, only when the Triton backend or the
+fused ops are asked for: `engine/model/attention/triton_backend.py` and
+`engine.model.llama.triton_ops`. The GPU check that runs and times them on a GPU is
+`python -m benchmarks.gpu.check --out DIR`.
 
 Set TRITON_INTERPRET=1 before triton is imported to run the kernels on CPU tensors.
-These modules import torch, triton and each other, nothing of the engine: the engine's
-adapters import them (`engine/model/attention/triton_backend.py`, `engine.model.llama.triton_ops`),
-only when the Triton backend or the fused ops are asked for. This package imports nothing at
-load time, so the engine runs without triton installed.
+This package imports nothing at load time, so the engine runs without triton installed.
 """
 
 import os

@@ -122,10 +122,9 @@ def test_a_live_session_recorded_replays_its_own_reports(tmp_path):
     for step, equals the live run's reports."""
     import json
 
-    from servelab_kernels.gpu_engine_check import save_tiny_llama
-
     from app.recorded import page_variants, record_session_runs
     from app.state import Session, Settings
+    from benchmarks.gpu.tiny import save_tiny_llama
 
     model = str(save_tiny_llama(tmp_path / "tiny"))
     settings = Settings(model=model, num_requests=3, seats=2, num_blocks=48)

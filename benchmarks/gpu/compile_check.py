@@ -7,8 +7,8 @@ pointer and stride arguments marked 16-divisible as the launcher marks them) for
 (Hopper, the H200 the benchmark targets) and reads registers, spill stack and shared memory off
 the cubin with the cuobjdump that ships inside Triton's wheel.
 
-    python -m servelab_kernels.compile_check            # table on stdout, exit 1 if any kernel fails
-    python -m servelab_kernels.compile_check --json F   # the same as JSON
+    python -m benchmarks.gpu.compile_check            # table on stdout, exit 1 if one fails
+    python -m benchmarks.gpu.compile_check --json F   # the same as JSON
 
 It must run without TRITON_INTERPRET (kernels decorated under the interpreter cannot be compiled).
 """

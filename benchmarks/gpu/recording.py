@@ -4,8 +4,8 @@ recording (engine/recording.py) that a laptop class replays without the engine.
 `record_class_run(out_dir, model, dry)` plays the runs every live page draws (the sidebar's
 settings, static batching, the contiguous layout, n-gram speculation; app/recorded.py) for a
 class-sized workload and writes OUT_DIR/recording-gpu.jsonl.gz; the file's header names the
-GPU. `python -m servelab_kernels.gpu_check` calls it after its sections when time is left; the CPU dry
-run does the same with a tiny model and three requests (the code path, not the figures).
+GPU. `python -m benchmarks.gpu.check` calls it after its sections when time is left; the CPU
+dry run does the same with a tiny model and three requests (the code path, not the figures).
 """
 
 from __future__ import annotations

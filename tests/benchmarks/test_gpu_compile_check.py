@@ -1,8 +1,8 @@
 """The kernels compile for the GPU (sm_90) without register spills: checked on CPU, no GPU needed.
 
 The interpreter tests check what the kernels compute; this one checks that Triton's GPU compiler
-accepts the same specialisations the wrappers launch (kernels/compile_check.py). It runs in a
-subprocess without TRITON_INTERPRET, whatever the environment of the test run.
+accepts the same specialisations the wrappers launch (benchmarks/gpu/compile_check.py). It runs
+in a subprocess without TRITON_INTERPRET, whatever the environment of the test run.
 """
 
 import json
@@ -24,7 +24,7 @@ def test_kernels_compile_for_sm90_without_spills(tmp_path):
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
     out = tmp_path / "compile.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "servelab_kernels.compile_check", "--dtype", "bf16", "--json", str(out)],
+        [sys.executable, "-m", "benchmarks.gpu.compile_check", "--dtype", "bf16", "--json", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]

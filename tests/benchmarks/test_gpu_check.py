@@ -1,4 +1,4 @@
-"""kernels/gpu_check.py: its CPU dry run end to end, its JSON, and its refusal without CUDA.
+"""benchmarks/gpu/check.py: its CPU dry run end to end, its JSON, and its refusal without CUDA.
 
 The dry run is the GPU script itself on tiny shapes (Triton interpreter, a tiny random Llama), so
 a GPU session runs code that has already run every section once. It runs in a subprocess: the
@@ -12,7 +12,8 @@ import sys
 
 import pytest
 import torch
-from servelab_kernels.gpu_check import SECTIONS, Check, Sizes
+
+from benchmarks.gpu.check import SECTIONS, Check, Sizes
 
 pytestmark = pytest.mark.heavy  # runs the GPU check script in a child process
 
@@ -27,7 +28,7 @@ def _env():
 def test_dry_run_runs_every_section_in_order(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "servelab_kernels.gpu_check", "--dry-run", "--out", str(out)],
+        [sys.executable, "-m", "benchmarks.gpu.check", "--dry-run", "--out", str(out)],
         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600,
     )
     report = json.loads((out / "gpu_check.json").read_text())
@@ -93,7 +94,7 @@ def test_dry_run_runs_every_section_in_order(tmp_path):
 def test_only_reruns_the_named_sections_after_env_and_setup(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "servelab_kernels.gpu_check", "--dry-run", "--out", str(out),
+        [sys.executable, "-m", "benchmarks.gpu.check", "--dry-run", "--out", str(out),
          "--only", "decode_bandwidth"],
         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300,
     )
@@ -102,7 +103,7 @@ def test_only_reruns_the_named_sections_after_env_and_setup(tmp_path):
     assert report["sections"] == report["done"] == ["env", "setup", "decode_bandwidth"]
     assert report["decode_bandwidth"]["ok"] is True and "kernels" not in report
     bad = subprocess.run(
-        [sys.executable, "-m", "servelab_kernels.gpu_check", "--dry-run", "--out", str(out),
+        [sys.executable, "-m", "benchmarks.gpu.check", "--dry-run", "--out", str(out),
          "--only", "decode_bandwidth,kernelz"],
         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120,
     )
@@ -127,7 +128,7 @@ def test_each_section_is_saved_as_it_ends_and_errors_are_recorded(tmp_path):
 
 
 def test_model_parts_join_back_and_a_bad_part_is_refused(tmp_path):
-    from servelab_kernels import gpu_check
+    from benchmarks.gpu import check as gpu_check
 
     src = tmp_path / "src"
     src.mkdir()
@@ -160,7 +161,7 @@ def test_model_parts_join_back_and_a_bad_part_is_refused(tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: it would run")
 def test_without_cuda_it_exits_cleanly(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "servelab_kernels.gpu_check", "--out", str(tmp_path / "out")],
+        [sys.executable, "-m", "benchmarks.gpu.check", "--out", str(tmp_path / "out")],
         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2, proc.stderr
@@ -173,7 +174,7 @@ def test_eagle_section_without_a_head_is_skipped_not_failed():
     to get one and is skipped (ok None), so the rest of the check still counts."""
     from types import SimpleNamespace
 
-    from servelab_kernels import gpu_engine_check as eng
+    from benchmarks.gpu import engine_check as eng
 
     c = SimpleNamespace(dry=False, sizes=Sizes())
     res = eng.eagle_speculation(c, head="/nonexistent/eagle.safetensors")

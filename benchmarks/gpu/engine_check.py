@@ -1,4 +1,4 @@
-"""The engine's sections of `python -m servelab_kernels.gpu_check`: correctness, speed, CUDA graphs.
+"""The engine's sections of `python -m benchmarks.gpu.check`: correctness, speed, CUDA graphs.
 
   * engine_vs_hf     greedy tokens against transformers' generate() on the same device: fp32
                      equal; bf16's first divergence and the reference's logit gap there
@@ -18,7 +18,7 @@
                      on and off, and decode tok/s on and off at the same batch sizes
 
 Every engine gets an explicit `num_kv_blocks` for its requests: on CUDA the default pool takes a
-share of the free memory. `save_tiny_llama` makes the random model the CPU dry run uses.
+share of the free memory. The CPU dry run's model is benchmarks/gpu/tiny.py's.
 """
 
 from __future__ import annotations
@@ -30,38 +30,10 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.gpu.tiny import TINY_VOCAB
 from benchmarks.phases import StepPhases
 from engine.config import EngineConfig, SamplingParams, SpecConfig
 from engine.engine import freeze_startup_heap
-
-TINY_VOCAB = 96
-
-
-def save_tiny_llama(folder: Path) -> Path:
-    """A random 2-layer Llama (4 query / 2 KV heads, head dim 16) with a word-level tokenizer,
-    saved as a Hugging Face folder: the engine, transformers and the naive server all load it."""
-    import transformers
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    folder = Path(folder)
-    if (folder / "config.json").is_file():
-        return folder
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=TINY_VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-        tie_word_embeddings=True, initializer_range=0.2,  # peaked logits: no near-ties
-        bos_token_id=1, eos_token_id=2, pad_token_id=0,
-    )
-    transformers.LlamaForCausalLM(cfg).save_pretrained(folder, safe_serialization=True)
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, TINY_VOCAB)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
-        pad_token="<unk>",
-    ).save_pretrained(folder)
-    return folder
 
 
 def engine_config(c, max_num_seqs: int, max_model_len: int = 512, block_size: int = 16,
@@ -488,7 +460,7 @@ EAGLE_METHODS = {  # what the section compares against no speculation
 
 
 def eagle_head(c, head: str | None) -> Path | None:
-    """The head file the section runs: `head` (gpu_check --eagle-head), else the one
+    """The head file the section runs: `head` (check.py --eagle-head), else the one
     `python -m engine.spec.train_draft` wrote to this machine's cache; the dry run makes a
     random one for the tiny model (it checks the section, not what a trained head accepts).
     None when there is none."""
