@@ -36,6 +36,28 @@ def pytest_configure(config):
         manifest_scanner.scan_component_manifests = functools.lru_cache(maxsize=1)(scan)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The browser tests run last, in their order: the session's chromium (playwright's sync
+    API, `chromium` below) holds an event loop on the main thread while it is open, and
+    `asyncio.run` refuses to start under one (tests/browsing.py)."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """One headless chromium for every browser test of the run (each test opens its own
+    contexts and closes them)."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.browsing import launch, require_chromium
+
+    require_chromium()
+    with sync_playwright() as pw:
+        b = launch(pw)
+        yield b
+        b.close()
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     from engine.model.loader import hf_folder, load_tokenizer
