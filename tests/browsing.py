@@ -13,18 +13,13 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 from benchmarks.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, SHOTS, Tab, launch  # noqa: F401
 
 MISSING = f"{CHROMIUM} is missing: apt-get install -y chromium fonts-noto-cjk"
 
 
 def require_chromium() -> None:
-    """Skip where chromium is not installed, saying how to install it; under CI (CI set, as
-    .ci/run's caller sets it) a missing browser is a broken install, so fail instead."""
-    if os.path.exists(CHROMIUM):
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"{MISSING} (.ci/run installs it; CI must run the browser tests)")
-    pytest.skip(MISSING)
+    """Skip where chromium is not installed, saying how to install it; fail under CI."""
+    from tests.conftest import require
+
+    require(os.path.exists(CHROMIUM), MISSING)
