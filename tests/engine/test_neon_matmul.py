@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import q4_1_edge_blocks
+from tests.conftest import q4_1_edge_blocks, require
 
 pytestmark = pytest.mark.heavy  # cross-compiled and run under qemu
 
@@ -40,9 +40,8 @@ OPS = {"matmul": 0, "dequantize": 1, "matmul_q8": 2, "matmul_q16": 3}
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory) -> Path:
     missing = [tool for tool in (CXX, QEMU) if shutil.which(tool) is None]
-    if missing:
-        pytest.skip(f"{' and '.join(missing)} not on PATH: apt install g++-aarch64-linux-gnu "
-                    "qemu-user to test the NEON matmul here")
+    require(not missing, f"{' and '.join(missing)} not on PATH: apt install "
+            "g++-aarch64-linux-gnu qemu-user to test the NEON matmul here")
     out = tmp_path_factory.mktemp("neon")
     source = ROOT / "engine/model/cpu/matmul_isa.cpp"
     from engine.model.cpu.library import ISA_FLAGS, isa_objects

@@ -1,5 +1,6 @@
-"""A third-party load tool end to end: guidellm's CLI runs a concurrent benchmark (64 streams,
-synthetic prompts of a fixed token length, a fixed answer length) against
+"""A third-party load tool end to end: guidellm's CLI runs a concurrent benchmark (24 streams in
+make test, 64 in make test-soak; synthetic prompts of a fixed token length, a fixed answer
+length) against
 `python -m engine.serve` started as its own process with its default flags, as a serving
 engineer would run it: more streams than seats, so the server must queue them, not refuse.
 Every request must succeed in full (none errored, none cut short, none answered 429 on a
@@ -27,7 +28,7 @@ from tests.conftest import free_port
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 MODEL = "smollm2-135m"
-STREAMS, REQUESTS, PROMPT_TOKENS, OUTPUT_TOKENS = 64, 64, 64, 32
+PROMPT_TOKENS, OUTPUT_TOKENS = 64, 32
 
 
 def counter(metrics: str, name: str) -> float:
@@ -40,7 +41,6 @@ def counter(metrics: str, name: str) -> float:
 @pytest.fixture
 def serve(tmp_path):
     """`python -m engine.serve` on a free loopback port, stopped by its pid."""
-    pytest.importorskip("guidellm")
     from engine.model.loader import hf_folder
 
     port = free_port()
@@ -72,15 +72,19 @@ def serve(tmp_path):
         log.close()
 
 
-def test_guidellm_concurrent_all_succeed_and_metrics_agree(serve, tmp_path):
+# streams (all at once: more than engine.serve's 16 seats, so it must queue) and requests:
+# make test's run, and make test-soak's
+@pytest.mark.parametrize("streams,requests", [
+    (24, 24), pytest.param(64, 64, marks=pytest.mark.soak)], ids=["24", "64"])
+def test_guidellm_concurrent_all_succeed_and_metrics_agree(serve, tmp_path, streams, requests):
     url, tokenizer = serve
     out = tmp_path / "guidellm.json"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf-home")}
     cmd = [sys.executable, "-m", "guidellm", "run",
            "--backend", f"kind=openai_http,target={url},model={MODEL},"
                         "request_format=/v1/completions",
-           "--profile", f"kind=concurrent,streams={STREAMS}",
-           "--constraint", f"kind=max_requests,count={REQUESTS}",
+           "--profile", f"kind=concurrent,streams={streams}",
+           "--constraint", f"kind=max_requests,count={requests}",
            # a bound on time only, so a hung server fails the test instead of stalling it
            "--constraint", "kind=max_duration,seconds=400",
            "--data", f"kind=synthetic_text,prompt_tokens={PROMPT_TOKENS},"
@@ -98,7 +102,7 @@ def test_guidellm_concurrent_all_succeed_and_metrics_agree(serve, tmp_path):
     errors = [r.get("error") for r in reqs["errored"]]
     assert errors == [] and reqs["incomplete"] == [], errors[:3]
     ok = reqs["successful"]
-    assert len(ok) == REQUESTS
+    assert len(ok) == requests
     # exactly what was asked: the synthetic prompts are PROMPT_TOKENS long in the served
     # tokenizer, and ignore_eos + max_tokens make every answer OUTPUT_TOKENS long
     assert {r["prompt_tokens"] for r in ok} == {PROMPT_TOKENS}
@@ -106,14 +110,14 @@ def test_guidellm_concurrent_all_succeed_and_metrics_agree(serve, tmp_path):
     assert all(r["time_to_first_token_ms"] > 0 for r in ok)
 
     metrics = httpx.get(f"{url}/metrics", timeout=10).text
-    assert counter(metrics, "vllm:request_success_total") == REQUESTS
-    assert counter(metrics, "vllm:generation_tokens_total") == REQUESTS * OUTPUT_TOKENS
+    assert counter(metrics, "vllm:request_success_total") == requests
+    assert counter(metrics, "vllm:generation_tokens_total") == requests * OUTPUT_TOKENS
     assert counter(metrics, "vllm:prompt_tokens_total") == sum(r["prompt_tokens"] for r in ok)
     assert counter(metrics, "vllm:num_requests_running") == 0
     assert counter(metrics, "vllm:num_requests_waiting") == 0
 
     m = bench[0]["metrics"]
-    print(f"guidellm concurrent@{STREAMS}, {REQUESTS} requests, {PROMPT_TOKENS}+{OUTPUT_TOKENS}"
+    print(f"guidellm concurrent@{streams}, {requests} requests, {PROMPT_TOKENS}+{OUTPUT_TOKENS}"
           f" tokens: {m['requests_per_second']['successful']['mean']:.2f} req/s, TTFT median "
           f"{m['time_to_first_token_ms']['successful']['median']:.0f} ms, ITL median "
           f"{m['inter_token_latency_ms']['successful']['median']:.0f} ms, output "

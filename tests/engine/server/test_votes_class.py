@@ -1,5 +1,6 @@
-"""A simulated class of 40 on one real class server: four chromium phones (zh-CN and en-US)
-and 36 plain HTTP phones run a pre-test on counterbalanced forms, three vote-discuss-revote
+"""A simulated class on one real class server (twelve phones in make test, forty in make
+test-soak): four chromium phones (zh-CN and en-US) and the rest as plain HTTP phones run a
+pre-test on counterbalanced forms, three vote-discuss-revote
 rounds and the post-test. Every answer is fixed in advance, so the gains the server computes
 are checked against a hand computation from the same answers. Along the way: no phone's
 responses hold another phone's vote, bad votes are refused in the phone's language and change
@@ -22,10 +23,9 @@ from engine.server.votes import FLOOD_VOTES, FLOOD_WINDOW_S, load_test_forms
 from tests.conftest import running_server
 
 JOIN, ADMIN = "join-votes", "teacher-votes"
-N, N_BROWSER = 40, 4
+N_BROWSER = 4
 ITEMS = 7
 ROUNDS = ("ch1", "ch2", "ch5")
-CHROMIUM = "/usr/bin/chromium"
 LATENCY_LOG = os.environ.get("SERVELAB_VOTE_TIMING")  # a file to write the timings to
 
 
@@ -74,16 +74,15 @@ class Projector(threading.Thread):
 
 @pytest.mark.slow
 @pytest.mark.browser
-def test_a_class_of_forty_votes_and_gains(engine):
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium fonts-noto-cjk")
-    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
-
+@pytest.mark.parametrize("N", [12, pytest.param(40, marks=pytest.mark.soak)],
+                         ids=["twelve", "forty"])
+def test_a_class_votes_and_gains(engine, chromium, N):
+    """A class of N (twelve in make test, forty in make test-soak): the same steps."""
     forms = load_test_forms()
     quiz = {q["id"]: q for q in json.loads(open("lessons/quiz.json", encoding="utf-8").read())
             ["questions"]}
     settings = ServerSettings(api_key=JOIN, admin_key=ADMIN)
-    with running_server(engine, settings) as (url, app), sync_playwright() as pw, \
+    with running_server(engine, settings) as (url, app), \
             httpx.Client(base_url=url, timeout=20.0) as http:
         room = app.state.server.votes
         teacher = {"Authorization": f"Bearer {ADMIN}"}
@@ -95,17 +94,16 @@ def test_a_class_of_forty_votes_and_gains(engine):
 
         proj = Projector(url)
         proj.start()
-        browser = None
+        contexts = []
         try:
             proj.wait(lambda s: s["phones"] == 0)
 
             # --- four chromium phones join by opening the page; then 36 plain clients ---------
-            browser = pw.chromium.launch(executable_path=CHROMIUM,
-                                         args=["--no-sandbox"])
             pages, seen_bodies = [], []
             for b in range(N_BROWSER):
-                ctx = browser.new_context(locale="zh-CN" if b < 2 else "en-US",
+                ctx = chromium.new_context(locale="zh-CN" if b < 2 else "en-US",
                                           viewport={"width": 390, "height": 844}, is_mobile=True)
+                contexts.append(ctx)
                 p = ctx.new_page()
                 p.set_default_timeout(30_000)
                 p.on("response", lambda r, log=seen_bodies, b=b: log.append((b, r))
@@ -296,8 +294,8 @@ def test_a_class_of_forty_votes_and_gains(engine):
                 assert not any(p in t for j, p in enumerate(pids) if j != b)
             assert checked > 20
         finally:
-            if browser is not None:
-                browser.close()
+            for ctx in contexts:
+                ctx.close()
             proj.stop.set()
             http.post("/v1/servelab/votes/words", json={"words": ["end"]}, headers=teacher)
             proj.join(20)
