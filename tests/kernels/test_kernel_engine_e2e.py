@@ -2,8 +2,9 @@
 
 A tiny random Llama (benchmarks/gpu/tiny.py, the GPU check's dry-run model: 2 layers, 4 query /
 2 KV heads, head dim 16) runs on CPU through the Triton interpreter (tests/kernels/conftest.py
-runs this module in a child pytest under TRITON_INTERPRET=1). Prompts longer than one KV block exercise the extend kernel (prefill,
-chunked prefill mixed with decodes); the steps after them run the split-K decode kernel.
+runs this module in a child pytest under TRITON_INTERPRET=1). Prompts longer than one KV block
+exercise the extend kernel (prefill, chunked prefill mixed with decodes); the steps after them
+run the split-K decode kernel.
 """
 
 from __future__ import annotations
@@ -11,11 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("engine.engine")
-pytest.importorskip("transformers")
-
-from benchmarks.gpu.tiny import TINY_VOCAB, save_tiny_llama  # noqa: E402
-from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
+from benchmarks.gpu.tiny import TINY_VOCAB, save_tiny_llama
+from engine import EngineConfig, LLMEngine, SamplingParams
 
 MAX_TOKENS = 10
 # lengths: shorter than a block, exactly one block, several blocks with a partial last one
@@ -80,7 +78,6 @@ def test_triton_backend_chunked_prefill_mixed_with_decode(tiny_llama, step_kinds
 
 def test_triton_backend_speculative_verification(tiny_llama):
     """n-gram speculation: verification steps run [last, *draft] through the extend kernel."""
-    pytest.importorskip("engine.spec.decoder")
     from engine import SpecConfig
 
     spec = SpecConfig(method="ngram", num_speculative_tokens=3)
