@@ -6,7 +6,7 @@ VPY     := $(VENV)/bin/python
 PIP     := $(VPY) -m pip
 STAMP   := $(VENV)/.servelab-installed
 
-.PHONY: app test test-fast setup bench lint clean-cache serve screenshots lock
+.PHONY: app test test-fast test-soak setup bench lint clean-cache serve screenshots lock
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -31,8 +31,16 @@ app: $(STAMP)
 serve: $(STAMP)
 	$(VPY) -m engine.serve $(ARGS)
 
+# every behaviour, each long run at its small size (under 12 minutes on 2 cores); the JUnit
+# XML stays in build/ (gitignored) for `python tests/slowest.py`, which .ci/run prints
 test: $(STAMP)
-	$(VPY) -m pytest -q
+	$(VPY) -m pytest -q --junitxml=build/junit.xml
+
+# the long runs at full size (marker soak: 1,000 simulated users, a class of sixty, forty
+# voting phones, the whole conformance budget, 64 guidellm streams); their figures come from
+# python -m benchmarks.classroom
+test-soak: $(STAMP)
+	$(VPY) -m pytest -q -m soak --junitxml=build/junit-soak.xml
 
 # the inner loop: no browser, no real server, no compile/interpreter/qemu child processes
 # (markers slow, browser, heavy; pyproject says what each means); make test runs everything
