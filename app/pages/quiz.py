@@ -26,7 +26,7 @@ from app.components.lesson import demo_link, describe_switches  # noqa: E402
 from app.i18n import get_lang, language_selector, t  # noqa: E402
 from app.lessons import Question, load_quiz  # noqa: E402
 from app.votes_panel import open_button, quiz_payload  # noqa: E402
-from engine.server.votes import (  # noqa: E402
+from classroom.votes import (  # noqa: E402
     LESSONS_DIR,
     load_misconceptions,
     load_test_forms,

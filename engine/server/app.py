@@ -16,7 +16,7 @@ from fastapi import FastAPI
 
 from engine.server.errors import add_error_handlers
 from engine.server.limits import Limits
-from engine.server.routes import classroom, engine_switch, openai, steps
+from engine.server.routes import engine_switch, openai, steps
 from engine.server.state import ServerSettings, ServerState
 
 __all__ = ["ServerSettings", "create_app"]
@@ -46,6 +46,8 @@ def create_app(engine, settings: ServerSettings | None = None, engine_factory=No
     app.include_router(openai.router(state))
     app.include_router(steps.router(state))
     app.include_router(engine_switch.router(state))
+    from classroom import server as classroom  # imports engine.server: here, not at the top
+
     app.include_router(classroom.router(state))  # the class: its page, its ask route
     return app
 

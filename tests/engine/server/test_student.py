@@ -12,8 +12,8 @@ import threading
 import httpx
 import pytest
 
+from classroom.server import PAGE
 from engine.server import ServerSettings
-from engine.server.routes.classroom import PAGE
 from tests.conftest import running_server
 
 JOIN, ADMIN = "join-code", "teacher-key"

@@ -33,9 +33,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
-from engine.server.gains import class_gains, hand_gains, revisit_sentence, summary_markdown
-from engine.server.protocol import APIError
-from engine.server.votes import (
+from classroom.gains import class_gains, hand_gains, revisit_sentence, summary_markdown
+from classroom.votes import (
     LESSONS_DIR,
     MAX_WORDS,
     Classroom,
@@ -46,6 +45,7 @@ from engine.server.votes import (
     pick_lang,
     quiz_question,
 )
+from engine.server.protocol import APIError
 
 TEACHER = "/v1/servelab/votes"
 MAX_PHONES = 2000  # joins a class server accepts (a class, not the internet)

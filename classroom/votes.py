@@ -33,7 +33,7 @@ from pathlib import Path
 
 LANGS = ("zh", "en")
 KINDS = ("prediction", "selftest", "test")
-LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
+LESSONS_DIR = Path(__file__).resolve().parents[1] / "lessons"
 
 # The share right at lock that decides the suggested next move (peer instruction's rule of
 # thumb): too few right to discuss usefully, enough to learn from each other, or most know it.

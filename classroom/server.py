@@ -69,12 +69,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
+from classroom.vote_panel import VOTE_PANEL
+from classroom.vote_routes import votes_router
 from engine.config import SamplingParams
 from engine.server.loop import SIMULATED_PREFIX, Delta, Ticket
 from engine.server.protocol import APIError
-from engine.server.routes.votes import votes_router
 from engine.server.state import ServerState
-from engine.server.vote_panel import VOTE_PANEL
 
 PAGE_PATH = "/class"  # served without a key (it holds no data): engine/server/limits.py
 
