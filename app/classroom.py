@@ -3,10 +3,10 @@ users, and the measured table of configurations. No streamlit here; the page
 (`app/pages/classroom.py`) draws what these objects hold.
 
 Chapter 6.4's "one server serving a thousand people" with the class as the people: one
-`python -m engine.serve` process (one engine, one stepping loop) that every student's phone
+`python -m classroom.serve` process (one engine, one stepping loop) that every student's phone
 and the simulated users share, while the projector draws its step stream.
 
-- `ClassServer`: starts `python -m engine.serve` as a child process with the class switches
+- `ClassServer`: starts `python -m classroom.serve` as a child process with the class switches
   (its own process id; `stop()` and interpreter exit end it), or adopts one already running
   whose URL and keys come from server-side configuration only (`SERVELAB_CLASS_URL`,
   `SERVELAB_CLASS_JOIN_CODE`, `SERVELAB_CLASS_ADMIN_KEY`, or the same names in
@@ -116,8 +116,8 @@ def spec_of(switches: dict) -> dict | None:
 def serve_args(switches: dict, host: str, port: int, join_code: str | None,
                seats: int = 16, max_tokens_cap: int = 128,
                kv_blocks: int | None = DEFAULT_KV_BLOCKS) -> list[str]:
-    """The `python -m engine.serve` command line for the class switches."""
-    args = [sys.executable, "-m", "engine.serve", "--host", host, "--port", str(port),
+    """The `python -m classroom.serve` command line for the class switches."""
+    args = [sys.executable, "-m", "classroom.serve", "--host", host, "--port", str(port),
             "--batching", switches["batching"], "--kv-layout", switches["kv_layout"],
             "--max-num-seqs", str(seats), "--max-tokens-cap", str(max_tokens_cap),
             # students and a thousand simulated users: a deep queue, one answer at a time
@@ -188,7 +188,7 @@ class ClassServer:
     def start(cls, switches: dict, on_network: bool = False, port: int | None = None,
               seats: int = 16, ready_timeout: float = 180.0,
               kv_blocks: int | None = DEFAULT_KV_BLOCKS) -> ClassServer:
-        """Start `python -m engine.serve` on 127.0.0.1 (only this computer can join), or on
+        """Start `python -m classroom.serve` on 127.0.0.1 (only this computer can join), or on
         this machine's network address when the teacher asks for it (phones on the same
         network can; the join code is then required)."""
         host = (lan_address() or "127.0.0.1") if on_network else "127.0.0.1"

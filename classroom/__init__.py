@@ -1,4 +1,11 @@
 """The class: ServeLab's lab for a class on phones, beside the engine (`engine/`) and the
-teacher's app (`app/`): the students' page and routes (`server.py`, `vote_panel.py`), the
-votes (`votes.py`, `vote_routes.py`) and the gains (`gains.py`).
+teacher's app (`app/`). It imports the engine; the engine never imports it.
+
+- `serve.py`: `python -m classroom.serve`, the class server (`engine.serve` with the
+  classroom's routers mounted).
+- `server.py`: the students' routes (`/class`, `/class/ask`, reattaching to an answer, the
+  teacher's question list), mounted through `create_app(routers=...)`; `vote_panel.py`: the
+  page's vote block.
+- `votes.py` (rounds, ballots, the pre/post test; pure Python), `vote_routes.py` (the votes
+  over HTTP), `gains.py` (Hake's g, d_z, right-to-wrong).
 """

@@ -10,15 +10,16 @@ object graph and a websocket per phone inside the teacher's app process, rerunni
 for every widget event; this page is one static HTML file (a few KB, no framework) and one
 HTTP request per question. docs/performance.md ("The class server") has the measured costs.
 
-Why it is a router of its own, in the server's package: it is the class's concern, not
-OpenAI's, so it is mounted by one line of `create_app` and reaches the server only through
+Why it is a router of its own, outside the engine's package: it is the class's concern, not
+OpenAI's, so whoever starts the class server (`python -m classroom.serve`) hands it to
+`create_app(routers=...)` (`routers()` here), and it reaches the server only through
 `ServerState` (`admit`, `lease`: the server's queue and per-user limits apply to students
-too, and a student who leaves frees the seat like any client); it stays under `engine/server/`
-because `python -m engine.serve` is the class server and the engine never imports `app/`.
+too, and a student who leaves frees the seat like any client). The engine never imports it.
 
 Routes (`router(state)`):
-- `GET /class`: the page. It holds no data, so it needs no key; the join code comes from the
-  QR code's URL fragment (`#code=...`, never sent to the server in a URL) or is typed in.
+- `GET /class`: the page. It holds no data, so it needs no key (the router names it in
+  `open_paths`); the join code comes from the QR code's URL fragment (`#code=...`, never sent
+  to the server in a URL) or is typed in.
 - `POST /class/ask` (JSON `{"nickname", "question", "phone"}`, `Authorization: Bearer <join
   code>`, checked by the app's middleware like every API route): server-sent events for this
   one request only, each numbered `i`: `accepted` (its id, its question, the engine's
@@ -72,11 +73,12 @@ from pydantic import BaseModel, ConfigDict
 from classroom.vote_panel import VOTE_PANEL
 from classroom.vote_routes import votes_router
 from engine.config import SamplingParams
+from engine.server.app import RouterFactory
 from engine.server.loop import SIMULATED_PREFIX, Delta, Ticket
 from engine.server.protocol import APIError
 from engine.server.state import ServerState
 
-PAGE_PATH = "/class"  # served without a key (it holds no data): engine/server/limits.py
+PAGE_PATH = "/class"  # served without a key (it holds no data): the router's `open_paths`
 
 
 @dataclass
@@ -226,6 +228,12 @@ def _percentile(values, mine: float) -> float | None:
     return round(100.0 * sum(1 for v in values if v <= mine) / len(values), 1)
 
 
+def routers(limits: ClassLimits | None = None) -> list[RouterFactory]:
+    """What the class server hands `create_app(routers=...)`: the students' routes (with the
+    votes)."""
+    return [lambda state: router(state, limits)]
+
+
 def router(state: ServerState, limits: ClassLimits | None = None) -> APIRouter:
     """The students' routes over the server's state (its loop, its admission)."""
     limits = limits or ClassLimits()
@@ -234,8 +242,9 @@ def router(state: ServerState, limits: ClassLimits | None = None) -> APIRouter:
     answers: OrderedDict[str, Answer] = OrderedDict()
     ttfts: deque[float] = deque(maxlen=limits.max_recent_questions)  # the class's
     r = APIRouter()
+    r.open_paths = (PAGE_PATH,)  # create_app lets these through without a key
     counter = itertools.count()
-    # the class's votes and pre/post test (routes/votes.py) ride on the same class server
+    # the class's votes and pre/post test (vote_routes.py) ride on the same class server
     votes = votes_router()
     state.votes = votes.classroom
     r.include_router(votes)

@@ -1,7 +1,8 @@
-"""The layers: the engine is the bottom. Nothing under engine/ imports the benchmarks, the app
-or streamlit; they import the engine, never the other way round. Read from the source with
-`ast`, so a lazy import inside a function counts, and so does `importlib.import_module("...")`
-with a literal name. Fast: no module is imported."""
+"""The layers: the engine is the bottom. Nothing under engine/ imports the classroom, the
+benchmarks, the app or streamlit; they import the engine, never the other way round. The
+classroom sits on the engine and under the app: it imports none of the app, the benchmarks or
+streamlit. Read from the source with `ast`, so a lazy import inside a function counts, and so
+does `importlib.import_module("...")` with a literal name. Fast: no module is imported."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # top-level packages the engine must never import
-FORBIDDEN = ("benchmarks", "app", "streamlit")
+FORBIDDEN = ("benchmarks", "app", "streamlit", "classroom")
+# and the classroom
+CLASSROOM_FORBIDDEN = ("benchmarks", "app", "streamlit")
 
 
 def imported_modules(source: str) -> set[str]:
@@ -43,6 +46,14 @@ def test_the_engine_imports_no_benchmarks_app_or_streamlit():
     bad = {str(p.relative_to(ROOT)): sorted(found) for p in files
            if (found := forbidden_imports(p.read_text(encoding="utf-8")))}
     assert not bad, f"engine/ must not import {FORBIDDEN}: {bad}"
+
+
+def test_the_classroom_imports_the_engine_not_the_app():
+    files = sorted((ROOT / "classroom").rglob("*.py"))
+    assert len(files) > 5, "the classroom's modules are found"
+    bad = {str(p.relative_to(ROOT)): sorted(found) for p in files
+           if (found := forbidden_imports(p.read_text(encoding="utf-8"), CLASSROOM_FORBIDDEN))}
+    assert not bad, f"classroom/ must not import {CLASSROOM_FORBIDDEN}: {bad}"
 
 
 def test_the_layer_check_can_fail():

@@ -112,7 +112,7 @@ def test_join_url_and_qr():
 def test_serve_args_carry_the_switches():
     args = serve_args({**DEFAULT_SWITCHES, "spec": "ngram", "batching": "static"}, "127.0.0.1",
                       8123, "code")
-    assert args[1:3] == ["-m", "engine.serve"]
+    assert args[1:3] == ["-m", "classroom.serve"]
     assert args[args.index("--batching") + 1] == "static"
     spec = json.loads(args[args.index("--speculative-config") + 1])
     assert spec["method"] == "ngram"
