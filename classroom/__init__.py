@@ -2,10 +2,11 @@
 teacher's app (`app/`). It imports the engine; the engine never imports it.
 
 - `serve.py`: `python -m classroom.serve`, the class server (`engine.serve` with the
-  classroom's routers mounted).
+  classroom's routers mounted and the course loaded as data).
 - `server.py`: the students' routes (`/class`, `/class/ask`, reattaching to an answer, the
   teacher's question list), mounted through `create_app(routers=...)`; `page.py` and
   `static/`: the students' page as static files.
-- `votes.py` (rounds, ballots, the pre/post test; pure Python), `vote_routes.py` (the votes
-  over HTTP), `gains.py` (Hake's g, d_z, right-to-wrong).
+- `votes.py` (rounds, ballots, the pre/post test; pure Python; `Lessons`: what it reads of
+  the course), `vote_routes.py` (the votes over HTTP), `gains.py` (Hake's g, d_z,
+  right-to-wrong).
 """

@@ -12,11 +12,11 @@ HTTP request per question. docs/performance.md ("The class server") has the meas
 
 Why it is a router of its own, outside the engine's package: it is the class's concern, not
 OpenAI's, so whoever starts the class server (`python -m classroom.serve`) hands it to
-`create_app(routers=...)` (`routers()` here), and it reaches the server only through
+`create_app(routers=...)` (`routers(lessons)` here), and it reaches the server only through
 `ServerState` (`admit`, `lease`: the server's queue and per-user limits apply to students
 too, and a student who leaves frees the seat like any client). The engine never imports it.
 
-Routes (`router(state)`):
+Routes (`router(state, lessons)`):
 - `GET /class`: the page (`classroom/page.py`: static files). It holds no data, so it needs
   no key (the router names it in `open_paths`); the join code comes from the QR code's URL
   fragment (`#code=...`, never sent to the server in a URL) or is typed in.
@@ -72,6 +72,7 @@ from pydantic import BaseModel, ConfigDict
 
 from classroom.page import PAGE
 from classroom.vote_routes import votes_router
+from classroom.votes import Lessons
 from engine.config import SamplingParams
 from engine.server.app import RouterFactory
 from engine.server.loop import SIMULATED_PREFIX, Delta, Ticket
@@ -228,14 +229,18 @@ def _percentile(values, mine: float) -> float | None:
     return round(100.0 * sum(1 for v in values if v <= mine) / len(values), 1)
 
 
-def routers(limits: ClassLimits | None = None) -> list[RouterFactory]:
+def routers(lessons: Lessons | None = None,
+            limits: ClassLimits | None = None) -> list[RouterFactory]:
     """What the class server hands `create_app(routers=...)`: the students' routes (with the
-    votes)."""
-    return [lambda state: router(state, limits)]
+    votes), over `lessons` (default: the packaged `lessons`, `Lessons.load()`)."""
+    lessons = lessons or Lessons.load()
+    return [lambda state: router(state, lessons, limits)]
 
 
-def router(state: ServerState, limits: ClassLimits | None = None) -> APIRouter:
-    """The students' routes over the server's state (its loop, its admission)."""
+def router(state: ServerState, lessons: Lessons | None = None,
+           limits: ClassLimits | None = None) -> APIRouter:
+    """The students' routes over the server's state (its loop, its admission), and the
+    votes' over `lessons` (the course as data)."""
     limits = limits or ClassLimits()
     loop = state.loop
     students = _Students(limits)
@@ -245,7 +250,7 @@ def router(state: ServerState, limits: ClassLimits | None = None) -> APIRouter:
     r.open_paths = (PAGE_PATH,)  # create_app lets these through without a key
     counter = itertools.count()
     # the class's votes and pre/post test (vote_routes.py) ride on the same class server
-    votes = votes_router()
+    votes = votes_router(lessons=lessons)
     state.votes = votes.classroom
     r.include_router(votes)
 

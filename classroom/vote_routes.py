@@ -1,9 +1,10 @@
 """The class's votes over HTTP: phones join and vote, the teacher runs rounds and tests.
 
-Included by the class router (`routes/classroom.py`), which keeps the `Classroom` on the
-server's state as `state.votes`. The state lives in one `Classroom` (engine/server/votes.py)
-per server, driven only from the
-event loop (handlers do a few dict operations; the stepping thread never sees a vote).
+Included by the class router (`classroom/server.py`), which keeps the `Classroom` on the
+server's state as `state.votes`. The state lives in one `Classroom` (`classroom/votes.py`)
+per server, driven only from the event loop (handlers do a few dict operations; the stepping
+thread never sees a vote). The self-test a round may open, the test's pairs and the
+misconceptions come in as data (`Lessons`), from whoever starts the server.
 
 Phone routes (the join code, like `/class/ask`; the phone's id in the `X-Phone` header,
 issued by `POST /class/join` and kept in the page's localStorage):
@@ -35,13 +36,14 @@ from starlette.background import BackgroundTask
 
 from classroom.gains import class_gains, hand_gains, revisit_sentence, summary_markdown
 from classroom.votes import (
-    LESSONS_DIR,
     MAX_WORDS,
     Classroom,
+    Lessons,
     Question,
     VoteError,
     load_misconceptions,
     load_test_forms,
+    packaged_lessons,
     pick_lang,
     quiz_question,
 )
@@ -77,12 +79,16 @@ def _teacher_error(exc: ValueError) -> APIError:
     return APIError(400, str(exc), param=str(exc).split(":")[0] or None)
 
 
-def votes_router(classroom: Classroom | None = None) -> APIRouter:
-    room = classroom or Classroom(forms=load_test_forms())
+def votes_router(classroom: Classroom | None = None,
+                 lessons: Lessons | None = None) -> APIRouter:
+    """The votes' routes over one `Classroom` (default: a new one with the test's forms).
+    `lessons`: the course as data (default: the packaged `lessons`)."""
+    lessons = lessons or packaged_lessons()
+    room = classroom or Classroom(forms=load_test_forms(lessons))
     router = APIRouter()
     router.classroom = room  # the app keeps it on app.state too (tests read it)
-    quiz = {q["id"]: q for q in json.loads(
-        (LESSONS_DIR / "quiz.json").read_text("utf-8"))["questions"]}
+    router.lessons = lessons
+    quiz = lessons.questions
     waiters: set[asyncio.Event] = set()
 
     def wake():
@@ -273,14 +279,14 @@ def votes_router(classroom: Classroom | None = None) -> APIRouter:
 
     @router.get(TEACHER + "/gains")
     async def gains(request: Request):
-        lang = _lang(request)
-        return gains_report(room, lang)
+        return gains_report(room, _lang(request), lessons)
 
     return router
 
 
-def gains_report(room: Classroom, lang: str) -> dict:
-    """The summary page's numbers: from matched phones, else from hand counts."""
+def gains_report(room: Classroom, lang: str, lessons: Lessons | None = None) -> dict:
+    """The summary page's numbers: from matched phones, else from hand counts. `lessons`
+    names the test's items and the misconceptions (default: the packaged `lessons`)."""
     import math
 
     pre, post, tags = room.test_tables()
@@ -296,11 +302,9 @@ def gains_report(room: Classroom, lang: str) -> dict:
                     out[i] = (right, sum(sum(c) for c in by_form.values()))
                 return out
             result, source = hand_gains(tally(hp), tally(hq)), "hand"
-    names = {}
-    if room.forms is not None:
-        data = json.loads((LESSONS_DIR / "pretest.json").read_text("utf-8"))
-        names = {i: p["idea"] for i, p in enumerate(data["pairs"])}
-    mis = load_misconceptions()
+    lessons = lessons or packaged_lessons()
+    names = lessons.item_names() if room.forms is not None else {}
+    mis = load_misconceptions(lessons)
     sentence = revisit_sentence(result, names, mis)
     clean = json.loads(json.dumps(result, default=lambda o: None if isinstance(o, float) and
                                   math.isnan(o) else str(o)))

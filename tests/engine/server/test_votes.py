@@ -7,10 +7,10 @@ import re
 
 import pytest
 
+from app.lessons import LESSONS_DIR
 from classroom.gains import class_gains, cohen_dz, hake_g, hand_gains, revisit_sentence
 from classroom.votes import (
     FLOOD_VOTES,
-    LESSONS_DIR,
     Classroom,
     Question,
     VoteError,
