@@ -13,7 +13,8 @@ issued by `POST /class/join` and kept in the page's localStorage):
 - `POST /class/vote` `{"round", "choice", "class"?}` -> the phone's view after the vote
 - `GET /class/test`, `POST /class/test` `{"item", "choice"}`: this phone's form of the test
 The language: `?lang=zh|en` (the page's toggle), else `Accept-Language`. A refused vote is
-OpenAI's error JSON with the message in that language, and changes no count.
+OpenAI's error JSON with the message in that language, and changes no count: every route of
+this router runs under one handler for `VoteError` (`VoteRoute`).
 
 Teacher routes, under /v1/servelab/votes/ (so the teacher's admin key guards them):
 `GET state` (the projector's view: how many voted while open, counts from lock),
@@ -32,6 +33,7 @@ import json
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
+from fastapi.routing import APIRoute
 from starlette.background import BackgroundTask
 
 from classroom.gains import class_gains, hand_gains, revisit_sentence, summary_markdown
@@ -63,6 +65,23 @@ def _refuse(err: VoteError, lang: str) -> APIError:
                     headers={"Retry-After": "3"} if err.status == 429 else None)
 
 
+class VoteRoute(APIRoute):
+    """Every vote route's one handler for a refused request: a `VoteError` its handler
+    raised leaves as an `APIError` (OpenAI's error body, the server's error handler writes
+    it) with the refusal's status and its message in the request's language."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def refusing(request: Request):
+            try:
+                return await handler(request)
+            except VoteError as err:
+                raise _refuse(err, _lang(request)) from None
+
+        return refusing
+
+
 async def _body(request: Request, lang: str = "en") -> dict:
     try:
         data = json.loads(await request.body() or b"{}")
@@ -85,7 +104,7 @@ def votes_router(classroom: Classroom | None = None,
     `lessons`: the course as data (default: the packaged `lessons`)."""
     lessons = lessons or packaged_lessons()
     room = classroom or Classroom(forms=load_test_forms(lessons))
-    router = APIRouter()
+    router = APIRouter(route_class=VoteRoute)
     router.classroom = room  # the app keeps it on app.state too (tests read it)
     router.lessons = lessons
     quiz = lessons.questions
@@ -111,49 +130,32 @@ def votes_router(classroom: Classroom | None = None,
         if pid not in room.phones and len(room.phones) >= MAX_PHONES:
             raise APIError(429, "课堂已满。" if lang == "zh" else "the class is full",
                            "rate_limit_error", code="class_full")
-        try:
-            phone = room.join(pid, nick if isinstance(nick, str) else "")
-        except VoteError as e:
-            raise _refuse(e, lang) from None
+        phone = room.join(pid, nick if isinstance(nick, str) else "")
         return {"phone": phone.pid, "class": room.class_id, "lang": lang}
 
     @router.get("/class/vote")
     async def phone_round(request: Request):
-        lang = _lang(request)
-        try:
-            return room.phone_view(phone_id(request), lang)
-        except VoteError as e:
-            raise _refuse(e, lang) from None
+        return room.phone_view(phone_id(request), _lang(request))
 
     @router.post("/class/vote")
     async def vote(request: Request):
         lang = _lang(request)
         body = await _body(request, lang)
         pid = phone_id(request)
-        try:
-            room.vote(pid, body.get("round"), body.get("choice"), body.get("class"))
-            return room.phone_view(pid, lang)
-        except VoteError as e:
-            raise _refuse(e, lang) from None
+        room.vote(pid, body.get("round"), body.get("choice"), body.get("class"))
+        return room.phone_view(pid, lang)
 
     @router.get("/class/test")
     async def phone_test(request: Request):
-        lang = _lang(request)
-        try:
-            return room.test_view(phone_id(request), lang)
-        except VoteError as e:
-            raise _refuse(e, lang) from None
+        return room.test_view(phone_id(request), _lang(request))
 
     @router.post("/class/test")
     async def test_answer(request: Request):
         lang = _lang(request)
         body = await _body(request, lang)
         pid = phone_id(request)
-        try:
-            room.answer_test(pid, body.get("item"), body.get("choice"), body.get("class"))
-            return room.test_view(pid, lang)
-        except VoteError as e:
-            raise _refuse(e, lang) from None
+        room.answer_test(pid, body.get("item"), body.get("choice"), body.get("class"))
+        return room.test_view(pid, lang)
 
     # --- the teacher --------------------------------------------------------------------------
     def state(lang: str) -> dict:
@@ -198,11 +200,9 @@ def votes_router(classroom: Classroom | None = None,
             body = await _body(request, lang)
             try:
                 fn(body)
-            except VoteError as e:
-                raise _refuse(e, lang) from None
-            except (ValueError, TypeError, KeyError) as e:
+            except (ValueError, TypeError, KeyError) as e:  # a VoteError: VoteRoute's
                 raise _teacher_error(ValueError(str(e))) from None
-            return state(_lang(request))
+            return state(lang)
         return handler
 
     def op_open(body):
