@@ -28,7 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.classroom import DEFAULT_SWITCHES, ROOT, ClassServer
+from classroom.client import DEFAULT_SWITCHES, ClassServer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CHROMIUM = "/usr/bin/chromium"
 STREAMLIT_STUDENT_PAGE = '''

@@ -7,7 +7,7 @@ their questions, the votes and the pre/post test (`classroom/server.py`).
 
 The course the votes read (the self-test, the test's pairs, the misconceptions) is loaded
 here, once, from the `lessons` package's files (`Lessons.load()`) and handed to the routers;
-the engine reads none of it. The teacher's app starts this command (`app/classroom.py`,
+the engine reads none of it. The teacher's app starts this command (`classroom/client.py`,
 `ClassServer.start`).
 """
 

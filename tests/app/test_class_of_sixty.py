@@ -35,7 +35,7 @@ import time
 import httpx
 import pytest
 
-from app.classroom import DEFAULT_SWITCHES, ClassServer
+from classroom.client import DEFAULT_SWITCHES, ClassServer
 from tests.app.test_browser import CHROMIUM, ROOT, Tab
 from tests.app.test_classroom_load import streamlit_with
 

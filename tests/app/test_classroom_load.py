@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from app.classroom import DEFAULT_SWITCHES, ClassServer
+from classroom.client import DEFAULT_SWITCHES, ClassServer
 from tests.app.test_browser import CHROMIUM, ROOT, Tab
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
