@@ -51,7 +51,7 @@ bench: $(STAMP)
 	$(VPY) -m benchmarks.bench
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check engine kernels servelab_kernels app tests benchmarks
+	$(VENV)/bin/ruff check engine kernels servelab_kernels classroom app tests benchmarks
 
 # The README's screenshots: the browser tests write them to build/screenshots/ (gitignored, so
 # `make test` leaves the work tree clean); this target runs them and copies the pictures over.

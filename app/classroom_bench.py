@@ -1,7 +1,7 @@
 """`python -m app.classroom_bench`: what thirty students' phones cost the two cores, measured
 both ways the students' page could be built, and a student's first token with free seats.
 
-1. The page the class server serves itself (`GET /class`, engine/server/routes/classroom.py):
+1. The page the class server serves itself (`GET /class`, classroom/server.py):
    the server's resident memory and CPU seconds before and after N phones (chromium contexts)
    open it and sit idle.
 2. A Streamlit page with the same inputs (nickname, question, Ask), run by `streamlit run`:
@@ -28,7 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.classroom import DEFAULT_SWITCHES, ROOT, ClassServer
+from classroom.client import DEFAULT_SWITCHES, ClassServer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CHROMIUM = "/usr/bin/chromium"
 STREAMLIT_STUDENT_PAGE = '''

@@ -912,8 +912,8 @@ STRINGS.update({
               "sized so a class of thirty visibly fills it; make it smaller to see requests "
               "wait at the door because the KV cache is full."},
     "cls.start": {"zh": "启动课堂服务器", "en": "Start the class server"},
-    "cls.starting": {"zh": "正在启动 python -m engine.serve ……",
-                     "en": "starting python -m engine.serve ..."},
+    "cls.starting": {"zh": "正在启动 python -m classroom.serve ……",
+                     "en": "starting python -m classroom.serve ..."},
     "cls.adopt": {"zh": "连接到 {url}", "en": "Connect to {url}"},
     "cls.switches": {"zh": "课堂引擎的开关", "en": "The class engine's switches"},
     "cls.engine_now": {"zh": "现在的引擎：{config} · KV 池 {kv} 块",

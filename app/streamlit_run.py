@@ -13,7 +13,9 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from app.classroom import ROOT, free_port
+from classroom.client import free_port
+
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: app/main.py and its imports
 
 
 @contextlib.contextmanager

@@ -1,7 +1,7 @@
 """The teacher's side of the class votes, in Streamlit: the projector panel and the buttons
 that open a phone round from a class-plan prediction or a self-test item.
 
-The class server keeps every vote (engine/server/votes.py); this module only calls its
+The class server keeps every vote (classroom/votes.py); this module only calls its
 teacher routes (/v1/servelab/votes/..., with the teacher's admin key) and draws what they
 return with app/components/votes.py. The Classroom page `attach`es its running server here
 (one class per app process, like the Classroom page's own state), so the class plan and the

@@ -118,7 +118,7 @@ def redraw_line(page) -> tuple[float, int] | None:
 def run_load(users: int, students: int, questions_each: int, tmp: Path,
              deadline_s: float = 900, browser=None) -> dict:
     """The `load` scenario; returns what it saw (see the module's docstring)."""
-    from app.classroom import DEFAULT_SWITCHES, ClassServer
+    from classroom.client import DEFAULT_SWITCHES, ClassServer
 
     load_before = os.getloadavg()[0]
     srv = ClassServer.start(DEFAULT_SWITCHES)
@@ -286,8 +286,8 @@ def run_votes(phones: int, tmp: Path, browser_phones: int = len(BROWSER_LOCALES)
               browser=None) -> dict:
     """The `votes` scenario: `phones` phones, `browser_phones` of them chromium; returns what
     it saw (see the module's docstring)."""
-    from app.classroom import DEFAULT_SWITCHES, ClassServer
     from app.lessons import load_quiz
+    from classroom.client import DEFAULT_SWITCHES, ClassServer
 
     locales = [BROWSER_LOCALES[i % len(BROWSER_LOCALES)] for i in range(browser_phones)]
     n_light = phones - browser_phones

@@ -2,7 +2,7 @@
 
     python -m engine.serve                                   # 127.0.0.1:8000, continuous + paged
     python -m engine.serve --batching static --kv-layout contiguous --max-num-seqs 16
-    python -m engine.serve --host 0.0.0.0                    # the class joins: prints a join code
+    python -m engine.serve --host 0.0.0.0                    # needs a key: prints a join code
 
 Flags carry vLLM's names where vLLM has one (`--max-num-seqs`, `--block-size`,
 `--max-model-len`, `--enable-prefix-caching`, `--speculative-config` as JSON, `--host`,
@@ -14,9 +14,11 @@ cores.
 Binding anything but a loopback address needs an API key (the class's join code): given
 with `--api-key`, or generated and printed at start. With a join code the server is in class
 mode: limits per phone and per address, `sim-*` users and long answers for the teacher's
-admin key only (`engine/server/state.py` says who is asking and how it is counted). Slow
-clients are cut (`--header-timeout`, `--body-timeout`); Ctrl-C drains for at most
-`--shutdown-timeout` seconds (`engine/server/http.py`).
+admin key only (`engine/server/state.py` says who is asking and how it is counted). The
+students' page and the votes are not here: `python -m classroom.serve` (the same flags) is
+this server with the classroom's routers mounted (`main(routers=...)`). Slow clients are
+cut (`--header-timeout`, `--body-timeout`); Ctrl-C drains for at most `--shutdown-timeout`
+seconds (`engine/server/http.py`).
 """
 
 from __future__ import annotations
@@ -43,9 +45,9 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m engine.serve",
-                                 description=__doc__.split("\n")[0])
+def build_parser(prog: str = "python -m engine.serve",
+                 description: str | None = None) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description=description or __doc__.split("\n")[0])
     a = ap.add_argument
     a("--host", default="127.0.0.1", help="address to bind (non-loopback needs an API key)")
     a("--port", type=int, default=8000)
@@ -102,11 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, routers=(), parser=None) -> int:
+    """Serve until Ctrl-C. `routers`: more routers for `create_app` to mount (the class
+    server's, from `python -m classroom.serve`); `parser`: its own `build_parser(...)`."""
     from engine.threads import spin_briefly
 
     spin_briefly()  # before torch loads: this process serves one engine (engine/threads.py)
-    ap = build_parser()
+    ap = parser or build_parser()
     args = ap.parse_args(argv)
     for name in ("max_queue", "max_requests_per_user", "max_requests_per_address",
                  "max_body_bytes", "student_max_tokens"):
@@ -155,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         forwarded_allow_ips=_names(args.forwarded_allow_ips),
         allowed_hosts=_names(args.allowed_hosts), bind_host=args.host,
         step_stream=not args.no_step_stream)
-    app = create_app(engine, settings)
+    app = create_app(engine, settings, routers=routers)
     recorder = None
     if args.record:
         from engine.recording import Recorder, machine_facts

@@ -225,11 +225,19 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_server(engine, settings=None, start_timeout: float = 30.0, **server_kw):
+def running_server(engine, settings=None, start_timeout: float = 30.0, routers=None,
+                   **server_kw):
+    """The app over `engine` on a free 127.0.0.1 port, in a thread. `routers`: what
+    `create_app` mounts besides the server's own (default: the classroom's, as the class
+    server `python -m classroom.serve` does)."""
     from engine.server import create_app
     from engine.server.http import make_server
 
-    app = create_app(engine, settings)
+    if routers is None:
+        from classroom.server import routers as class_routers
+
+        routers = class_routers()
+    app = create_app(engine, settings, routers=routers)
     port = free_port()
     server = make_server(app, "127.0.0.1", port, **server_kw)  # what engine.serve runs
     thread = threading.Thread(target=server.run, daemon=True)

@@ -24,7 +24,7 @@ DOCS = ROOT / "docs"
 HISTORY = DOCS / "history"
 
 # where the project describes itself; docs/history/ keeps the record and is exempt
-PROSE_ROOTS = ("app", "engine", "lessons", "benchmarks", "kernels")
+PROSE_ROOTS = ("app", "engine", "classroom", "lessons", "benchmarks", "kernels")
 PROSE_SUFFIXES = {".py", ".md", ".cpp", ".h", ".json", ".txt", ".html", ".js", ".css", ".toml"}
 
 # "issue 19", "Issue #43", "issues 17-18", "PR #12", "议题 19", and a bare "#43" in prose. A bare

@@ -7,6 +7,9 @@ Every package of the project, bottom up:
                     each other, nothing of the project
   engine            the inference engine; it imports the kernels (lazily: triton is optional)
                     and never benchmarks, app, classroom or streamlit
+  classroom         the class on the engine's server (routes, votes, the teacher's client):
+                    the engine, never the app or streamlit (its client starts the simulated
+                    users as a child `python -m benchmarks.load`)
   benchmarks        what measures the engine, the GPU check (benchmarks/gpu/) included
   app               the Streamlit app: the engine, and a few benchmarks modules (workloads,
                     the naive baseline); the GPU check's recording (benchmarks/gpu/recording.py)
@@ -15,7 +18,8 @@ Every package of the project, bottom up:
 Two rules, over every .py file of every package:
 
 1. No import runs the wrong way (`FORBIDDEN`): the kernels import nothing of the project, the
-   engine none of benchmarks, app, classroom or streamlit. Every import counts, at any depth:
+   engine none of benchmarks, app, classroom or streamlit, the classroom none of the app or
+   streamlit. Every import counts, at any depth:
    a lazy import inside a function, `importlib.import_module` or `__import__` with a literal
    name, and a string literal that names a project module exactly (a registry entry such as
    the attention backends' "package.module", which `get_backend` imports when asked).
@@ -42,8 +46,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# (folder, import name) of every package; a missing folder is skipped (a `classroom` package may
-# come later: the rules name it already)
+# (folder, import name) of every package
 PACKAGES = (("kernels", "servelab_kernels"), ("servelab_kernels", "servelab_kernels"),
             ("engine", "engine"), ("benchmarks", "benchmarks"), ("app", "app"),
             ("classroom", "classroom"))
@@ -53,6 +56,7 @@ PACKAGES = (("kernels", "servelab_kernels"), ("servelab_kernels", "servelab_kern
 FORBIDDEN = {
     "servelab_kernels": ("engine", "benchmarks", "app", "classroom", "streamlit", "kernels"),
     "engine": ("benchmarks", "app", "classroom", "streamlit"),
+    "classroom": ("app", "streamlit"),
 }
 
 

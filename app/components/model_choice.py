@@ -1,5 +1,5 @@
 """The Classroom page's model choice: the bundled model, or a Llama- or Qwen-family model
-already on this computer (a Hugging Face folder or a GGUF file; app/models.py finds them). The
+already on this computer (a Hugging Face folder or a GGUF file; classroom/models.py finds them). The
 path is checked before any server starts; nothing is downloaded."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app.i18n import STRINGS, t
-from app.models import find_models, serve_args_for
+from classroom.models import find_models, serve_args_for
 from engine.model.loader import BUNDLED_MODELS
 
 STRINGS.update({

@@ -1,7 +1,7 @@
 """The teacher's Classroom page: the whole class boards one engine, live on the projector.
 
 Chapter 6.4's "one server serving a thousand people", with the class as the people. The page
-starts the class server (`python -m engine.serve`, a child process: app/classroom.py) or
+starts the class server (`python -m classroom.serve`, a child process: classroom/client.py) or
 adopts one named in server-side configuration, shows the join panel (address, QR code, join
 code), and draws the server's step stream with the other pages' components: the seats with
 each student's nickname, the queue at the door, the KV block map with each student's blocks,
@@ -29,20 +29,6 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import streamlit as st  # noqa: E402
 
-from app.classroom import (  # noqa: E402
-    ARRIVALS,
-    DEFAULT_KV_BLOCKS,
-    DEFAULT_SWITCHES,
-    ClassRoom,
-    ClassServer,
-    LoadRun,
-    config_key,
-    configured_server,
-    join_url,
-    lan_address,
-    offered_switches,
-    qr_svg,
-)
 from app.components.charts import gauge_history_chart  # noqa: E402
 from app.components.classroom import (  # noqa: E402
     LARGE_CSS,
@@ -66,6 +52,28 @@ from app.i18n import switch_label, t  # noqa: E402
 from app.predict import REVEALS  # noqa: E402
 from app.votes_panel import attach  # noqa: E402
 from app.votes_panel import projector as vote_projector  # noqa: E402
+from classroom.client import (  # noqa: E402
+    ARRIVALS,
+    DEFAULT_KV_BLOCKS,
+    DEFAULT_SWITCHES,
+    ClassRoom,
+    ClassServer,
+    LoadRun,
+    config_key,
+    configured_server,
+    join_url,
+    lan_address,
+    offered_switches,
+    qr_svg,
+)
+
+
+def _secrets() -> dict:
+    """The `[classroom]` table of .streamlit/secrets.toml (empty without a secrets file)."""
+    try:
+        return dict(st.secrets.get("classroom", {}))
+    except Exception:  # no secrets file: nothing configured
+        return {}
 
 
 @st.cache_resource(show_spinner=False)
@@ -122,7 +130,7 @@ def controls(room: ClassRoom) -> None:
                 except RuntimeError as exc:
                     room.error = str(exc)
             st.rerun()
-        if (conf := configured_server()) and b.button(t("cls.adopt", url=conf["url"]),
+        if (conf := configured_server(_secrets())) and b.button(t("cls.adopt", url=conf["url"]),
                                                       key="cls_adopt"):
             room.attach(ClassServer.adopt(conf))
             st.rerun()

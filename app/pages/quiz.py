@@ -14,7 +14,6 @@ again with its key already shown. The class server gives the same two forms to p
 counterbalanced.
 """
 
-import json
 import pathlib
 import sys
 
@@ -26,10 +25,10 @@ from app.components.lesson import demo_link, describe_switches  # noqa: E402
 from app.i18n import get_lang, language_selector, t  # noqa: E402
 from app.lessons import Question, load_quiz  # noqa: E402
 from app.votes_panel import open_button, quiz_payload  # noqa: E402
-from engine.server.votes import (  # noqa: E402
-    LESSONS_DIR,
+from classroom.votes import (  # noqa: E402
     load_misconceptions,
     load_test_forms,
+    packaged_lessons,
 )
 
 ANSWERS = "quiz_answers"
@@ -69,8 +68,7 @@ ATTEMPTS = "quiz_attempts"
 
 def paired_quiz_ids() -> list[str]:
     """The self-test items the pre-class score counts: form A of lessons/pretest.json."""
-    data = json.loads((LESSONS_DIR / "pretest.json").read_text("utf-8"))
-    return [p["A"]["quiz"] for p in data["pairs"]]
+    return [p["A"]["quiz"] for p in packaged_lessons().pretest["pairs"]]
 
 
 def _save_attempt(name: str) -> None:

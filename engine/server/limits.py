@@ -2,7 +2,8 @@
 
 A pure ASGI middleware (`create_app` adds it to every route). 421 for a `Host` header that
 is a name this server was not told it has (`host_allowed`: DNS rebinding). 401 for a missing
-or wrong key, compared in constant time: every route but `OPEN_PATHS` needs `api_key` when
+or wrong key, compared in constant time: every route but the open paths (`OPEN_PATHS`, and
+those the mounted routers name, such as the students' page) needs `api_key` when
 one is set, and `/metrics` and `/v1/servelab/...` need `admin_key` instead when that is set
 (the teacher's views: no student with the join code reads the others' answers); the admin
 key opens every route. The role it found (teacher, student, owner) is left in the scope as
@@ -24,14 +25,16 @@ from engine.server.metrics import ServerMetrics
 from engine.server.protocol import APIError
 from engine.server.state import OWNER, STUDENT, TEACHER, ServerSettings
 
-OPEN_PATHS = ("/health", "/class")  # no key: the health check and the students' empty page
+OPEN_PATHS = ("/health",)  # no key: the health check (and the open paths the routers add)
 
 
 class Limits:
     """Pure ASGI middleware: the API key and the body size, before any body is parsed."""
 
-    def __init__(self, app, settings: ServerSettings, metrics: ServerMetrics):
+    def __init__(self, app, settings: ServerSettings, metrics: ServerMetrics,
+                 open_paths: tuple[str, ...] = OPEN_PATHS):
         self.app, self.settings, self.metrics = app, settings, metrics
+        self.open_paths = open_paths
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -58,7 +61,7 @@ class Limits:
         else:
             role = OWNER
         key = s.admin_key if s.admin_key is not None and admin_path else s.api_key
-        if key is not None and path not in OPEN_PATHS and role != TEACHER and not \
+        if key is not None and path not in self.open_paths and role != TEACHER and not \
                 hmac.compare_digest(given, key.encode()):
             whose = "the teacher's admin key" if key is s.admin_key else "the class's join code"
             return await self._refuse(send, APIError(

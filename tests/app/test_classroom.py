@@ -11,15 +11,6 @@ import pathlib
 
 import pytest
 
-from app.classroom import (
-    DEFAULT_SWITCHES,
-    LoadRun,
-    comparison_row,
-    join_url,
-    qr_svg,
-    serve_args,
-    slim,
-)
 from app.components.classroom import (
     SIM,
     display_labels,
@@ -32,6 +23,15 @@ from app.components.classroom import (
 )
 from app.components.kvmap import kv_grid_html
 from app.components.seats import seats_html
+from classroom.client import (
+    DEFAULT_SWITCHES,
+    LoadRun,
+    comparison_row,
+    join_url,
+    qr_svg,
+    serve_args,
+    slim,
+)
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "reports.json"
 
@@ -112,7 +112,7 @@ def test_join_url_and_qr():
 def test_serve_args_carry_the_switches():
     args = serve_args({**DEFAULT_SWITCHES, "spec": "ngram", "batching": "static"}, "127.0.0.1",
                       8123, "code")
-    assert args[1:3] == ["-m", "engine.serve"]
+    assert args[1:3] == ["-m", "classroom.serve"]
     assert args[args.index("--batching") + 1] == "static"
     spec = json.loads(args[args.index("--speculative-config") + 1])
     assert spec["method"] == "ngram"
@@ -123,7 +123,7 @@ def test_serve_args_carry_the_switches():
 def test_the_spec_refinements_reach_the_server_and_the_table():
     """Adaptive k and prompt lookup in front (draft / eagle only) travel in the
     --speculative-config the server parses, and name the configuration's table row."""
-    from app.classroom import config_key
+    from classroom.client import config_key
     from engine.serve import build_parser, spec_config
 
     def spec_of(**sw):
@@ -144,7 +144,7 @@ def test_the_spec_refinements_reach_the_server_and_the_table():
 
 
 def test_eagle_is_offered_once_its_head_is_trained(tmp_path, monkeypatch):
-    from app import classroom
+    from classroom import client as classroom
     from engine.spec import eagle
 
     head = tmp_path / "head.safetensors"

@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from app.classroom import DEFAULT_SWITCHES, ClassRoom, ClassServer
+from classroom.client import DEFAULT_SWITCHES, ClassRoom, ClassServer
 
 pytestmark = pytest.mark.slow
 

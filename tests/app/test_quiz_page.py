@@ -156,7 +156,7 @@ def test_pre_and_post_class_attempts_are_compared_on_parallel_forms():
     """The pre-class score counts the paired self-test items (form A); the post-class score
     counts their twins (form B), a different set of questions with the right answers
     elsewhere; answering the pre-test's items again does not move the post-test."""
-    from engine.server.votes import load_test_forms
+    from classroom.votes import load_test_forms
 
     twins = load_test_forms().form("B")
     at = run(QUIZ, "en")

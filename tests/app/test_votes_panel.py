@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT))
 
 from app import votes_panel  # noqa: E402
 from app.components.votes import STRINGS, count_html, gains_html, reveal_html  # noqa: E402
-from engine.server.routes.votes import gains_report, votes_router  # noqa: E402
-from engine.server.votes import Classroom, Question, load_test_forms  # noqa: E402
+from classroom.vote_routes import gains_report, votes_router  # noqa: E402
+from classroom.votes import Classroom, Question, load_test_forms  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 
 ADMIN = "teacher-key"

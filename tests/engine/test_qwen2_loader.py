@@ -58,7 +58,7 @@ def test_greedy_tokens_equal_transformers(tiny_qwen2):
 
 
 def test_models_on_disk_lists_it_with_serve_args(tiny_qwen2, tmp_path):
-    from app.models import find_models, serve_args_for
+    from classroom.models import find_models, serve_args_for
 
     folder, _ = tiny_qwen2
     (tmp_path / "not-a-model").mkdir()
@@ -68,7 +68,7 @@ def test_models_on_disk_lists_it_with_serve_args(tiny_qwen2, tmp_path):
     assert entry["kind"] == "hf" and entry["architecture"] == "Qwen2ForCausalLM"
     assert serve_args_for(str(folder)) == ["--model", str(folder), "--served-model-name",
                                            folder.name]
-    from app.classroom import DEFAULT_SWITCHES, serve_args
+    from classroom.client import DEFAULT_SWITCHES, serve_args
 
     argv = serve_args({**DEFAULT_SWITCHES, "model": str(folder)}, "127.0.0.1", 8000, None)
     assert argv[argv.index("--model") + 1] == str(folder)

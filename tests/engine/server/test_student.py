@@ -1,4 +1,4 @@
-"""The students' page (engine/server/routes/classroom.py) over a real server: the page needs no key and
+"""The students' page (classroom/server.py) over a real server: the page needs no key and
 writes nothing with innerHTML; a wrong join code is refused; bad nicknames and questions get a
 clear 400; a second question too soon gets 429; each student's stream carries that student's
 request only; the step stream and /metrics need the teacher's key, not the join code."""
@@ -12,8 +12,8 @@ import threading
 import httpx
 import pytest
 
+from classroom.page import PAGE
 from engine.server import ServerSettings
-from engine.server.routes.classroom import PAGE
 from tests.conftest import running_server
 
 JOIN, ADMIN = "join-code", "teacher-key"

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from engine.server.gains import class_gains, cohen_dz, hake_g, hand_gains, revisit_sentence
-from engine.server.votes import (
+from app.lessons import LESSONS_DIR
+from classroom.gains import class_gains, cohen_dz, hake_g, hand_gains, revisit_sentence
+from classroom.votes import (
     FLOOD_VOTES,
-    LESSONS_DIR,
     Classroom,
     Question,
     VoteError,
@@ -220,7 +220,7 @@ def test_gains_match_hand_computation():
 
 
 def test_pre_post_by_hand_counts_give_g_without_d():
-    from engine.server.routes.votes import gains_report
+    from classroom.vote_routes import gains_report
 
     c = Classroom("cls", forms=load_test_forms())
     right_pre = right_post = 0

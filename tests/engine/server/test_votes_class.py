@@ -18,8 +18,8 @@ import time
 import httpx
 import pytest
 
+from classroom.votes import FLOOD_VOTES, FLOOD_WINDOW_S, load_test_forms
 from engine.server import ServerSettings
-from engine.server.votes import FLOOD_VOTES, FLOOD_WINDOW_S, load_test_forms
 from tests.conftest import running_server
 
 JOIN, ADMIN = "join-votes", "teacher-votes"

@@ -1,8 +1,10 @@
 """The class's votes: rounds of vote, discuss and revote, and the pre/post test. Pure Python.
 
-No HTTP here: `engine/server/routes/votes.py` puts these objects behind the class server's
+No HTTP here: `classroom/vote_routes.py` puts these objects behind the class server's
 routes, the tests drive them directly, and the teacher's app computes gains from what they
-export (`engine/server/gains.py`).
+export (`classroom/gains.py`). What they read of the course (the self-test, the pre/post
+test's pairs, the misconceptions) comes in as data, a `Lessons`, loaded by whoever starts the
+server (`Lessons.load()` reads the `lessons` package's files with importlib.resources).
 
 What must hold:
 - A phone is known by a pseudonymous id this module issues when the page joins (the page keeps
@@ -29,11 +31,10 @@ import secrets
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
+from functools import cache
 
 LANGS = ("zh", "en")
 KINDS = ("prediction", "selftest", "test")
-LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
 
 # The share right at lock that decides the suggested next move (peer instruction's rule of
 # thumb): too few right to discuss usefully, enough to learn from each other, or most know it.
@@ -233,8 +234,45 @@ class TestForm:
         return [p[0 if name == "A" else 1] for p in self.pairs]
 
 
-def load_misconceptions() -> dict[str, dict]:
-    data = json.loads((LESSONS_DIR / "misconceptions.json").read_text("utf-8"))
+@dataclass(frozen=True)
+class Lessons:
+    """What the votes read of the course, as loaded data: `quiz` (lessons/quiz.json: the
+    self-test a round may open), `pretest` (pretest.json: the test's pairs) and
+    `misconceptions` (misconceptions.json: what each wrong choice holds)."""
+
+    quiz: dict
+    pretest: dict
+    misconceptions: dict
+
+    @classmethod
+    def load(cls) -> Lessons:
+        """The course as packaged: the `lessons` package's files (importlib.resources), so an
+        installed wheel has them and nothing reads a checkout by relative path."""
+        from importlib.resources import files
+
+        def read(name: str) -> dict:
+            return json.loads(files("lessons").joinpath(name).read_text("utf-8"))
+
+        return cls(read("quiz.json"), read("pretest.json"), read("misconceptions.json"))
+
+    @property
+    def questions(self) -> dict[str, dict]:
+        """The self-test's questions by id."""
+        return {q["id"]: q for q in self.quiz["questions"]}
+
+    def item_names(self) -> dict[int, dict]:
+        """Each pre/post test pair's idea ({zh, en}), by its index."""
+        return {i: p["idea"] for i, p in enumerate(self.pretest["pairs"])}
+
+
+@cache
+def packaged_lessons() -> Lessons:
+    """`Lessons.load()` once: the default of the helpers below when no `Lessons` is given."""
+    return Lessons.load()
+
+
+def load_misconceptions(lessons: Lessons | None = None) -> dict[str, dict]:
+    data = (lessons or packaged_lessons()).misconceptions
     return {m["id"]: {"zh": m["zh"], "en": m["en"]} for m in data["misconceptions"]}
 
 
@@ -250,12 +288,11 @@ def quiz_question(q: dict, kind: str = "selftest", qid: str | None = None,
         "choices": [{**c, "misconception": m} for c, m in zip(ch, mis)]})
 
 
-def load_test_forms() -> TestForm:
+def load_test_forms(lessons: Lessons | None = None) -> TestForm:
     """lessons/pretest.json: form A items come from the self-test, form B are their twins."""
-    quiz = {q["id"]: q for q in json.loads((LESSONS_DIR / "quiz.json").read_text("utf-8"))
-            ["questions"]}
-    data = json.loads((LESSONS_DIR / "pretest.json").read_text("utf-8"))
-    known = load_misconceptions()
+    lessons = lessons or packaged_lessons()
+    quiz, data = lessons.questions, lessons.pretest
+    known = load_misconceptions(lessons)
     pairs = []
     for p in data["pairs"]:
         a = quiz_question(quiz[p["A"]["quiz"]], "test", f"{p['id']}:A", p["A"]["misconceptions"])

@@ -1,16 +1,17 @@
 """The teacher's side of a class: the class server's process, its step stream, the simulated
-users, and the measured table of configurations. No streamlit here; the page
+users, and the measured table of configurations. No streamlit here; the app's page
 (`app/pages/classroom.py`) draws what these objects hold.
 
 Chapter 6.4's "one server serving a thousand people" with the class as the people: one
-`python -m engine.serve` process (one engine, one stepping loop) that every student's phone
+`python -m classroom.serve` process (one engine, one stepping loop) that every student's phone
 and the simulated users share, while the projector draws its step stream.
 
-- `ClassServer`: starts `python -m engine.serve` as a child process with the class switches
+- `ClassServer`: starts `python -m classroom.serve` as a child process with the class switches
   (its own process id; `stop()` and interpreter exit end it), or adopts one already running
   whose URL and keys come from server-side configuration only (`SERVELAB_CLASS_URL`,
-  `SERVELAB_CLASS_JOIN_CODE`, `SERVELAB_CLASS_ADMIN_KEY`, or the same names in
-  `.streamlit/secrets.toml`), never from a text box.
+  `SERVELAB_CLASS_JOIN_CODE`, `SERVELAB_CLASS_ADMIN_KEY`, or the same names in the app's
+  `.streamlit/secrets.toml`, which the app hands to `configured_server`), never from a text
+  box.
 - `StepStream`: a thread that reads `GET /v1/servelab/steps` (server-sent events) and keeps
   the newest report and a short, slimmed history for the gauges.
 - `ClassRoom`: the app process's one class (server, stream, load run, results table) and
@@ -47,7 +48,9 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
+# the folder that holds these packages (a checkout, or site-packages once installed): the
+# child processes import the same ones
+IMPORT_ROOT = Path(__file__).resolve().parents[1]
 SWITCHES = {"batching": ("continuous", "static"), "kv_layout": ("paged", "contiguous"),
             "spec": ("off", "ngram", "draft", "eagle")}
 # besides the three switches, the spec switch's two refinements (as in the sidebar): choose
@@ -116,8 +119,8 @@ def spec_of(switches: dict) -> dict | None:
 def serve_args(switches: dict, host: str, port: int, join_code: str | None,
                seats: int = 16, max_tokens_cap: int = 128,
                kv_blocks: int | None = DEFAULT_KV_BLOCKS) -> list[str]:
-    """The `python -m engine.serve` command line for the class switches."""
-    args = [sys.executable, "-m", "engine.serve", "--host", host, "--port", str(port),
+    """The `python -m classroom.serve` command line for the class switches."""
+    args = [sys.executable, "-m", "classroom.serve", "--host", host, "--port", str(port),
             "--batching", switches["batching"], "--kv-layout", switches["kv_layout"],
             "--max-num-seqs", str(seats), "--max-tokens-cap", str(max_tokens_cap),
             # students and a thousand simulated users: a deep queue, one answer at a time
@@ -127,8 +130,8 @@ def serve_args(switches: dict, host: str, port: int, join_code: str | None,
         args += ["--num-kv-blocks", str(kv_blocks)]
     if (spec := spec_of(switches)) is not None:
         args += ["--speculative-config", json.dumps(spec)]
-    if switches.get("model"):  # a model on disk (app/models.py checks the path)
-        from app.models import serve_args_for
+    if switches.get("model"):  # a model on disk (classroom/models.py checks the path)
+        from classroom.models import serve_args_for
 
         args += serve_args_for(switches["model"])
     if join_code:
@@ -136,16 +139,14 @@ def serve_args(switches: dict, host: str, port: int, join_code: str | None,
     return args
 
 
-def configured_server() -> dict | None:
-    """An already running class server named in server-side configuration, or None."""
+def configured_server(secrets=None) -> dict | None:
+    """An already running class server named in server-side configuration, or None: the
+    environment first, else `secrets` (a mapping: the `[classroom]` table of the app's
+    secrets)."""
     conf = {k: os.environ.get(f"SERVELAB_CLASS_{k.upper()}")
             for k in ("url", "join_code", "admin_key")}
-    if not conf["url"]:
-        with contextlib.suppress(Exception):  # no secrets file: nothing configured
-            import streamlit as st
-
-            sec = st.secrets.get("classroom", {})
-            conf = {k: sec.get(k) for k in conf}
+    if not conf["url"] and secrets:
+        conf = {k: secrets.get(k) for k in conf}
     return conf if conf["url"] else None
 
 
@@ -188,7 +189,7 @@ class ClassServer:
     def start(cls, switches: dict, on_network: bool = False, port: int | None = None,
               seats: int = 16, ready_timeout: float = 180.0,
               kv_blocks: int | None = DEFAULT_KV_BLOCKS) -> ClassServer:
-        """Start `python -m engine.serve` on 127.0.0.1 (only this computer can join), or on
+        """Start `python -m classroom.serve` on 127.0.0.1 (only this computer can join), or on
         this machine's network address when the teacher asks for it (phones on the same
         network can; the join code is then required)."""
         host = (lan_address() or "127.0.0.1") if on_network else "127.0.0.1"
@@ -199,10 +200,12 @@ class ClassServer:
                                           delete=False)
         from engine.threads import server_env
 
-        env = dict(server_env(os.environ), SERVELAB_ADMIN_KEY=admin_key, PYTHONPATH=str(ROOT))
+        env = dict(server_env(os.environ), SERVELAB_ADMIN_KEY=admin_key,
+                   PYTHONPATH=str(IMPORT_ROOT))
         proc = subprocess.Popen(serve_args(switches, host, port, join_code, seats,
                                            kv_blocks=kv_blocks),
-                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                cwd=IMPORT_ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT,
                                 start_new_session=True)
         log.close()
         _LIVE.add(proc)
@@ -417,12 +420,13 @@ class LoadRun:
                 "--json", str(self.json_path)]
         if arrival != "all-at-once":
             args += ["--rate", str(rate)]
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        env = dict(os.environ, PYTHONPATH=str(IMPORT_ROOT))
         # the simulated riders (`sim-*` users) are the teacher's: the admin key sends them
         key = server.admin_key or server.join_code
         if key:
             args.append(f"--api-key={key}")  # a code may start with "-"
-        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(args, cwd=IMPORT_ROOT, env=env,
+                                     stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, start_new_session=True)
         _LIVE.add(self.proc)
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -1,9 +1,10 @@
 """The class's votes over HTTP: phones join and vote, the teacher runs rounds and tests.
 
-Included by the class router (`routes/classroom.py`), which keeps the `Classroom` on the
-server's state as `state.votes`. The state lives in one `Classroom` (engine/server/votes.py)
-per server, driven only from the
-event loop (handlers do a few dict operations; the stepping thread never sees a vote).
+Included by the class router (`classroom/server.py`), which keeps the `Classroom` on the
+server's state as `state.votes`. The state lives in one `Classroom` (`classroom/votes.py`)
+per server, driven only from the event loop (handlers do a few dict operations; the stepping
+thread never sees a vote). The self-test a round may open, the test's pairs and the
+misconceptions come in as data (`Lessons`), from whoever starts the server.
 
 Phone routes (the join code, like `/class/ask`; the phone's id in the `X-Phone` header,
 issued by `POST /class/join` and kept in the page's localStorage):
@@ -12,7 +13,8 @@ issued by `POST /class/join` and kept in the page's localStorage):
 - `POST /class/vote` `{"round", "choice", "class"?}` -> the phone's view after the vote
 - `GET /class/test`, `POST /class/test` `{"item", "choice"}`: this phone's form of the test
 The language: `?lang=zh|en` (the page's toggle), else `Accept-Language`. A refused vote is
-OpenAI's error JSON with the message in that language, and changes no count.
+OpenAI's error JSON with the message in that language, and changes no count: every route of
+this router runs under one handler for `VoteError` (`VoteRoute`).
 
 Teacher routes, under /v1/servelab/votes/ (so the teacher's admin key guards them):
 `GET state` (the projector's view: how many voted while open, counts from lock),
@@ -31,21 +33,23 @@ import json
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
+from fastapi.routing import APIRoute
 from starlette.background import BackgroundTask
 
-from engine.server.gains import class_gains, hand_gains, revisit_sentence, summary_markdown
-from engine.server.protocol import APIError
-from engine.server.votes import (
-    LESSONS_DIR,
+from classroom.gains import class_gains, hand_gains, revisit_sentence, summary_markdown
+from classroom.votes import (
     MAX_WORDS,
     Classroom,
+    Lessons,
     Question,
     VoteError,
     load_misconceptions,
     load_test_forms,
+    packaged_lessons,
     pick_lang,
     quiz_question,
 )
+from engine.server.protocol import APIError
 
 TEACHER = "/v1/servelab/votes"
 MAX_PHONES = 2000  # joins a class server accepts (a class, not the internet)
@@ -59,6 +63,23 @@ def _refuse(err: VoteError, lang: str) -> APIError:
     kind = "rate_limit_error" if err.status == 429 else "invalid_request_error"
     return APIError(err.status, err.message(lang), kind, code=err.code,
                     headers={"Retry-After": "3"} if err.status == 429 else None)
+
+
+class VoteRoute(APIRoute):
+    """Every vote route's one handler for a refused request: a `VoteError` its handler
+    raised leaves as an `APIError` (OpenAI's error body, the server's error handler writes
+    it) with the refusal's status and its message in the request's language."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def refusing(request: Request):
+            try:
+                return await handler(request)
+            except VoteError as err:
+                raise _refuse(err, _lang(request)) from None
+
+        return refusing
 
 
 async def _body(request: Request, lang: str = "en") -> dict:
@@ -77,12 +98,16 @@ def _teacher_error(exc: ValueError) -> APIError:
     return APIError(400, str(exc), param=str(exc).split(":")[0] or None)
 
 
-def votes_router(classroom: Classroom | None = None) -> APIRouter:
-    room = classroom or Classroom(forms=load_test_forms())
-    router = APIRouter()
+def votes_router(classroom: Classroom | None = None,
+                 lessons: Lessons | None = None) -> APIRouter:
+    """The votes' routes over one `Classroom` (default: a new one with the test's forms).
+    `lessons`: the course as data (default: the packaged `lessons`)."""
+    lessons = lessons or packaged_lessons()
+    room = classroom or Classroom(forms=load_test_forms(lessons))
+    router = APIRouter(route_class=VoteRoute)
     router.classroom = room  # the app keeps it on app.state too (tests read it)
-    quiz = {q["id"]: q for q in json.loads(
-        (LESSONS_DIR / "quiz.json").read_text("utf-8"))["questions"]}
+    router.lessons = lessons
+    quiz = lessons.questions
     waiters: set[asyncio.Event] = set()
 
     def wake():
@@ -105,49 +130,32 @@ def votes_router(classroom: Classroom | None = None) -> APIRouter:
         if pid not in room.phones and len(room.phones) >= MAX_PHONES:
             raise APIError(429, "课堂已满。" if lang == "zh" else "the class is full",
                            "rate_limit_error", code="class_full")
-        try:
-            phone = room.join(pid, nick if isinstance(nick, str) else "")
-        except VoteError as e:
-            raise _refuse(e, lang) from None
+        phone = room.join(pid, nick if isinstance(nick, str) else "")
         return {"phone": phone.pid, "class": room.class_id, "lang": lang}
 
     @router.get("/class/vote")
     async def phone_round(request: Request):
-        lang = _lang(request)
-        try:
-            return room.phone_view(phone_id(request), lang)
-        except VoteError as e:
-            raise _refuse(e, lang) from None
+        return room.phone_view(phone_id(request), _lang(request))
 
     @router.post("/class/vote")
     async def vote(request: Request):
         lang = _lang(request)
         body = await _body(request, lang)
         pid = phone_id(request)
-        try:
-            room.vote(pid, body.get("round"), body.get("choice"), body.get("class"))
-            return room.phone_view(pid, lang)
-        except VoteError as e:
-            raise _refuse(e, lang) from None
+        room.vote(pid, body.get("round"), body.get("choice"), body.get("class"))
+        return room.phone_view(pid, lang)
 
     @router.get("/class/test")
     async def phone_test(request: Request):
-        lang = _lang(request)
-        try:
-            return room.test_view(phone_id(request), lang)
-        except VoteError as e:
-            raise _refuse(e, lang) from None
+        return room.test_view(phone_id(request), _lang(request))
 
     @router.post("/class/test")
     async def test_answer(request: Request):
         lang = _lang(request)
         body = await _body(request, lang)
         pid = phone_id(request)
-        try:
-            room.answer_test(pid, body.get("item"), body.get("choice"), body.get("class"))
-            return room.test_view(pid, lang)
-        except VoteError as e:
-            raise _refuse(e, lang) from None
+        room.answer_test(pid, body.get("item"), body.get("choice"), body.get("class"))
+        return room.test_view(pid, lang)
 
     # --- the teacher --------------------------------------------------------------------------
     def state(lang: str) -> dict:
@@ -192,11 +200,9 @@ def votes_router(classroom: Classroom | None = None) -> APIRouter:
             body = await _body(request, lang)
             try:
                 fn(body)
-            except VoteError as e:
-                raise _refuse(e, lang) from None
-            except (ValueError, TypeError, KeyError) as e:
+            except (ValueError, TypeError, KeyError) as e:  # a VoteError: VoteRoute's
                 raise _teacher_error(ValueError(str(e))) from None
-            return state(_lang(request))
+            return state(lang)
         return handler
 
     def op_open(body):
@@ -273,14 +279,14 @@ def votes_router(classroom: Classroom | None = None) -> APIRouter:
 
     @router.get(TEACHER + "/gains")
     async def gains(request: Request):
-        lang = _lang(request)
-        return gains_report(room, lang)
+        return gains_report(room, _lang(request), lessons)
 
     return router
 
 
-def gains_report(room: Classroom, lang: str) -> dict:
-    """The summary page's numbers: from matched phones, else from hand counts."""
+def gains_report(room: Classroom, lang: str, lessons: Lessons | None = None) -> dict:
+    """The summary page's numbers: from matched phones, else from hand counts. `lessons`
+    names the test's items and the misconceptions (default: the packaged `lessons`)."""
     import math
 
     pre, post, tags = room.test_tables()
@@ -296,11 +302,9 @@ def gains_report(room: Classroom, lang: str) -> dict:
                     out[i] = (right, sum(sum(c) for c in by_form.values()))
                 return out
             result, source = hand_gains(tally(hp), tally(hq)), "hand"
-    names = {}
-    if room.forms is not None:
-        data = json.loads((LESSONS_DIR / "pretest.json").read_text("utf-8"))
-        names = {i: p["idea"] for i, p in enumerate(data["pairs"])}
-    mis = load_misconceptions()
+    lessons = lessons or packaged_lessons()
+    names = lessons.item_names() if room.forms is not None else {}
+    mis = load_misconceptions(lessons)
     sentence = revisit_sentence(result, names, mis)
     clean = json.loads(json.dumps(result, default=lambda o: None if isinstance(o, float) and
                                   math.isnan(o) else str(o)))

@@ -1,7 +1,7 @@
-"""Models the teacher has on disk, for the class server (`python -m engine.serve --model PATH`):
-Llama- and Qwen-family Hugging Face folders (config.json + safetensors) and GGUF files. No hub
-access: only what is already on this machine. Streamlit-free; the Classroom page shows the
-list and passes `serve_args_for(path)` to the server it starts.
+"""Models the teacher has on disk, for the class server (`python -m classroom.serve --model
+PATH`): Llama- and Qwen-family Hugging Face folders (config.json + safetensors) and GGUF
+files. No hub access: only what is already on this machine. Streamlit-free; the app's
+Classroom page shows the list and passes `serve_args_for(path)` to the server it starts.
 
 The roots searched: `SERVELAB_MODEL_DIRS` (paths separated by os.pathsep), else
 ~/models, ~/.cache/servelab and the Hugging Face cache's snapshots.
@@ -68,7 +68,7 @@ def find_models(roots: list[Path] | None = None) -> list[dict]:
 
 
 def serve_args_for(model: str) -> list[str]:
-    """The `engine.serve` flags for `model` (a bundled name, a folder or a .gguf file);
+    """The class server's flags for `model` (a bundled name, a folder or a .gguf file);
     ValueError naming what is wrong before any server starts."""
     if model in BUNDLED_MODELS:
         return ["--model", model]

@@ -1,0 +1,269 @@
+"use strict";
+const STR = {
+  en: {title: "ServeLab: ask the class engine", code: "Join code", nick: "Nickname",
+    question: "Question", ask: "Ask", other: "中文",
+    journey: "Your request's journey",
+    pages: "Your page table (logical block → physical block)",
+    tokens: "Your tokens as they arrived (step number above)",
+    model: "The class engine runs a small English model (SmolLM2-135M): it shows how serving works, not how well a large model answers. Chinese questions may get weak answers.",
+    seat0: "seat: -", ttft0: "first token: -", rate0: "tokens/s: -",
+    seat: (s, b) => "seat " + s + ", " + b + " blocks",
+    ttft: (x) => "first token: " + x + " s", rate: (x) => "tokens/s: " + x,
+    needCode: "Type the join code shown on the projector.",
+    wrongCode: "Wrong join code: check the code on the projector.",
+    said: (n) => "the server said " + n,
+    gone: "The class engine went away (the teacher may be changing a switch): ask again.",
+    restarting: "The teacher changed a switch; asking again…",
+    waitingEngine: "Waiting for the class engine to come back…",
+    resumed: "Reconnected to your answer.",
+    door: (pos, of) => "At the door: place " + (pos + 1) + " of " + of,
+    why: "waited because: ",
+    seated: (i, st, ws, wsec) => "Seat " + i + ", boarded at step " + st + " after " + ws +
+      " steps (" + wsec + " s) at the door",
+    shared: (n) => "Prefix blocks shared with others: " + n,
+    pct: (p, n) => "Your first-token time is at the " + p + "th percentile of the class's " + n + " answers (lower is faster).",
+    pct1: "You are the first answer in the class.",
+    reasons: {seats: "all seats taken", kv: "KV cache full", static: "the static bus was still running", budget: "this step's token budget used up", other: "busy"}},
+  zh: {title: "ServeLab：向全班的引擎提问", code: "加入码", nick: "昵称",
+    question: "问题", ask: "提问", other: "English",
+    journey: "你的请求的旅程",
+    pages: "你的页表（逻辑块 → 物理块）",
+    tokens: "你的词元，按到达顺序（上方是步数）",
+    model: "全班的引擎运行一个小型英文模型（SmolLM2-135M）：它展示推理服务如何运作，而不是大模型答得多好。中文问题的回答可能较弱。",
+    seat0: "座位：-", ttft0: "首个词元：-", rate0: "词元/秒：-",
+    seat: (s, b) => "座位 " + s + "，" + b + " 个块",
+    ttft: (x) => "首个词元：" + x + " 秒", rate: (x) => "词元/秒：" + x,
+    needCode: "请输入投影上显示的加入码。",
+    wrongCode: "加入码不对：请核对投影上的加入码。",
+    said: (n) => "服务器返回 " + n,
+    gone: "全班的引擎暂时离开了（老师可能在切换开关）：请再问一次。",
+    restarting: "老师切换了一个开关；正在重新提问……",
+    waitingEngine: "正在等待全班的引擎恢复……",
+    resumed: "已重新连接到你的回答。",
+    door: (pos, of) => "在门口：第 " + (pos + 1) + " 位，共 " + of + " 位",
+    why: "等待原因：",
+    seated: (i, st, ws, wsec) => "座位 " + i + "，第 " + st + " 步上车，在门口等了 " + ws +
+      " 步（" + wsec + " 秒）",
+    shared: (n) => "与他人共享的前缀块：" + n,
+    pct: (p, n) => "你的首词元时间位于全班 " + n + " 个回答的第 " + p + " 百分位（越低越快）。",
+    pct1: "你是全班第一个得到回答的。",
+    reasons: {seats: "座位已满", kv: "KV 缓存已满", static: "静态批处理的大巴还在跑", budget: "本步的词元预算已用完", other: "繁忙"}}
+};
+const $ = (id) => document.getElementById(id);
+let lang = localStorage.getItem("servelab-lang") ||
+  ((navigator.language || "").toLowerCase().startsWith("zh") ? "zh" : "en");
+const S = () => STR[lang];
+let view = null;  // what the page shows of the current answer, redrawn on a language change
+function fresh() {
+  return {seat: null, ttft: null, rate: null, door: null, seated: null, pages: [],
+          shared: null, pct: null, n: 0};
+}
+function applyLang() {
+  document.documentElement.lang = lang === "zh" ? "zh-CN" : "en";
+  document.title = S().title;
+  document.querySelectorAll("[data-t]").forEach((el) => { el.textContent = S()[el.dataset.t]; });
+  $("lang").textContent = S().other;
+  drawStats();
+}
+function reasonText(r) { return S().reasons[r] || S().reasons.other; }
+function drawStats() {
+  const v = view || fresh();
+  $("seat").textContent = v.seat ? S().seat(v.seat[0], v.seat[1]) : S().seat0;
+  $("ttft").textContent = v.ttft !== null ? S().ttft(v.ttft) : S().ttft0;
+  $("rate").textContent = v.rate !== null ? S().rate(v.rate) : S().rate0;
+  if (!view) return;
+  $("journey").hidden = false;
+  const reasons = (rs) => rs.length ? " · " + S().why + [...new Set(rs.map(reasonText))].join(", ") : "";
+  $("j-door").textContent = v.door ? S().door(v.door.position, v.door.of) + reasons(v.door.reasons) : "";
+  const s = v.seated;
+  $("j-seat").textContent = s ? S().seated(s.index, s.boarded_step, s.waited_steps, s.waited_s.toFixed(2)) + reasons(s.reasons) : "";
+  $("j-shared").textContent = v.shared !== null ? S().shared(v.shared) : "";
+  $("j-class").textContent = v.pct === null ? "" : (v.n < 1 ? S().pct1 : S().pct(v.pct, v.n));
+}
+$("lang").addEventListener("click", () => {
+  lang = lang === "zh" ? "en" : "zh";
+  localStorage.setItem("servelab-lang", lang);
+  applyLang();
+});
+const frag = new URLSearchParams(location.hash.slice(1));
+if (frag.get("code")) { $("code").value = frag.get("code"); }
+$("nick").value = localStorage.getItem("servelab-nick") || "";
+$("q").addEventListener("input", () => { $("count").textContent = $("q").value.length + " / 400"; });
+let phone = localStorage.getItem("servelab-phone");
+if (!phone) {
+  const b = new Uint8Array(16); crypto.getRandomValues(b);
+  phone = Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+  localStorage.setItem("servelab-phone", phone);
+}
+function say(text) { $("msg").textContent = text; }
+function note(text) { $("note").textContent = text; }
+function reset(nickname, question) {
+  view = fresh();
+  say(""); $("answer").textContent = ""; $("asked").textContent = nickname + ": " + question;
+  $("pages").textContent = ""; $("tokens").textContent = "";
+  drawStats();
+}
+function token(text, step, cls) {
+  const el = document.createElement("span");
+  el.className = "tk" + (cls ? " " + cls : "");
+  if (step !== null) { const sup = document.createElement("sup"); sup.textContent = step; el.appendChild(sup); }
+  el.appendChild(document.createTextNode(text));
+  $("tokens").appendChild(el);
+}
+// one answer's events, from a fetch response; returns "done", "restart", "error" or "cut"
+async function read(r, st) {
+  const reader = r.body.getReader(), dec = new TextDecoder();
+  let buf = "";
+  for (;;) {
+    const {value, done} = await reader.read();
+    if (done) return "cut";
+    buf += dec.decode(value, {stream: true});
+    let i;
+    while ((i = buf.indexOf("\n\n")) >= 0) {
+      const line = buf.slice(0, i); buf = buf.slice(i + 2);
+      if (!line.startsWith("data: ")) continue;
+      const ev = JSON.parse(line.slice(6));
+      st.next = ev.i + 1;
+      if (ev.type === "accepted") {
+        st.rid = ev.request_id;
+        localStorage.setItem("servelab-answer", JSON.stringify(
+          {rid: ev.request_id, nick: st.nickname, question: st.question}));
+      } else if (ev.type === "delta") {
+        if (st.first === null && ev.text) {
+          st.first = performance.now();
+          view.ttft = ((st.first - st.sent) / 1000).toFixed(2);
+        }
+        $("answer").textContent += ev.text;
+        if (ev.text) token(ev.text, ev.step, "");
+      } else if (ev.type === "seat") {
+        view.seat = [ev.seat, ev.blocks];
+      } else if (ev.type === "journey") {
+        if (ev.door) view.door = ev.door;
+        if (ev.seat) { view.seated = ev.seat; view.door = null; }
+        if (ev.blocks) {
+          const p = $("pages");
+          for (let k = p.children.length; k < ev.blocks.length; k++) {
+            const el = document.createElement("span");
+            el.textContent = k + " → " + ev.blocks[k];
+            p.appendChild(el);
+          }
+        }
+        if (ev.shared_blocks !== undefined) view.shared = ev.shared_blocks;
+        if (ev.drafts) {
+          for (const d of ev.drafts) token(d.text, null, d.accepted ? "ok" : "no");
+        }
+      } else if (ev.type === "done") {
+        const s = (performance.now() - (st.first || st.sent)) / 1000;
+        if (ev.tokens > 1 && s > 0) view.rate = ((ev.tokens - 1) / s).toFixed(1);
+        if (st.resumed && ev.server_ttft_s) view.ttft = ev.server_ttft_s.toFixed(2);
+        if (ev.ttft_percentile !== null && ev.ttft_percentile !== undefined) {
+          view.pct = Math.round(ev.ttft_percentile); view.n = ev.class_answers;
+        } else { view.pct = 0; view.n = 0; }
+        drawStats();
+        return "done";
+      } else if (ev.type === "error") {
+        drawStats();
+        if (ev.code === "engine_restarting") return "restart";
+        say(ev.message);
+        return "error";
+      }
+      drawStats();
+    }
+  }
+}
+const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
+let phoneToken = sessionStorage.getItem("servelab-phone");
+async function joinOnce(code) {
+  // the server's token for this phone: its limits count by it, not by the nickname
+  if (phoneToken) return;
+  try {
+    const r = await fetch("/class/token", {method: "POST", headers: {"Authorization": "Bearer " + code}});
+    if (r.ok) { phoneToken = (await r.json()).phone; sessionStorage.setItem("servelab-phone", phoneToken); }
+  } catch (e) {}
+}
+async function ask() {
+  const code = $("code").value.trim(), nickname = $("nick").value, question = $("q").value;
+  note("");
+  if (!code) { say(S().needCode); return; }
+  localStorage.setItem("servelab-nick", nickname);
+  reset(nickname, question);
+  $("ask").disabled = true;
+  try {
+    for (let attempt = 0; attempt < 20; attempt++) {
+      const st = {nickname, question, sent: performance.now(), first: null, next: 0, rid: null};
+      let outcome;
+      try {
+        await joinOnce(code);
+        const headers = {"Content-Type": "application/json", "Authorization": "Bearer " + code};
+        if (phoneToken) headers["X-ServeLab-Phone"] = phoneToken;
+        const r = await fetch("/class/ask", {method: "POST", headers,
+          body: JSON.stringify({nickname, question, phone})});
+        if (!r.ok) {
+          let m = S().said(r.status);
+          try { m = (await r.json()).error.message; } catch (e) {}
+          if (r.status === 503 && attempt < 19) { note(S().waitingEngine); await sleep(1000); continue; }
+          say(r.status === 401 ? S().wrongCode : m);
+          return;
+        }
+        outcome = await read(r, st);
+        if (outcome === "cut" && st.rid) outcome = await follow(code, st);
+      } catch (e) {
+        outcome = st.rid ? await follow(code, st).catch(() => "gone") : "gone";
+      }
+      if (outcome === "restart") {
+        note(S().restarting);
+        reset(nickname, question);
+        await sleep(500);
+        continue;
+      }
+      if (outcome === "gone") {
+        note(S().waitingEngine);
+        await sleep(1500);
+        reset(nickname, question);
+        continue;
+      }
+      if (outcome === "done") note("");
+      return;
+    }
+    say(S().gone);
+  } finally {
+    $("ask").disabled = false;
+  }
+}
+// reattach to an answer by its id (a dropped connection, or a reload), from event st.next
+async function follow(code, st) {
+  for (let tries = 0; tries < 5; tries++) {
+    const r = await fetch("/class/answer/" + encodeURIComponent(st.rid) + "?start=" + st.next,
+      {headers: {"Authorization": "Bearer " + code, "X-Phone-Secret": phone}});
+    if (r.status === 404) { localStorage.removeItem("servelab-answer"); return "error"; }
+    if (!r.ok) { await sleep(1000); continue; }
+    const out = await read(r, st);
+    if (out !== "cut") return out;
+  }
+  return "gone";
+}
+async function resume() {
+  let saved = null;
+  try { saved = JSON.parse(localStorage.getItem("servelab-answer") || "null"); } catch (e) {}
+  const code = $("code").value.trim();
+  if (!saved || !saved.rid || !code) return;
+  $("q").value = saved.question;
+  $("count").textContent = saved.question.length + " / 400";
+  reset(saved.nick, saved.question);
+  const st = {nickname: saved.nick, question: saved.question, sent: performance.now(),
+              first: null, next: 0, rid: saved.rid, resumed: true};
+  $("ask").disabled = true;
+  try {
+    const out = await follow(code, st);
+    if (out === "error" && st.next === 0) { view = null; $("asked").textContent = ""; drawStats(); }
+    else note(S().resumed);
+    if (out === "restart") { $("ask").disabled = false; await ask(); }
+  } catch (e) {
+    note("");
+  } finally {
+    $("ask").disabled = false;
+  }
+}
+$("ask").addEventListener("click", ask);
+applyLang();
+resume();
