@@ -27,10 +27,12 @@ The rules, and why:
               the CPU has them, "bf16" (the weight-streaming matmul) on other bf16 CPUs with
               the C++ kernels, else "plain" (`F.linear`: GPUs, fp32, the reference). GGUF
               weights are their own layout.
-  isa         the C++ matmul's instruction set: SERVELAB_CPU_ISA if set, else the widest this
-              CPU runs; "+vnni" / "+dot" where the integer kernels (gguf-q8, gguf-q16) use the
-              CPU's dot-product instructions; "+amx" where gguf-q16 runs steps of 8 rows and
-              more on AMX int8 tiles (the same bits). None without the C++ kernels.
+  isa         the C++ matmul's instruction set: SERVELAB_CPU_ISA if set (read once, into the
+              machine's facts), else the widest this CPU runs; "+vnni" / "+dot" where the
+              integer kernels (gguf-q8, gguf-q16) use the CPU's dot-product instructions;
+              "+amx" where gguf-q16 runs steps of 8 rows and more on AMX int8 tiles (the same
+              bits). None without the C++ kernels. The kernels take it as an argument and
+              never read the environment to choose one.
   attention   "auto": Triton on CUDA; on a CPU the C++ kernels' backend if they loaded, else
               torch's.
   layer_ops   the small per-layer ops (RMSNorm, rotary, SwiGLU): the C++ kernels where they
@@ -74,6 +76,8 @@ ISA_NEEDS = {"avx512": {"avx512f", "avx512bw", "avx512vl", "avx2", "fma", "f16c"
              "avx2": {"avx2", "fma", "f16c"}, "neon": set(), "portable": set()}
 # the integer kernels' dot-product variant of an instruction set, and the flag it needs
 DOT_VARIANTS = {"avx512": ("vnni", "avx512_vnni"), "neon": ("dot", "asimddp")}
+# (the C++ kernels' name of a dot-product feature, the CPU flag that has it)
+DOT_FEATURES = (("vnni", "avx512_vnni"), ("dotprod", "asimddp"))
 
 
 def widest_isa(arch: str, flags: frozenset[str]) -> str:
@@ -92,7 +96,7 @@ class MachineFacts:
     cpu_flags: frozenset[str]  # /proc/cpuinfo's flags (Features on AArch64)
     cuda: bool  # a CUDA device is available
     cpu_kernels: bool  # the C++ CPU kernels built and loaded here
-    isa: str  # the instruction set the C++ matmul runs (SERVELAB_CPU_ISA, else the widest)
+    isa: str  # the C++ matmul's instruction set here (SERVELAB_CPU_ISA, else the widest)
     amx: bool  # the C++ kernels may use AMX bf16 tiles (the CPU has them, the OS allows them)
     threads: int  # torch's intra-op thread count in this process
     q16_tiles: bool = False  # the int16 kernel (gguf-q16) may use AMX int8 tiles (avx512 isa)
@@ -115,7 +119,10 @@ class MachineFacts:
     @classmethod
     def detect(cls, cpu_kernels: bool = True) -> MachineFacts:
         """This machine's facts. cpu_kernels=False: do not build or load the C++ kernels (the
-        plan then has none). A SERVELAB_CPU_ISA naming a set this CPU lacks raises ValueError."""
+        plan then has none). The environment is read here, once, as facts: SERVELAB_CPU_ISA
+        names the matmul's instruction set (a set this CPU lacks, or an unknown one, raises
+        ValueError), and the kernels' SERVELAB_CPU_ISA_DISABLE makes features they treat as
+        missing (avx512, vnni, dotprod, amx) missing from the facts too."""
         import torch
 
         flags = frozenset(_read_cpu_flags())
@@ -127,8 +134,13 @@ class MachineFacts:
 
             loaded = library.load()
             if loaded:
-                isa, amx = library.matmul_isa(), library.amx_available()
-                tiles = torch.ops.servelab.q16_tiles_from_rows() > 0
+                ops = torch.ops.servelab
+                isa = library.matmul_isa(os.environ.get("SERVELAB_CPU_ISA", ""),
+                                         "SERVELAB_CPU_ISA")
+                amx = library.amx_available()
+                tiles = isa == "avx512" and ops.isa_supported("amx")
+                flags -= {flag for feature, flag in DOT_FEATURES
+                          if not ops.isa_supported(feature)}
         return cls(arch, flags, torch.cuda.is_available(), loaded, isa, amx,
                    torch.get_num_threads(), tiles)
 

@@ -222,7 +222,6 @@ class LlamaModel:
         if layout in ("bf16", *GGUF_LAYOUTS):
             if not cpu_kernels:
                 raise ValueError(f"layout={layout!r} needs cpu_kernels=True (the C++ matmul)")
-            library.matmul_isa()  # a ValueError now if SERVELAB_CPU_ISA asks for a missing one
             allowed = (torch.bfloat16,) if layout == "bf16" else (torch.float32, torch.bfloat16)
             if (layout in GROUPED_ACTIVATIONS
                     and any(n % 16 for n, _ in self.linear_shapes(self.cfg))):
@@ -326,7 +325,8 @@ class LlamaModel:
                 h, cos, sin, self.cpp_layer_weights, self.final_norm,
                 [kv[0] for kv in kv_caches], [kv[1] for kv in kv_caches], meta.slot_mapping,
                 meta.block_tables, meta.seq_lens, meta.query_start_loc, hq, hkv, self.scale, eps,
-                GROUPED_ACTIVATIONS.get(self.layout, "float"))
+                GROUPED_ACTIVATIONS.get(self.layout, "float"),
+                "amx" if self.layout == "amx" else "")  # "": the widest set here
         ops, linear = self.ops, self.linear
         x = ops.rms_norm(h, self.layers[0]["in_norm"], eps)
         for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, kv_caches)):

@@ -330,7 +330,8 @@ class EagleHead:
             return torch.ops.servelab.decode_layers(
                 x, cos, sin, self.cpp_weights, w["out_norm"], [kv[0]], [kv[1]],
                 meta.slot_mapping, meta.block_tables, meta.seq_lens, meta.query_start_loc, hq,
-                hkv, self.scale, eps, GROUPED_ACTIVATIONS.get(tm.layout, "float"))
+                hkv, self.scale, eps, GROUPED_ACTIVATIONS.get(tm.layout, "float"),
+                "amx" if tm.layout == "amx" else "")  # "": the widest set here
         a = ops.rms_norm(x, w["in_norm"], eps)
         qkv = linear(a, w["qkv"])
         qk_size = self.q_size + self.kv_size
