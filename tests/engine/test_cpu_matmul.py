@@ -258,13 +258,18 @@ def test_dense_bf16_layout_runs_the_cpp_loop_with_the_same_tokens(tokenizer):
     """layout="bf16" (what a CPU without AMX gets): our matmul on the dense bf16 weights. The
     C++ layer loop and the Python loop give the same tokens, and with weights="gguf" in bf16 a
     request decodes the same tokens alone as in a batch (the matmul is batch-invariant)."""
+    import dataclasses
+
     from engine.model.llama import LlamaModel
+    from engine.plan import machine_facts
 
     ids = [tokenizer.encode(p, add_special_tokens=False) for p in PROMPTS[:4]]
     params = SamplingParams(max_tokens=12, ignore_eos=True)
     eng = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=4, max_model_len=128))
-    model = LlamaModel(eng.model.loaded, eng.device, eng.dtype, 128, cpu_kernels=True,
-                       layout="bf16")
+    # the engine's plan, with the dense bf16 weights on this machine's matmul
+    plan = dataclasses.replace(eng.plan, weights="dense", layout="bf16",
+                               isa=machine_facts().isa, layer_loop="cpp")
+    model = LlamaModel(eng.model.loaded, plan, 128)
     assert model.cpp_layer_weights is not None
     eng.model = eng.runner.model = model
     cpp = [o.token_ids for o in eng.generate(ids, params)]
