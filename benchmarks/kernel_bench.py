@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -173,10 +174,11 @@ def bench_layer_loop(engine) -> None:
         print("layer loop: this model or CPU runs the Python loop only (no AMX weights)")
         return
     other = LLMEngine(engine.config)
-    # the same weights and kernels, called from LlamaModel.forward
-    python_loop = LlamaModel(engine.model.loaded, engine.device, engine.dtype,
-                             engine.config.max_model_len + 1, cpu_kernels=True, layout="amx",
-                             cpp_layer_loop=False)
+    # the same plan (weights, kernels, instruction set), the layers called from
+    # LlamaModel.forward
+    python_loop = LlamaModel(engine.model.loaded,
+                             dataclasses.replace(engine.plan, layer_loop="python"),
+                             engine.config.max_model_len + 1)
     other.model = other.runner.model = python_loop
     print("layer loop: decode steps, ms per step")
     params = SamplingParams(max_tokens=200, ignore_eos=True)
@@ -194,23 +196,30 @@ def bench_layer_loop(engine) -> None:
                 e.step()
 
 
-def _isa(name: str | None):
-    """Run the weight-streaming matmul on this instruction set (SERVELAB_CPU_ISA) for a while."""
-    return _env("SERVELAB_CPU_ISA", name) if name else contextlib.nullcontext()
-
-
-def _dense_engine(layout: str, **kw):
-    """A bf16 dense engine whose linear weights take `layout` ("amx", "bf16"): the engine picks
-    one layout per CPU, so the bench builds the model itself to set the others beside it."""
-    from engine.config import EngineConfig
+def _engine(config, isa: str | None = None):
+    """An engine whose plan runs the weight-streaming matmul on this instruction set
+    (SERVELAB_CPU_ISA, the machine facts' input, set while the plan is made; None: the
+    widest). The plan passes its set with every call, so each set needs its own engine."""
     from engine.engine import LLMEngine
-    from engine.model.llama import LlamaModel
 
-    eng = LLMEngine(EngineConfig(dtype="bfloat16", weights="dense", **kw))
+    with _env("SERVELAB_CPU_ISA", isa) if isa else contextlib.nullcontext():
+        return LLMEngine(config)
+
+
+def _dense_engine(layout: str, isa: str | None = None, **kw):
+    """A bf16 dense engine whose linear weights take `layout` ("amx", "bf16") on `isa`: the
+    plan picks one layout per CPU, so the bench builds the model itself, from the engine's plan
+    with that layout, to set the others beside it."""
+    from engine.config import EngineConfig
+    from engine.model.llama import LlamaModel
+    from engine.plan import machine_facts
+
+    eng = _engine(EngineConfig(dtype="bfloat16", weights="dense", **kw), isa)
     if eng.model.layout != layout:
-        eng.model = eng.runner.model = LlamaModel(
-            eng.model.loaded, eng.device, eng.dtype, eng.config.max_model_len + 1,
-            cpu_kernels=True, layout=layout)
+        plan = dataclasses.replace(eng.plan, layout=layout,
+                                   isa="amx" if layout == "amx" else isa or machine_facts().isa)
+        eng.model = eng.runner.model = LlamaModel(eng.model.loaded, plan,
+                                                  eng.config.max_model_len + 1)
     return eng
 
 
@@ -258,14 +267,14 @@ def bench_gguf_matmuls(gguf, isas: list[str], bw: float, rounds: int = 5,
         for _ in range(rounds):  # the kinds take turns, the best of the rounds counts
             for name, fn in ways.items():
                 times[name] = min(times[name], timed(fn, 3))
-        with _isa(isa):
-            gguf.add_request("Count slowly from 1 upwards:",
-                             SamplingParams(max_tokens=4 + 16 * rounds, ignore_eos=True))
-            for _ in range(3):
-                gguf.step()  # the prefill and the first decodes
-            step = min(timed(gguf.step, 16) for _ in range(rounds - 1))
-            while gguf.has_unfinished():
-                gguf.step()
+        eng = _engine(gguf.config, isa)  # the whole step on this set: the plan's
+        eng.add_request("Count slowly from 1 upwards:",
+                        SamplingParams(max_tokens=4 + 16 * rounds, ignore_eos=True))
+        for _ in range(3):
+            eng.step()  # the prefill and the first decodes
+        step = min(timed(eng.step, 16) for _ in range(rounds - 1))
+        while eng.has_unfinished():
+            eng.step()
         total_mm = sum(times.values())
         cells = []
         for name, t in times.items():
@@ -336,24 +345,22 @@ def bench_gguf_rows(rows=(1, 2, 4, 8, 9, 12, 16, 32), rounds: int = 5,
             matmul(xs[m][k], w, "auto", isa)
 
     isas = [isa for isa in library.supported_isas() if isa != "portable"]  # portable: correctness
-    # (label, activations, isa, what SERVELAB_CPU_ISA_DISABLE turns off)
-    paths = [(isa, "float", isa, "") for isa in isas]
-    paths += [(isa + ("-vnni" if vnni else ""), act, isa, "amx" if vnni else "vnni,amx")
+    # (label, activations, isa as the plan names it: its variants explicit)
+    paths = [(isa, "float", isa) for isa in isas]
+    paths += [(isa + ("-vnni" if vnni else ""), act, isa + ("+vnni" if vnni else ""))
               for act in ("q8", "q16")
               for isa, vnni in (("avx512", True), ("avx512", False), ("avx2", False))
               if isa in isas and (library.has_vnni() or not vnni)]
     if torch.ops.servelab.q16_tiles_from_rows():  # the int16 kernel on AMX tiles, where it runs
-        paths.append(("avx512-vnni-amx", "q16", "avx512", ""))
+        paths.append(("avx512-vnni-amx", "q16", "avx512+vnni+amx"))
     best = {(label, act, m): float("inf") for label, act, *_ in paths for m in rows}
     for r in range(rounds + 1):  # round 0 warms up
-        for label, act, isa, disable in paths:
-            with _env("SERVELAB_CPU_ISA_DISABLE", disable):
-                for m in rows:
-                    t = time.perf_counter()
-                    step(m, isa, act)
-                    if r:
-                        best[label, act, m] = min(best[label, act, m],
-                                                  time.perf_counter() - t)
+        for label, act, isa in paths:
+            for m in rows:
+                t = time.perf_counter()
+                step(m, isa, act)
+                if r:
+                    best[label, act, m] = min(best[label, act, m], time.perf_counter() - t)
     torch.set_num_threads(threads)
     out = []
     for label, act, *_ in paths:
@@ -374,7 +381,7 @@ def _row_cells(isa: str, activations: str, rows, best: dict, n_weights: int) -> 
 
 @contextlib.contextmanager
 def _env(name: str, value: str):
-    """Set an environment variable for a while (the C++ kernels read theirs at each call)."""
+    """Set an environment variable for a while (the plan reads SERVELAB_CPU_ISA when made)."""
     before = os.environ.get(name)
     os.environ[name] = value
     try:
@@ -421,38 +428,36 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool 
     engines = {}
     if library.amx_available():
         engines["dense bf16, AMX kernel"] = (_dense_engine("amx", **kw), None)
-    dense_kernel = _dense_engine("bf16", **kw)
     for isa in isas:
         if isa != "portable":  # the portable path is there for correctness, not bf16 speed
-            engines[f"dense bf16, matmul {isa}"] = (dense_kernel, isa)
+            engines[f"dense bf16, matmul {isa}"] = (_dense_engine("bf16", isa, **kw), isa)
     gguf = LLMEngine(EngineConfig(dtype="bfloat16", weights="gguf", **kw))
     for isa in isas:
-        engines[f"gguf Q4_1/Q8_0, matmul {isa}"] = (gguf, isa)
+        engines[f"gguf Q4_1/Q8_0, matmul {isa}"] = (_engine(gguf.config, isa), isa)
     if fp32_default:  # the default runs fp32 activations here (GGUF blocks, or no bf16 units)
         engines["dense fp32, PyTorch F.linear"] = (
             LLMEngine(EngineConfig(dtype="float32", weights="dense", **kw)), None)
-        gguf32 = LLMEngine(EngineConfig(dtype="float32", weights="gguf", **kw))
+        gguf32 = EngineConfig(dtype="float32", weights="gguf", **kw)
         for isa in isas:
             if isa != "portable":
-                engines[f"gguf, fp32 activations, {isa}"] = (gguf32, isa)
+                engines[f"gguf, fp32 activations, {isa}"] = (_engine(gguf32, isa), isa)
     # the same blocks with int8 activations, llama.cpp's arithmetic (VNNI where the CPU has it)
-    q8 = LLMEngine(EngineConfig(dtype="float32", weights="gguf-q8", **kw))
+    q8 = EngineConfig(dtype="float32", weights="gguf-q8", **kw)
     for isa in isas:
         if isa != "portable":
-            engines[f"gguf-q8, int8 activations, {isa}"] = (q8, isa)
-    q16 = LLMEngine(EngineConfig(dtype="float32", weights="gguf-q16", **kw))
+            engines[f"gguf-q8, int8 activations, {isa}"] = (_engine(q8, isa), isa)
+    q16 = EngineConfig(dtype="float32", weights="gguf-q16", **kw)
     for isa in isas:
         if isa != "portable":
-            engines[f"gguf-q16, int16 activations, {isa}"] = (q16, isa)
+            engines[f"gguf-q16, int16 activations, {isa}"] = (_engine(q16, isa), isa)
     bw = memory_read_bandwidth(torch.device("cpu"))
     print(f"[{gguf.describe()}] read bandwidth {bw / 1e9:.1f} GB/s; matmul paths here: "
           f"{', '.join(isas)}")
     breakdown = bench_gguf_matmuls(gguf, isas, bw)
     rates = dict.fromkeys(engines, 0.0)
     for _ in range(rounds):  # the ways take turns, the best of the rounds counts
-        for name, (eng, isa) in engines.items():
-            with _isa(isa):
-                rates[name] = max(rates[name], decode_rate(eng, 1))
+        for name, (eng, _) in engines.items():
+            rates[name] = max(rates[name], decode_rate(eng, 1))
     rows = []
     print("batch-1 decode (weights: MB a step reads; floor: read bandwidth / those bytes)")
     for name, (eng, isa) in engines.items():
@@ -470,16 +475,15 @@ def bench_weights(longtail_seats: int = 16, rounds: int = 2, only_matmuls: bool 
     cpu = torch.device("cpu")
     default = plan_for(EngineConfig(device="cpu", **kw))
     weights, dtype = default.weights, default.dtype
-    ways = {f"engine default ({dtype}, weights {weights})": (EngineConfig(**kw), None)}
+    ways = {f"engine default ({dtype}, weights {weights})": EngineConfig(**kw)}
     for other in ("dense", "gguf", "gguf-q8", "gguf-q16"):  # every other way, in its own dtype
         if other != weights:
             other_dtype = str(resolve_dtype("auto", cpu, weights=other)).removeprefix("torch.")
-            ways[f"{other_dtype}, weights {other}"] = (
-                EngineConfig(dtype=other_dtype, weights=other, **kw), None)
-    for name, (cfg, isa) in ways.items():
-        with _isa(isa):
-            t = time.perf_counter()
-            res = run_engine(cfg, work)
+            ways[f"{other_dtype}, weights {other}"] = EngineConfig(dtype=other_dtype,
+                                                                  weights=other, **kw)
+    for name, cfg in ways.items():
+        t = time.perf_counter()
+        res = run_engine(cfg, work)
         res.update(way=name, wall_s=time.perf_counter() - t)
         longtail.append(res)
         print(f"  {name:32s} {res['output_tok_per_s']:7.1f} output tok/s")

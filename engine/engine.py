@@ -52,6 +52,32 @@ class RequestOutput:
 
 
 class LLMEngine:
+    # the plan's choices (self.plan, engine/plan.py), read from it, never copied: the names
+    # other code reads
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self.plan.device)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.plan.torch_dtype
+
+    @property
+    def kv_dtype(self) -> torch.dtype:  # the KV pool's numbers
+        return self.plan.torch_kv_dtype
+
+    @property
+    def backend_name(self) -> str:
+        return self.plan.attention
+
+    @property
+    def uses_cpu_kernels(self) -> bool:
+        return self.plan.cpu_kernels
+
+    @property
+    def uses_graphs(self) -> bool:  # decode steps replay CUDA graphs (engine/graphs.py)
+        return self.plan.cuda_graphs
+
     def __init__(self, config: EngineConfig | None = None, progress: Progress | None = None):
         self.config = cfg = config or EngineConfig()
         # how every step runs, decided once (engine/plan.py) from the config, this machine and
@@ -59,9 +85,6 @@ class LLMEngine:
         facts = ModelFacts.of(cfg.model, read_config(hf_folder(cfg.model, progress)))
         self.plan: ExecutionPlan = plan_for(cfg, facts)
         plan = self.plan
-        self.device = torch.device(plan.device)
-        self.dtype = plan.torch_dtype
-        self.kv_dtype = plan.torch_kv_dtype  # the KV pool's numbers
         loaded = load_model(cfg.model, self.dtype, progress)
         self.tokenizer = loaded.tokenizer
         mcfg = self.model_config = loaded.config
@@ -69,13 +92,8 @@ class LLMEngine:
         if getattr(self.tokenizer, "eos_token_id", None) is not None:
             self.eos_ids.add(self.tokenizer.eos_token_id)
         k = cfg.spec.num_speculative_tokens if cfg.spec else 0
-        self.uses_cpu_kernels = plan.cpu_kernels
-        self.backend_name = plan.attention
-        self.weights = plan.weights
-        # shared by every engine in this process with the same weights, dtype, layout, kernels
-        self.model = shared_model(loaded, self.device, self.dtype, cfg.max_model_len + k + 1,
-                                  cpu_kernels=plan.cpu_kernels, layout=plan.layout,
-                                  fused_ops=plan.layer_ops == "triton")
+        # built as the plan says; shared by every engine in this process whose plan builds the same
+        self.model = shared_model(loaded, plan, cfg.max_model_len + k + 1)
         self.backend = get_backend(self.backend_name)
         if self.backend_name == "triton":  # ValueError on CUDA under TRITON_INTERPRET
             self.backend.check_device(self.device)
@@ -86,7 +104,6 @@ class LLMEngine:
                 f"num_kv_blocks={num_blocks} is too small: one request of max_model_len="
                 f"{cfg.max_model_len} needs {cfg.blocks_per_seq} blocks of block_size="
                 f"{cfg.block_size}")
-        self.uses_graphs = plan.cuda_graphs  # decode steps replay CUDA graphs (engine/graphs.py)
         # with graphs the pool has one more block, which no request owns: padding rows write there
         self.pool = KVPool(mcfg.num_layers, num_blocks + self.uses_graphs, cfg.block_size,
                            mcfg.num_kv_heads, mcfg.head_dim, self.kv_dtype, self.device)

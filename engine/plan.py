@@ -26,11 +26,16 @@ The rules, and why:
   layout      how the dense weights are laid out for their matmul: "amx" (AMX tiles) where
               the CPU has them, "bf16" (the weight-streaming matmul) on other bf16 CPUs with
               the C++ kernels, else "plain" (`F.linear`: GPUs, fp32, the reference). GGUF
-              weights are their own layout.
-  isa         the C++ matmul's instruction set: SERVELAB_CPU_ISA if set, else the widest this
-              CPU runs; "+vnni" / "+dot" where the integer kernels (gguf-q8, gguf-q16) use the
-              CPU's dot-product instructions; "+amx" where gguf-q16 runs steps of 8 rows and
-              more on AMX int8 tiles (the same bits). None without the C++ kernels.
+              weights are their own layout. Each layout is one row of
+              engine/model/layouts.py (its pack and matmul, dtypes, shape rules, whether the
+              C++ layer loop reads it); the plan checks the chosen row here, once, and the
+              model, the EAGLE head and the draft build what the row says.
+  isa         the C++ matmul's instruction set: SERVELAB_CPU_ISA if set (read once, into the
+              machine's facts), else the widest this CPU runs; "+vnni" / "+dot" where the
+              integer kernels (gguf-q8, gguf-q16) use the CPU's dot-product instructions;
+              "+amx" where gguf-q16 runs steps of 8 rows and more on AMX int8 tiles (the same
+              bits). None without the C++ kernels. The model passes it with every call to the
+              C++ matmuls and the C++ layer loop; the kernels never choose one themselves.
   attention   "auto": Triton on CUDA; on a CPU the C++ kernels' backend if they loaded, else
               torch's.
   layer_ops   the small per-layer ops (RMSNorm, rotary, SwiGLU): the C++ kernels where they
@@ -52,6 +57,9 @@ The rules, and why:
   cuda_graphs None: on for CUDA, off elsewhere.
   threads     torch's intra-op threads: the count torch chose for this process when the plan
               was made (one per physical core it may use); the engine keeps it.
+  draft_dtype the built-in draft's many-row dense copy (spec/draft.py): bfloat16 on CUDA and
+              on CPUs with bf16 matrix units, else float32 holding the same bf16 values (an
+              emulated bf16 GEMM is many times slower than the fp32 one).
 
 Every choice the config makes explicitly is checked here, and a ValueError names the field.
 """
@@ -63,17 +71,16 @@ import platform
 from dataclasses import asdict, dataclass, field
 
 from engine.config import EngineConfig
+from engine.model.layouts import GGUF_WEIGHTS, LAYOUTS
 
-LAYOUTS = ("plain", "amx", "bf16", "gguf", "gguf-q8", "gguf-q16")
-GGUF_WEIGHTS = ("gguf", "gguf-q8", "gguf-q16")
-# layouts the C++ layer loop (ops.cpp decode_layers) reads
-CPP_LOOP_LAYOUTS = ("amx", "bf16", *GGUF_WEIGHTS)
 # the C++ matmul's instruction sets, widest first, per architecture
 ISAS = {"x86_64": ("avx512", "avx2", "portable"), "aarch64": ("neon", "portable")}
 ISA_NEEDS = {"avx512": {"avx512f", "avx512bw", "avx512vl", "avx2", "fma", "f16c"},
              "avx2": {"avx2", "fma", "f16c"}, "neon": set(), "portable": set()}
 # the integer kernels' dot-product variant of an instruction set, and the flag it needs
 DOT_VARIANTS = {"avx512": ("vnni", "avx512_vnni"), "neon": ("dot", "asimddp")}
+# (the C++ kernels' name of a dot-product feature, the CPU flag that has it)
+DOT_FEATURES = (("vnni", "avx512_vnni"), ("dotprod", "asimddp"))
 
 
 def widest_isa(arch: str, flags: frozenset[str]) -> str:
@@ -92,7 +99,7 @@ class MachineFacts:
     cpu_flags: frozenset[str]  # /proc/cpuinfo's flags (Features on AArch64)
     cuda: bool  # a CUDA device is available
     cpu_kernels: bool  # the C++ CPU kernels built and loaded here
-    isa: str  # the instruction set the C++ matmul runs (SERVELAB_CPU_ISA, else the widest)
+    isa: str  # the C++ matmul's instruction set here (SERVELAB_CPU_ISA, else the widest)
     amx: bool  # the C++ kernels may use AMX bf16 tiles (the CPU has them, the OS allows them)
     threads: int  # torch's intra-op thread count in this process
     q16_tiles: bool = False  # the int16 kernel (gguf-q16) may use AMX int8 tiles (avx512 isa)
@@ -115,7 +122,10 @@ class MachineFacts:
     @classmethod
     def detect(cls, cpu_kernels: bool = True) -> MachineFacts:
         """This machine's facts. cpu_kernels=False: do not build or load the C++ kernels (the
-        plan then has none). A SERVELAB_CPU_ISA naming a set this CPU lacks raises ValueError."""
+        plan then has none). The environment is read here, once, as facts: SERVELAB_CPU_ISA
+        names the matmul's instruction set (a set this CPU lacks, or an unknown one, raises
+        ValueError), and the kernels' SERVELAB_CPU_ISA_DISABLE makes features they treat as
+        missing (avx512, vnni, dotprod, amx) missing from the facts too."""
         import torch
 
         flags = frozenset(_read_cpu_flags())
@@ -127,8 +137,13 @@ class MachineFacts:
 
             loaded = library.load()
             if loaded:
-                isa, amx = library.matmul_isa(), library.amx_available()
-                tiles = torch.ops.servelab.q16_tiles_from_rows() > 0
+                ops = torch.ops.servelab
+                isa = library.matmul_isa(os.environ.get("SERVELAB_CPU_ISA", ""),
+                                         "SERVELAB_CPU_ISA")
+                amx = library.amx_available()
+                tiles = isa == "avx512" and ops.isa_supported("amx")
+                flags -= {flag for feature, flag in DOT_FEATURES
+                          if not ops.isa_supported(feature)}
         return cls(arch, flags, torch.cuda.is_available(), loaded, isa, amx,
                    torch.get_num_threads(), tiles)
 
@@ -187,6 +202,7 @@ class ExecutionPlan:
     layer_loop: str  # "cpp" (C++ where a step's attention is taken whole) or "python"
     cuda_graphs: bool  # decode-only steps replay captured CUDA graphs
     threads: int  # torch's intra-op threads
+    draft_dtype: str = "float32"  # the built-in draft's many-row dense copy (spec/draft.py)
     notes: tuple[str, ...] = field(default=())  # why a choice differs from the usual one
 
     @property
@@ -202,8 +218,27 @@ class ExecutionPlan:
         return getattr(torch, self.kv_dtype)
 
     @property
+    def torch_draft_dtype(self):
+        import torch
+
+        return getattr(torch, self.draft_dtype)
+
+    @property
     def cpu_kernels(self) -> bool:
         return self.layer_ops == "cpu"
+
+    @property
+    def row(self):
+        """The layout's row (engine/model/layouts.py): what the model builds and runs."""
+        return LAYOUTS[self.layout]
+
+    def for_draft_model(self) -> ExecutionPlan:
+        """How a draft model from a Hugging Face folder runs beside this plan's target: the
+        same device, dtype, KV cache and layer ops, its weights plain (F.linear: its shapes
+        are not this plan's model facts) in the Python layer loop."""
+        from dataclasses import replace
+
+        return replace(self, weights="dense", layout="plain", isa=None, layer_loop="python")
 
     def describe(self) -> str:
         """One line, e.g. 'cpu float32 gguf-q16 (avx512+vnni), KV cache float16, attention cpu,
@@ -287,31 +322,26 @@ def resolve_plan(config: EngineConfig, machine: MachineFacts,
             raise ValueError(f"weights={weights!r} needs a model shipped as a GGUF file "
                              f"({sorted(BUNDLED_MODELS)}); {cfg.model!r} is a Hugging Face "
                              "folder, which runs with weights='dense'")
-        if device != "cpu":
-            raise ValueError(f"weights={weights!r} runs on the CPU; device is {device}")
-        if not uses_kernels:
-            raise ValueError(f"weights={weights!r} needs the C++ CPU kernels (cpu_kernels=True, "
-                             "and g++ to build them)")
-        if dtype not in ("float32", "bfloat16"):
-            raise ValueError(f"weights={weights!r} runs float32 or bfloat16 activations, not "
-                             f"{dtype}")
-        if weights in ("gguf-q8", "gguf-q16") and any(n % 16 for n, _ in model.linear_shapes):
-            raise ValueError(f"weights={weights!r} takes output columns in groups of 16; got "
-                             f"{list(model.linear_shapes)}")
-        layout = weights
+        layout, field_name = weights, "weights"
     else:
         layout = dense_layout(model.linear_shapes, device, dtype, cfg.pack_weights,
                               uses_kernels, machine)
-    # the matmul's instruction set: the C++ matmul's layouts only
+        field_name = "layout"
+    # the layout's row (engine/model/layouts.py), checked here once: what the model builds
+    row = LAYOUTS[layout]
+    refusal = row.refusal(device, dtype, uses_kernels, model.linear_shapes, machine.amx)
+    if refusal:
+        raise ValueError(f"{field_name}={layout!r} {refusal}")
+    # the matmul's instruction set: the C++ matmul's layouts only (the AMX tiles are their own)
     isa = None
-    if uses_kernels and layout in ("bf16", *GGUF_WEIGHTS):
+    if row.kernel == "matmul":
         isa = machine.isa
         variant = DOT_VARIANTS.get(isa)
-        if weights in ("gguf-q8", "gguf-q16") and variant and variant[1] in machine.cpu_flags:
+        if row.dot and variant and variant[1] in machine.cpu_flags:
             isa = f"{isa}+{variant[0]}"
-        if weights == "gguf-q16" and machine.q16_tiles:
+        if row.int8_tiles and machine.q16_tiles:
             isa = f"{isa}+amx"
-    elif layout == "amx":
+    elif row.kernel == "amx":
         isa = "amx"
     # attention
     if cfg.attention_backend == "auto":
@@ -321,8 +351,7 @@ def resolve_plan(config: EngineConfig, machine: MachineFacts,
         if attention == "cpu" and not uses_kernels:
             raise ValueError("attention_backend='cpu' needs the C++ CPU kernels (cpu_kernels="
                              "True on a CPU with g++); use 'torch'")
-    layer_loop = ("cpp" if layout in CPP_LOOP_LAYOUTS and attention == "cpu"
-                  and model.plain_layers else "python")
+    layer_loop = "cpp" if row.cpp_loop and attention == "cpu" and model.plain_layers else "python"
     layer_ops = "cpu" if uses_kernels else "torch"
     if cfg.fused_ops:
         if device != "cuda" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
@@ -349,6 +378,8 @@ def resolve_plan(config: EngineConfig, machine: MachineFacts,
     return ExecutionPlan(device=device, dtype=dtype, kv_dtype=kv_dtype, weights=weights,
                          layout=layout, isa=isa, layer_ops=layer_ops, attention=attention,
                          layer_loop=layer_loop, cuda_graphs=graphs, threads=machine.threads,
+                         draft_dtype=("bfloat16" if device == "cuda" or machine.bf16_units
+                                      else "float32"),
                          notes=tuple(notes))
 
 
@@ -357,12 +388,13 @@ def dense_layout(shapes, device: str, dtype: str, pack: bool, cpu_kernels: bool,
     """The layout of dense weights: "amx" where the C++ kernels run on AMX and every shape
     fits its tiles (16 outputs x 32 inputs); else "bf16" (the weight-streaming matmul) where
     they run a vector instruction set and every input size is a multiple of 32; else "plain".
-    Only bf16 weights on a CPU are laid out; pack=False keeps them plain (the reference)."""
+    Only bf16 weights on a CPU are laid out; pack=False keeps them plain (the reference).
+    The shape rules are the rows' (engine/model/layouts.py)."""
     if not pack or device != "cpu" or dtype != "bfloat16" or not cpu_kernels:
         return "plain"
-    if machine.amx and all(n % 16 == 0 and k % 32 == 0 for n, k in shapes):
+    if machine.amx and LAYOUTS["amx"].fits(shapes):
         return "amx"
-    if machine.isa != "portable" and all(k % 32 == 0 for _, k in shapes):
+    if machine.isa != "portable" and LAYOUTS["bf16"].fits(shapes):
         return "bf16"
     return "plain"
 

@@ -141,8 +141,9 @@ INTEGER_PATHS = [("avx512", True), ("avx512", False), ("avx2", False), ("portabl
 
 
 @pytest.fixture(params=INTEGER_PATHS, ids=lambda p: p[0] + ("-vnni" if p[1] else ""))
-def integer_path(request, monkeypatch):
-    """Each integer-kernel path this CPU can run, forced by name (the others skip, saying so)."""
+def integer_path(request):
+    """Each integer-kernel path this CPU can run, named as the plan names it ("avx512+vnni",
+    with "+amx" where the int16 kernel has AMX int8 tiles here; the others skip, saying so)."""
     import torch
 
     from engine.model.cpu import library
@@ -153,7 +154,8 @@ def integer_path(request, monkeypatch):
         pytest.skip(f"this CPU has no {isa} (the other paths run here)")
     if vnni and not library.has_vnni():
         pytest.skip("this CPU has no AVX-512 VNNI (the AVX-512 path without it runs here)")
-    monkeypatch.setenv("SERVELAB_CPU_ISA_DISABLE", "" if vnni else "vnni")
+    if vnni:
+        isa += "+vnni" + ("+amx" if torch.ops.servelab.isa_supported("amx") else "")
     return isa
 
 

@@ -26,11 +26,10 @@ def resolve_device(name: str = "auto") -> torch.device:
     return torch.device(_plan(device=name, cpu_kernels=False, weights="dense").device)
 
 
-def cpu_prefers_bf16() -> bool:
-    """Does this CPU have bf16 matrix units (AMX or AVX512-BF16)?"""
-    from engine.plan import machine_facts
-
-    return machine_facts(cpu_kernels=False).bf16_units
+def draft_dtype() -> torch.dtype:
+    """The plan's draft_dtype (the built-in draft's many-row dense copy) on the default
+    device: bf16 on CUDA and on CPUs with bf16 matrix units (AMX or AVX512-BF16), else fp32."""
+    return _plan(cpu_kernels=False, weights="dense").torch_draft_dtype
 
 
 def resolve_dtype(name: str = "auto", device: torch.device | None = None, *,

@@ -9,17 +9,17 @@ back to back, and the attention backend finds each request's context in the KV p
 q/k/v and gate/up projections are fused into one matmul each: fewer, larger matmuls are
 what a CPU (and a GPU) runs best. Everything that differs between a GPU, a plain CPU and a
 CPU with our C++ kernels is decided once, by the engine's execution plan (engine/plan.py),
-and built here with the model: the small per-layer ops (`LayerOps`: PyTorch's, the C++
-kernels' or, on a GPU, the fused Triton kernels'), the weight layout and its matmul
-(engine/model/cpu/packing.py), and whether the C++ copy of the layer loop may run; `forward`
-shows every path a step can take.
+and built here with the model as the plan says, without deciding again: the small per-layer
+ops (`LayerOps`: PyTorch's, the C++ kernels or fused Triton ones), the weight layout and its
+matmul (the plan's row of engine/model/layouts.py) on the plan's instruction set, and whether
+the C++ copy of the layer loop may run; `forward` shows every path a step can take.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -27,17 +27,12 @@ import torch.nn.functional as F
 from engine.model import weights_cache
 from engine.model.attention import AttentionBackend, AttentionMetadata
 from engine.model.cpu.attention import CpuAttention
-from engine.model.cpu.packing import (
-    CPP_LOOP_LAYOUTS,
-    GGUF_LAYOUTS,
-    GROUPED_ACTIVATIONS,
-    LAYOUTS,
-    PACKERS,
-    amx_fits,
-    pack_grouped,
-    step_order_arena,
-)
+from engine.model.cpu.packing import step_order_arena
+from engine.model.layouts import Layout
 from engine.model.loader import LoadedModel, ModelConfig
+
+if TYPE_CHECKING:
+    from engine.plan import ExecutionPlan
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -125,48 +120,50 @@ def triton_ops() -> LayerOps:
 class LlamaModel:
     """Weights on one device in one dtype; `forward` runs the flat batch through every layer.
 
-    cpu_kernels: run the small per-layer ops as C++ kernels (a CPU, the kernels loaded).
-    layout: the linear weights' layout (engine/plan.py LAYOUTS, made by cpu/packing.py; the
-        execution plan chooses it for the engine). Reordering happens here, once.
+    Built as `plan` (engine/plan.py's ExecutionPlan, resolved and checked once) says:
+    device and dtype; `layer_ops`: the small per-layer ops as PyTorch's, the C++ kernels
+    ("cpu") or the fused Triton kernels ("triton": kernels/fused_ops.py; CUDA, or CPU tensors
+    under TRITON_INTERPRET=1); `layout`: the linear weights' row of engine/model/layouts.py
+    (`self.row`), laid out here once by its pack and multiplied by its linear on the plan's
+    instruction set (`self.isa`, passed with every C++ call):
         "gguf": the linear layers and the lm_head are the GGUF file's own Q4_1 / Q8_0 rows
         (engine/model/gguf.py); the embedding and norms stay the loaded (dequantized) tensors.
         "gguf-q8": the same bytes regrouped 16 columns at a time (pack_q8), multiplied as
         llama.cpp does, with the activations rounded to int8 per block of 32.
         "gguf-q16": regrouped two q bytes at a time (pack_q16), the activations rounded to
         int16 per block of 32.
-    fused_ops: the small per-layer ops as fused Triton kernels (kernels/fused_ops.py; CUDA, or
-        CPU tensors under TRITON_INTERPRET=1), instead of PyTorch's or the C++ kernels.
-    cpp_layer_loop: with weights our C++ matmuls read (amx, bf16, gguf*) and plain Llama layers
-        (no q/k/v bias, no q/k norm), let steps whose attention the C++ kernel takes whole run
-        the layer loop in C++ (off: the same kernels, called from Python; tests and the kernel
-        bench compare the two).
+    `layer_loop` "cpp": steps whose attention the C++ kernel takes whole run the layer loop in
+        C++ ("python": the same kernels, called from Python; tests and the kernel bench
+        compare the two with `dataclasses.replace(plan, layer_loop="python")`).
     """
 
     LINEAR_WEIGHTS = ("qkv", "o", "gate_up", "down")
 
-    def __init__(self, loaded: LoadedModel, device: torch.device, dtype: torch.dtype,
-                 max_positions: int, cpu_kernels: bool = False, layout: str = "plain",
-                 cpp_layer_loop: bool = True, fused_ops: bool = False):
+    def __init__(self, loaded: LoadedModel, plan: ExecutionPlan, max_positions: int):
         cfg = self.cfg = loaded.config
-        self.device, self.dtype = device, dtype
+        self.device, self.dtype = torch.device(plan.device), plan.torch_dtype
+        device, dtype = self.device, self.dtype
         self.loaded = loaded  # the loader's per-process copy: plain weights stay reachable
-        self._check_choices(cpu_kernels, layout)
+        # the layout the plan chose and checked, and the instruction set its C++ matmul runs
+        self.row: Layout = plan.row
+        self.layout, self.isa = self.row.name, plan.isa
+        row = self.row
         w = loaded.weights
 
         def get(name: str) -> torch.Tensor:
             return w[name].to(device=device, dtype=dtype)
 
+        # each linear weight's input size, for the packers of GGUF rows
+        ins = dict(zip((*self.LINEAR_WEIGHTS, "lm_head"), (k for _, k in self.linear_shapes(cfg))))
         gguf = None
-        if layout in GGUF_LAYOUTS:  # the file's own blocks, read once per process
+        if row.gguf:  # the file's own blocks, read once per process
             from engine.model.gguf import read_linear_weights
 
             gguf = read_linear_weights(loaded)
-            if layout in GROUPED_ACTIVATIONS:  # regrouped for an integer kernel (a copy)
-                ins = dict(zip(("qkv", "o", "gate_up", "down", "lm_head"),
-                               (k for _, k in self.linear_shapes(cfg))))
-                packed = [pack_grouped(layout, layer[n], ins[n]) for layer in gguf["layers"]
-                          for n in self.LINEAR_WEIGHTS] + [
-                              pack_grouped(layout, gguf["lm_head"], ins["lm_head"])]
+            if row.pack is not None:  # regrouped for an integer kernel (a copy)
+                packed = [row.pack(layer[n], ins[n]) for layer in gguf["layers"]
+                          for n in self.LINEAR_WEIGHTS] + [row.pack(gguf["lm_head"],
+                                                                   ins["lm_head"])]
                 packed = step_order_arena(packed)  # one region, read front to back
                 names = self.LINEAR_WEIGHTS
                 gguf = {"lm_head": packed[-1],
@@ -198,58 +195,24 @@ class LlamaModel:
                 if t is not None)
         self._weight_bytes = n + self.lm_head.numel() * self.lm_head.element_size()
 
-        if fused_ops:
-            if cpu_kernels:
-                raise ValueError("fused_ops and cpu_kernels are two sets of the same ops: pick one")
+        if plan.layer_ops == "triton":
             self.ops = triton_ops()
         else:
-            self.ops = cpu_kernel_ops() if cpu_kernels else TORCH_OPS
+            self.ops = cpu_kernel_ops() if plan.layer_ops == "cpu" else TORCH_OPS
         # y = x W^T (+ b), for weights in this layout (the built-in draft: its int4/int8 ones)
-        self.layout = layout
-        pack, self.linear = PACKERS[layout]
-        if pack is not None and layout not in GGUF_LAYOUTS:
+        self.linear = row.linear_for(self.isa)
+        if row.pack is not None and not row.gguf:
             for layer in self.layers:
                 for name in self.LINEAR_WEIGHTS:
-                    layer[name] = pack(layer[name])
+                    layer[name] = row.pack(layer[name], ins[name])
             # the lm_head may be the embedding, which lookups still read plain: a packed copy
-            self.lm_head = pack(self.lm_head)
-        # every layer's weights in the order torch.ops.servelab.decode_layers takes them, when
-        # the C++ layer loop can run this model; None: the Python loop always
+            self.lm_head = row.pack(self.lm_head, ins["lm_head"])
+        # every layer's weights in the order torch.ops.servelab.decode_layers takes them, where
+        # the plan runs the C++ layer loop; None: the Python loop always
         self.cpp_layer_weights: list[torch.Tensor] | None = None
-        if cpp_layer_loop and layout in CPP_LOOP_LAYOUTS and not cfg.qkv_bias and not cfg.qk_norm:
+        if plan.layer_loop == "cpp":
             self.cpp_layer_weights = [layer[name] for layer in self.layers for name in (
                 "in_norm", "qkv", "o", "post_norm", "gate_up", "down")]
-
-    def _check_choices(self, cpu_kernels: bool, layout: str) -> None:
-        from engine.model.cpu import library
-
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {list(LAYOUTS)}, got {layout!r}")
-        if cpu_kernels and not library.available(self.device, self.dtype):
-            raise ValueError("cpu_kernels=True needs the C++ CPU kernels on a CPU (they did "
-                             "not load here)")
-        if layout in ("bf16", *GGUF_LAYOUTS):
-            if not cpu_kernels:
-                raise ValueError(f"layout={layout!r} needs cpu_kernels=True (the C++ matmul)")
-            library.matmul_isa()  # a ValueError now if SERVELAB_CPU_ISA asks for a missing one
-            allowed = (torch.bfloat16,) if layout == "bf16" else (torch.float32, torch.bfloat16)
-            if (layout in GROUPED_ACTIVATIONS
-                    and any(n % 16 for n, _ in self.linear_shapes(self.cfg))):
-                raise ValueError(f"layout={layout!r} takes output columns in groups of 16; "
-                                 f"got {self.linear_shapes(self.cfg)}")
-            if self.dtype not in allowed:
-                raise ValueError(f"layout={layout!r} runs activations in "
-                                 f"{[str(d).removeprefix('torch.') for d in allowed]}, got "
-                                 f"{str(self.dtype).removeprefix('torch.')}")
-            bad = [s for s in self.linear_shapes(self.cfg) if s[1] % 32]
-            if bad:
-                raise ValueError(f"layout={layout!r} needs input sizes in multiples of 32, got "
-                                 f"{bad}")
-        if layout == "amx" and not (cpu_kernels and library.amx_available()
-                                    and self.dtype == torch.bfloat16
-                                    and all(amx_fits(*s) for s in self.linear_shapes(self.cfg))):
-            raise ValueError("layout='amx' needs cpu_kernels=True, a CPU with AMX tiles, "
-                             "bfloat16 and weight shapes in multiples of 16 x 32")
 
     @staticmethod
     def linear_shapes(cfg: ModelConfig) -> list[tuple[int, int]]:
@@ -261,7 +224,7 @@ class LlamaModel:
     @property
     def packed(self) -> bool:
         """Are the linear weights laid out for one of our C++ bf16 matmuls (not F.linear)?"""
-        return self.layout in ("amx", "bf16")
+        return self.row is not None and not self.row.gguf and self.row.kernel != "torch"
 
     @property
     def weight_bytes(self) -> int:
@@ -306,9 +269,10 @@ class LlamaModel:
         self.sin_signed = sin.to(device=self.device, dtype=self.dtype)
 
     def runs_cpp_layer_loop(self, meta: AttentionMetadata, backend: AttentionBackend) -> bool:
-        """Does this step run the whole layer loop in C++? Only with the C++ loop's weights
-        (amx, bf16 or gguf layout, plain Llama layers) and the C++ attention backend, when its
-        kernel takes every request of the step in one call (CpuAttention.takes_whole_step)."""
+        """Does this step run the whole layer loop in C++? Only where the plan runs the C++
+        layer loop (its layer_loop "cpp": the C++ loop's weights, plain Llama layers, the C++
+        attention backend), when its kernel takes every request of the step in one call
+        (CpuAttention.takes_whole_step)."""
         cfg = self.cfg
         return (self.cpp_layer_weights is not None and isinstance(backend, CpuAttention)
                 and backend.takes_whole_step(meta, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim))
@@ -335,7 +299,7 @@ class LlamaModel:
                 h, cos, sin, self.cpp_layer_weights, self.final_norm,
                 [kv[0] for kv in kv_caches], [kv[1] for kv in kv_caches], meta.slot_mapping,
                 meta.block_tables, meta.seq_lens, meta.query_start_loc, hq, hkv, self.scale, eps,
-                GROUPED_ACTIVATIONS.get(self.layout, "float"))
+                self.row.activations or "float", self.isa)
         ops, linear = self.ops, self.linear
         x = ops.rms_norm(h, self.layers[0]["in_norm"], eps)
         for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, kv_caches)):
@@ -365,29 +329,13 @@ class LlamaModel:
         return self.linear(hidden, self.lm_head).float()
 
 
-def shared_model(loaded: LoadedModel, device: torch.device, dtype: torch.dtype,
-                 max_positions: int, pack: bool = False, cpu_kernels: bool = False,
-                 weights: str = "dense", layout: str | None = None,
-                 fused_ops: bool = False) -> LlamaModel:
-    """The LlamaModel for these weights, device, dtype, ops and layout, built once per process
-    (engine/model/weights_cache.py). Its weights are read-only, so engines share it and own only their
-    KV pools; the rotary tables grow to the longest max_positions asked for.
-    layout: the execution plan's (engine/plan.py). None: a GGUF `weights` is its own layout,
-    dense weights get the plan's rule for `pack` on this machine (plan.dense_layout)."""
-    if layout is None:
-        if weights in GGUF_LAYOUTS:
-            layout = weights
-        else:
-            from engine.plan import dense_layout, machine_facts
-
-            layout = dense_layout(LlamaModel.linear_shapes(loaded.config), device.type,
-                                  str(dtype).removeprefix("torch."), pack, cpu_kernels,
-                                  machine_facts(cpu_kernels))
-    if layout in GGUF_LAYOUTS and (device.type != "cpu" or not cpu_kernels):
-        raise ValueError(f"weights={layout!r} runs on the CPU with the C++ kernels "
-                         "(device='cpu', cpu_kernels=True, and g++ to build them)")
-    key = (str(loaded.folder), str(device), dtype, cpu_kernels, layout, fused_ops)
-    model = weights_cache.get("model", key, lambda: LlamaModel(loaded, device, dtype, max_positions,
-                                                      cpu_kernels, layout, fused_ops=fused_ops))
+def shared_model(loaded: LoadedModel, plan: ExecutionPlan, max_positions: int) -> LlamaModel:
+    """The LlamaModel for these weights as `plan` builds them (its device, dtype, layer ops,
+    layout, instruction set and layer loop), built once per process
+    (engine/model/weights_cache.py). Its weights are read-only, so engines share it and own only
+    their KV pools; the rotary tables grow to the longest max_positions asked for."""
+    key = (str(loaded.folder), plan.device, plan.dtype, plan.layer_ops, plan.layout, plan.isa,
+           plan.layer_loop)
+    model = weights_cache.get("model", key, lambda: LlamaModel(loaded, plan, max_positions))
     model.ensure_positions(max_positions)
     return model

@@ -71,13 +71,14 @@ _HAS_INT4_CPU = hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")
 # Quantized weights and the linear function that reads them
 
 
-def dense_dtype() -> torch.dtype:
-    """The many-row copy's dtype: bf16 where the CPU has bf16 units (or on CUDA), else fp32
-    holding the same bf16-rounded values: a CPU without them emulates a bf16 GEMM many times
-    slower than its fp32 one (an AVX2 Zen 3: the draft's chi-square test 178 s)."""
-    from engine.model.hardware import cpu_prefers_bf16
+def default_dense_dtype() -> torch.dtype:
+    """The many-row copy's dtype where no engine's plan is at hand (tests, studies): this
+    machine's plan's `draft_dtype` (engine/plan.py: bf16 where the device has bf16 units, else
+    fp32 holding the same bf16-rounded values: a CPU without them emulates a bf16 GEMM many
+    times slower than its fp32 one; an AVX2 Zen 3: the draft's chi-square test 178 s)."""
+    from engine.model.hardware import draft_dtype
 
-    return torch.bfloat16 if torch.cuda.is_available() or cpu_prefers_bf16() else torch.float32
+    return draft_dtype()
 
 
 class QuantWeight(NamedTuple):
@@ -86,7 +87,7 @@ class QuantWeight(NamedTuple):
     bits: int  # 4 or 8
     packed: Tensor  # int4: [out, in / 2] uint8 packed codes; int8: [out, in] int8
     scales: Tensor  # int4: [in / GROUP, out, 2] bf16 (scale, zero); int8: [out] bf16
-    dense: Tensor  # [out, in] bf16 values (stored in dense_dtype()), for many-row calls
+    dense: Tensor  # [out, in] bf16 values (stored in the plan's draft_dtype), for many rows
 
 
 def quantize_int4(w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -102,18 +103,20 @@ def quantize_int4(w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return codes.to(torch.int32).reshape(out_f, in_f), scale, lo
 
 
-def quant_weight(w: Tensor, bits: int) -> QuantWeight:
-    """w: [out, in] float -> QuantWeight with the packed kernel's layout."""
+def quant_weight(w: Tensor, bits: int, dense: torch.dtype | None = None) -> QuantWeight:
+    """w: [out, in] float -> QuantWeight with the packed kernel's layout; its dense copy in
+    `dense` (the plan's draft_dtype; None: this machine's plan's)."""
+    dense_dt = dense or default_dense_dtype()
     if bits == 8:
         w8, scale = quantize_linear_weight(w)  # [out, in] int8, [out]
-        dense = (w8.float() * scale[:, None]).to(torch.bfloat16).to(dense_dtype())
+        dense = (w8.float() * scale[:, None]).to(torch.bfloat16).to(dense_dt)
         return QuantWeight(8, w8, scale.to(torch.bfloat16), dense)
     assert bits == 4 and w.shape[1] % GROUP == 0, (bits, w.shape)
     codes, scale, lo = quantize_int4(w)
     out_f, in_f = w.shape
     dense = codes.view(out_f, -1, GROUP).float()  # [out, groups, 32]
     dense = dense.mul_(scale[..., None]).add_(lo[..., None]).reshape(out_f, in_f)
-    dense = dense.to(torch.bfloat16).to(dense_dtype())
+    dense = dense.to(torch.bfloat16).to(dense_dt)
     # the kernel computes w = (code - 8) * scale + zero, so zero = min + 8 * scale
     scale_zero = torch.stack([scale, lo + 8 * scale], dim=-1)  # [out, groups, 2]
     scale_zero = scale_zero.transpose(0, 1).contiguous().to(torch.bfloat16)  # [groups, out, 2]
@@ -163,15 +166,19 @@ class QuantizedLlama(LlamaModel):
     """The target's own network with compressed linear weights (and maybe fewer layers).
 
     Shares the target's embedding, norms and rotary tables; only the linear layers differ,
-    and `forward` is LlamaModel's, reading them through `quant_linear`."""
+    and `forward` is LlamaModel's, reading them through `quant_linear`. No layout of
+    engine/model/layouts.py (row None): torch's int4 / int8 kernels, and a dense copy in
+    `dense_dtype`, the plan's draft_dtype (None: this machine's plan's)."""
 
     @torch.inference_mode()
-    def __init__(self, target: LlamaModel, recipe: DraftRecipe):
+    def __init__(self, target: LlamaModel, recipe: DraftRecipe,
+                 dense_dtype: torch.dtype | None = None):
         self.__dict__.update(target.__dict__)  # embed, norms, cos/sin, ops, sizes: shared
-        self.layout = f"int{recipe.bits}"
+        self.layout, self.row, self.isa = f"int{recipe.bits}", None, None
         self.linear = quant_linear
-        self.cpp_layer_weights = None  # the C++ layer loop reads AMX-packed bf16 weights only
+        self.cpp_layer_weights = None  # the C++ layer loop reads the layouts' weights only
         self.recipe = recipe
+        self.dense_dtype = dense_dtype = dense_dtype or default_dense_dtype()
         n = target.cfg.num_layers if recipe.num_layers is None else recipe.num_layers
 
         def quantize() -> tuple[list[dict], QuantWeight]:
@@ -179,12 +186,12 @@ class QuantizedLlama(LlamaModel):
             for i, layer in enumerate(target.layers[:n]):
                 q = dict(layer)
                 for name, w in target.plain_linear_weights(i).items():  # whatever the layout
-                    q[name] = quant_weight(w, recipe.bits)
+                    q[name] = quant_weight(w, recipe.bits, dense_dtype)
                 layers.append(q)
-            return layers, quant_weight(target.plain_lm_head, recipe.lm_head_bits)
+            return layers, quant_weight(target.plain_lm_head, recipe.lm_head_bits, dense_dtype)
 
         # quantized from the plain weights, so the same for a packed and a plain target
-        key = (str(target.loaded.folder), str(target.device), target.dtype, recipe)
+        key = (str(target.loaded.folder), str(target.device), target.dtype, recipe, dense_dtype)
         self.layers, self.lm_head = weights_cache.get("draft", key, quantize)
 
     @property
@@ -202,7 +209,7 @@ def build_draft_model(engine, spec_config) -> LlamaModel:
     """The draft: a local folder (any Llama-family model with the same tokenizer) or the
     built-in compressed copy of the target."""
     if spec_config.draft_model is None:
-        return QuantizedLlama(engine.model, BUILTIN_RECIPE)
+        return QuantizedLlama(engine.model, BUILTIN_RECIPE, engine.plan.torch_draft_dtype)
     from engine.model.loader import load_model
 
     loaded = load_model(spec_config.draft_model, engine.dtype)
@@ -210,8 +217,8 @@ def build_draft_model(engine, spec_config) -> LlamaModel:
         raise ValueError(f"spec.draft_model {spec_config.draft_model!r} does not share the "
                          f"target's tokenizer")
     k = spec_config.num_speculative_tokens
-    return shared_model(loaded, engine.device, engine.dtype, engine.config.max_model_len + k + 1,
-                        pack=False, cpu_kernels=engine.uses_cpu_kernels)
+    # the plan's device, dtype and layer ops, the weights plain (ExecutionPlan.for_draft_model)
+    return shared_model(loaded, engine.plan.for_draft_model(), engine.config.max_model_len + k + 1)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -66,7 +66,6 @@ from torch import Tensor
 
 from engine.kv import KVPool, PagedAllocator
 from engine.model.attention import build_metadata
-from engine.model.cpu.packing import GGUF_LAYOUTS, GROUPED_ACTIVATIONS, PACKERS
 from engine.model.llama import LlamaModel, rope_inv_freq
 from engine.request import Request
 from engine.sampler import probabilities
@@ -251,12 +250,13 @@ def unrolled_forward(w: dict[str, Tensor], cfg, feats: Tensor, next_embs: list[T
 
 
 class EagleHead:
-    """The trained head on the target's device, dtype, weight layout and layer ops: the
-    engine's execution plan (engine/plan.py) decides them for both."""
+    """The trained head on the target's device, dtype, weight layout, instruction set and layer
+    ops: the engine's execution plan (engine/plan.py) decides them for both, and the head reads
+    the plan's row of engine/model/layouts.py as the target does."""
 
     def __init__(self, target: LlamaModel, weights: dict[str, Tensor], plan=None):
-        """plan: the engine's ExecutionPlan (its layout and layer loop); None: the target
-        model's own (tests that build a target without an engine)."""
+        """plan: the engine's ExecutionPlan (its layout, instruction set and layer loop); None:
+        the target's, which its plan built (tests that build a target without an engine)."""
         self.cfg, self.target = target.cfg, target
         self.device, self.dtype = target.device, target.dtype
         self.ops = target.ops
@@ -264,42 +264,30 @@ class EagleHead:
         w = {n: weights[n].to(device=dev, dtype=dt).contiguous() for n in WEIGHT_NAMES}
         self.vocab = weights["vocab"].to(device=dev, dtype=torch.long)  # [V']
         readout = target.plain_lm_head[self.vocab].contiguous()  # [V', H], frozen, shared rows
-        layout = plan.layout if plan is not None else target.layout
-        if layout != target.layout:
-            raise ValueError(f"the plan's layout {layout!r} is not the target's "
-                             f"{target.layout!r}")
-        if layout in GGUF_LAYOUTS:
+        row, isa = (plan.row, plan.isa) if plan is not None else (target.row, target.isa)
+        if (row, isa) != (target.row, target.isa):
+            raise ValueError(f"the plan's layout {row.name!r} ({isa}) is not the target's "
+                             f"{target.layout!r} ({target.isa})")
+        self.row, self.isa = row, isa  # what the head runs: the plan's, read back by tests
+        if row.gguf:
             # the target's format for the head too: its linear weights quantized to Q8_0 here
             # (a float head would read several times the bytes of the quantized one), its
             # readout the rows of the target's own Q8_0 output head
-            from engine.model.gguf import quantize_q8_0
+            from engine.model.gguf import quantize_q8_0, read_linear_weights
 
             for n in LINEAR_NAMES:
                 w[n] = quantize_q8_0(weights[n])
-            from engine.model.gguf import read_linear_weights
-
             readout = read_linear_weights(target.loaded)["lm_head"][self.vocab].contiguous()
-            if layout in GROUPED_ACTIVATIONS:  # int8 / int16 activations too, as the
-                # target's: the same rows regrouped by 16 columns, read by the same kernel
-                from engine.model.cpu.packing import pack_grouped
-
-                w = {n: pack_grouped(layout, w[n], weights[n].shape[1]) if n in LINEAR_NAMES
-                     else t for n, t in w.items()}
-                readout = pack_grouped(layout, readout, self.cfg.hidden_size)
-                pack, self.linear = None, PACKERS[layout][1]
-            else:
-                pack, self.linear = PACKERS["gguf"]  # fp32 activations, as the target's
-        else:
-            pack, self.linear = PACKERS[layout]
-        if pack is not None:
-            for n in LINEAR_NAMES:
-                w[n] = pack(w[n])
-            readout = pack(readout)
+        if row.pack is not None:  # laid out as the target's: AMX tiles, or GGUF rows regrouped
+            for n in LINEAR_NAMES:  # by 16 columns for the integer kernels
+                w[n] = row.pack(w[n], weights[n].shape[1])
+            readout = row.pack(readout, self.cfg.hidden_size)
+        self.linear = row.linear_for(isa)  # the target's matmul, on the plan's instruction set
         self.w, self.readout = w, readout
         self.embed = target.embed  # [vocab, H], the target's
         self.num_params = sum(weights[n].numel() for n in WEIGHT_NAMES)
         self.readout_params = len(self.vocab) * self.cfg.hidden_size
-        if layout in GGUF_LAYOUTS:  # the bytes a step reads: Q8_0 rows, fp32 norms
+        if row.gguf:  # the bytes a step reads: Q8_0 rows, fp32 norms
             self.weight_bytes = sum(t.numel() * t.element_size() for t in (*w.values(), readout))
         else:
             elt = torch.tensor([], dtype=dt).element_size()
@@ -330,7 +318,7 @@ class EagleHead:
             return torch.ops.servelab.decode_layers(
                 x, cos, sin, self.cpp_weights, w["out_norm"], [kv[0]], [kv[1]],
                 meta.slot_mapping, meta.block_tables, meta.seq_lens, meta.query_start_loc, hq,
-                hkv, self.scale, eps, GROUPED_ACTIVATIONS.get(tm.layout, "float"))
+                hkv, self.scale, eps, self.row.activations or "float", self.isa)
         a = ops.rms_norm(x, w["in_norm"], eps)
         qkv = linear(a, w["qkv"])
         qk_size = self.q_size + self.kv_size

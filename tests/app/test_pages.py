@@ -488,8 +488,10 @@ def test_the_apprentice_is_offered_once_trained_and_its_command_shown_until_then
     file exists, the switch offers it and the page describes it."""
     import torch
 
+    from engine.config import EngineConfig
     from engine.model.llama import LlamaModel
     from engine.model.loader import load_model
+    from engine.plan import plan_for
     from engine.spec import eagle
 
     head = tmp_path / "eagle-smollm2-135m.safetensors"
@@ -504,8 +506,8 @@ def test_the_apprentice_is_offered_once_trained_and_its_command_shown_until_then
     assert any("The button below trains it" in c.value for c in at.sidebar.caption)
     assert any("python -m engine.spec.train_draft" in i.value for i in at.info)
 
-    target = LlamaModel(load_model("smollm2-135m", torch.float32), torch.device("cpu"),
-                        torch.float32, 64)
+    target = LlamaModel(load_model("smollm2-135m", torch.float32), plan_for(EngineConfig(
+        device="cpu", dtype="float32", weights="dense", cpu_kernels=False)), 64)
     eagle.save_weights(eagle.init_weights(target, torch.arange(256)), head,
                        {"held_out_agreement": 0.5, "wall_s": 600, "cpu_s": 500})
     at = goto(start(), "speculation")

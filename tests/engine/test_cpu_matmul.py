@@ -143,15 +143,26 @@ def test_rows_are_batch_invariant(ops, isa, gguf_tensors, fmt):
         torch.set_num_threads(threads)
 
 
-def test_isa_env_var_forces_a_path(ops, monkeypatch, gguf_tensors):
+def test_isa_env_var_forces_the_plans_path_not_the_kernels(ops, monkeypatch, gguf_tensors):
+    """SERVELAB_CPU_ISA is an input to the machine facts (engine/plan.py), read once: it
+    becomes the plan's isa, which the engine passes with every call. The kernels never read
+    it: a call runs the set it names ("" the widest here, whatever the environment says)."""
+    from engine.plan import machine_facts, plan_for
+
     raw, ref = gguf_tensors["q4_1"]
     x = torch.randn(5, ref.shape[1], generator=torch.Generator().manual_seed(1))
+    widest = library.supported_isas()[0]
     for name in library.supported_isas():
         monkeypatch.setenv("SERVELAB_CPU_ISA", name)
-        assert ops.cpu_isa() == name == library.matmul_isa()
-        assert torch.equal(ops.matmul(x, raw), ops.matmul(x, raw, "q4_1", name))
+        assert machine_facts().isa == name == library.matmul_isa(name)
+        assert plan_for(EngineConfig(dtype="float32", weights="gguf")).isa == name
+        assert ops.cpu_isa() == widest  # the environment is not the kernels' input
+        auto = ops.matmul(x, raw)  # "": the widest set, its variants too
+        library.isa_calls(reset=True)
+        assert torch.equal(ops.matmul(x, raw, "q4_1", widest), auto)
+        assert library.isa_calls() == {"matmul": {widest}}
     monkeypatch.delenv("SERVELAB_CPU_ISA")
-    assert ops.cpu_isa() == library.supported_isas()[0]  # the widest this CPU has
+    assert machine_facts().isa == widest  # the widest this CPU has
 
 
 def test_unsupported_or_unknown_isa_is_refused(ops, monkeypatch, gguf_tensors):
@@ -163,14 +174,18 @@ def test_unsupported_or_unknown_isa_is_refused(ops, monkeypatch, gguf_tensors):
     assert ops.cpu_isa() == ("avx2" if ops.isa_supported("avx2") else "portable")
     with pytest.raises(RuntimeError, match="asks for 'avx512', but this CPU does not support"):
         ops.matmul(x, raw, "q4_1", "avx512")
+    with pytest.raises(RuntimeError, match="'vnni' is no variant of avx2"):
+        ops.matmul(x, raw, "q4_1", "avx2+vnni")
+    from engine.plan import machine_facts
+
     monkeypatch.setenv("SERVELAB_CPU_ISA", "avx512")
     with pytest.raises(ValueError, match="SERVELAB_CPU_ISA asks for 'avx512'"):
-        library.matmul_isa()
+        machine_facts()
     with pytest.raises(ValueError, match="SERVELAB_CPU_ISA asks for 'avx512'"):
         LLMEngine(EngineConfig(dtype="float32", weights="gguf"))
     monkeypatch.setenv("SERVELAB_CPU_ISA", "sse9")
     with pytest.raises(ValueError, match="known instruction sets: .*avx2.*portable"):
-        library.matmul_isa()
+        machine_facts()
 
 
 def test_bad_weights_are_refused_clearly(ops):
@@ -243,13 +258,18 @@ def test_dense_bf16_layout_runs_the_cpp_loop_with_the_same_tokens(tokenizer):
     """layout="bf16" (what a CPU without AMX gets): our matmul on the dense bf16 weights. The
     C++ layer loop and the Python loop give the same tokens, and with weights="gguf" in bf16 a
     request decodes the same tokens alone as in a batch (the matmul is batch-invariant)."""
+    import dataclasses
+
     from engine.model.llama import LlamaModel
+    from engine.plan import machine_facts
 
     ids = [tokenizer.encode(p, add_special_tokens=False) for p in PROMPTS[:4]]
     params = SamplingParams(max_tokens=12, ignore_eos=True)
     eng = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=4, max_model_len=128))
-    model = LlamaModel(eng.model.loaded, eng.device, eng.dtype, 128, cpu_kernels=True,
-                       layout="bf16")
+    # the engine's plan, with the dense bf16 weights on this machine's matmul
+    plan = dataclasses.replace(eng.plan, weights="dense", layout="bf16",
+                               isa=machine_facts().isa, layer_loop="cpp")
+    model = LlamaModel(eng.model.loaded, plan, 128)
     assert model.cpp_layer_weights is not None
     eng.model = eng.runner.model = model
     cpp = [o.token_ids for o in eng.generate(ids, params)]

@@ -160,15 +160,13 @@ def test_matmul_q16_rows_are_batch_invariant(ops, integer_path, gguf_rows, fmt):
 
 
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
-def test_vnni_and_plain_avx512_give_the_same_bits(ops, gguf_rows, monkeypatch, fmt):
+def test_vnni_and_plain_avx512_give_the_same_bits(ops, gguf_rows, fmt):
     """vpdpwssd and vpmaddwd + vpaddd sum the same integers: the same bits, as AVX2 too."""
     if not (ops.isa_supported("avx512") and library.has_vnni()):
         pytest.skip("needs AVX-512 with VNNI")
     raw, w = gguf_rows[fmt]
     packed, x = ops.pack_q16(raw, fmt), block_inputs(12, w.shape[1], 3)
-    monkeypatch.setenv("SERVELAB_CPU_ISA_DISABLE", "")
-    with_vnni = ops.matmul_q16(x, packed, "auto", "avx512")
-    monkeypatch.setenv("SERVELAB_CPU_ISA_DISABLE", "vnni")
+    with_vnni = ops.matmul_q16(x, packed, "auto", "avx512+vnni")
     assert torch.equal(ops.matmul_q16(x, packed, "auto", "avx512"), with_vnni)
     assert torch.equal(ops.matmul_q16(x, packed, "auto", "avx2"), with_vnni)
 
@@ -183,7 +181,7 @@ def amx_tiles(ops) -> int:
 
 
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0", "q4_1-edge"])
-def test_amx_tiles_give_the_vnni_and_avx2_bits(ops, gguf_rows, monkeypatch, fmt):
+def test_amx_tiles_give_the_vnni_and_avx2_bits(ops, gguf_rows, fmt):
     """Steps with many rows run on AMX int8 tiles (x's int16 split into high and low bytes, two
     tile products a block): the same integer sums, scaled alike, so the same bits as vpdpwssd,
     as AVX-512 without VNNI and as AVX2, at row counts that fill tiles and that leave a partial
@@ -193,18 +191,16 @@ def test_amx_tiles_give_the_vnni_and_avx2_bits(ops, gguf_rows, monkeypatch, fmt)
     packed = ops.pack_q16(raw, fmt.removesuffix("-edge"))
     for rows in (start, start + 1, 2 * start - 3, 3 * start + 5):
         x = block_inputs(rows, w.shape[1], rows)  # every block's largest |x| at +-32767
-        monkeypatch.setenv("SERVELAB_CPU_ISA_DISABLE", "")
-        tiles = ops.matmul_q16(x, packed, "auto", "avx512")
+        tiles = ops.matmul_q16(x, packed, "auto", "avx512+vnni+amx")
         before = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            assert torch.equal(ops.matmul_q16(x, packed, "auto", "avx512"), tiles)
+            assert torch.equal(ops.matmul_q16(x, packed, "auto", "avx512+amx"), tiles)
         finally:
             torch.set_num_threads(before)
-        for disabled, isa in (("amx", "avx512"), ("amx,vnni", "avx512"), ("", "avx2")):
-            monkeypatch.setenv("SERVELAB_CPU_ISA_DISABLE", disabled)
+        for isa in ("avx512+vnni", "avx512", "avx2"):
             assert torch.equal(ops.matmul_q16(x, packed, "auto", isa), tiles), \
-                f"{rows} rows: {isa} without {disabled or 'nothing'} differs from AMX tiles"
+                f"{rows} rows: {isa} differs from AMX tiles"
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_1"])
@@ -233,25 +229,29 @@ def test_amx_tiles_sum_the_largest_blocks_exactly(ops, fmt):
     x[2::3, 1::2] = -1.0
     q, d, _ = ops.quantize_q16(x)
     exact = (q.double().view(start, -1, 32) * d.double().unsqueeze(-1)).view(start, k) @ w.T
-    got = ops.matmul_q16(x, ops.pack_q16(torch.from_numpy(raw), fmt), "auto", "avx512")
+    got = ops.matmul_q16(x, ops.pack_q16(torch.from_numpy(raw), fmt), "auto", "avx512+amx")
     assert torch.allclose(got.double(), exact, rtol=1e-6, atol=1e-6), (got[:3, 0], exact[:3, 0])
 
 
 def test_engine_tokens_and_logits_are_the_same_with_amx_tiles_and_without(ops, monkeypatch):
     """The whole engine on gguf-q16 with 16 requests decoding together (every step's matmuls on
     AMX tiles) and with the tiles turned off (VNNI): the same greedy tokens and the same logits
-    bit for bit, prefill (one long prompt's rows) included."""
+    bit for bit, prefill (one long prompt's rows) included. The tiles are off through the
+    plan: SERVELAB_CPU_ISA_DISABLE=amx is a fact of the machine, so the plan's isa lacks "+amx",
+    and the kernels run what the plan passes them."""
     amx_tiles(ops)
-    eng = LLMEngine(EngineConfig(weights="gguf-q16", max_num_seqs=16, max_model_len=256))
-    assert eng.plan.isa.endswith("+amx")
     prompts = [f"{PROMPTS[i % len(PROMPTS)]} ({i})" for i in range(16)]
     params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
-    ids = eng.tokenize(PROMPTS[0]) * 3  # a prompt of more rows than a tile
     out, logits = {}, {}
     for disabled in ("", "amx"):
         monkeypatch.setenv("SERVELAB_CPU_ISA_DISABLE", disabled)
+        eng = LLMEngine(EngineConfig(weights="gguf-q16", max_num_seqs=16, max_model_len=256))
+        assert eng.plan.isa.endswith("+amx") == (not disabled)
+        ids = eng.tokenize(PROMPTS[0]) * 3  # a prompt of more rows than a tile
+        library.isa_calls(reset=True)
         out[disabled] = [r.token_ids for r in eng.generate(prompts, params)]
         logits[disabled] = teacher_forced_logits(eng, ids)
+        assert set().union(*library.isa_calls().values()) == {eng.plan.isa}
     assert out[""] == out["amx"]
     assert torch.equal(logits[""], logits["amx"])
 

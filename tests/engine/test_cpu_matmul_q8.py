@@ -3,8 +3,8 @@
 llama.cpp multiplies its quantized weights by activations rounded to int8 per block of 32
 (Q8_0 / Q8_1). `matmul_q8` does the same over the GGUF file's own Q4_1 / Q8_0 bytes, regrouped
 16 output columns at a time (`pack_q8`). Each test runs every path this CPU can run: AVX-512
-with VNNI's vpdpbusd and without it (SERVELAB_CPU_ISA_DISABLE=vnni), AVX2 and portable C++,
-forced by name, so CI covers the narrow paths whatever CPU it draws.
+with VNNI's vpdpbusd ("avx512+vnni") and without it ("avx512"), AVX2 and portable C++, named
+as the plan names them, so CI covers the narrow paths whatever CPU it draws.
 
 What is held: the rounding of x equals a PyTorch reference bit for bit; the packed bytes are
 the GGUF bytes in the documented order; the product equals the exact (fp64) product of the
@@ -137,7 +137,7 @@ def test_matmul_q8_rows_are_batch_invariant(ops, integer_path, gguf_rows, fmt):
 
 
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
-def test_vnni_and_plain_avx512_give_the_same_bits(ops, gguf_rows, monkeypatch, fmt):
+def test_vnni_and_plain_avx512_give_the_same_bits(ops, gguf_rows, fmt):
     """Both AVX-512 variants sum the same integers into the same lanes and scale them alike:
     the same bits. So matmul_q8 may take VNNI from 3 rows on and the plain one below, and a
     row's result still does not depend on its batch."""
@@ -145,9 +145,7 @@ def test_vnni_and_plain_avx512_give_the_same_bits(ops, gguf_rows, monkeypatch, f
         pytest.skip("needs AVX-512 with VNNI")
     raw, w = gguf_rows[fmt]
     packed, x = ops.pack_q8(raw, fmt), block_inputs(12, w.shape[1], 3)
-    monkeypatch.setenv("SERVELAB_CPU_ISA_DISABLE", "")
-    with_vnni = ops.matmul_q8(x, packed, "auto", "avx512")  # 12 rows: the VNNI kernel
-    monkeypatch.setenv("SERVELAB_CPU_ISA_DISABLE", "vnni")
+    with_vnni = ops.matmul_q8(x, packed, "auto", "avx512+vnni")  # 12 rows: the VNNI kernel
     assert torch.equal(ops.matmul_q8(x, packed, "auto", "avx512"), with_vnni)
 
 

@@ -12,6 +12,8 @@ must build: a failed build fails here instead of silently testing the fallback.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -158,9 +160,12 @@ def test_amx_linear_names_bad_inputs(ops):
 def test_engine_packs_for_amx_only_with_the_kernels():
     assert LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=1)).model.layout == "amx"
     plain = LLMEngine(EngineConfig(dtype="bfloat16", max_num_seqs=1, cpu_kernels=False))
-    assert plain.model.layout == "plain"
-    with pytest.raises(ValueError, match="layout='amx' needs cpu_kernels=True"):
-        LlamaModel(plain.model.loaded, plain.device, plain.dtype, 64, layout="amx")
+    assert plain.model.layout == "plain" and plain.model.row.refusal(
+        "cpu", "bfloat16", False, []) is None
+    from engine.model.layouts import LAYOUTS
+
+    assert LAYOUTS["amx"].refusal("cpu", "bfloat16", False, []).startswith(
+        "needs the C++ CPU kernels")
 
 
 @pytest.mark.slow
@@ -180,8 +185,8 @@ def test_engines_with_and_without_the_kernels_give_the_same_tokens(dtype):
         assert eng.uses_cpu_kernels is kernels
         assert eng.model.ops.name == ("cpu" if kernels else "torch")
         if eng.model.layout in ("amx", "bf16"):
-            eng.model = eng.runner.model = LlamaModel(eng.model.loaded, eng.device, eng.dtype,
-                                                      1024, cpu_kernels=True, layout="plain")
+            plain = dataclasses.replace(eng.plan, layout="plain", isa=None, layer_loop="python")
+            eng.model = eng.runner.model = LlamaModel(eng.model.loaded, plain, 1024)
         runs[kernels] = [o.token_ids for o in eng.generate(PROMPTS, params)]
     assert runs[True] == runs[False]
 
@@ -223,9 +228,11 @@ def test_cpp_layer_loop_is_the_python_loop(tokenizer, query_lens, dtype, weights
     model, bs = eng.model, eng.config.block_size
     assert model.cpp_layer_weights is not None and eng.backend_name == "cpu"
     assert model.layout == ("amx" if weights == "auto" else weights)
-    # the same weights and kernels, with the layer loop in Python
-    python_loop = LlamaModel(model.loaded, eng.device, eng.dtype, 1024, cpu_kernels=True,
-                             layout=model.layout, cpp_layer_loop=False)
+    # the same plan (weights, kernels, instruction set), with the layer loop in Python
+    python_loop = LlamaModel(model.loaded, dataclasses.replace(eng.plan, layer_loop="python"),
+                             1024)
+    assert (python_loop.row, python_loop.isa) == (model.row, model.isa) == (eng.plan.row,
+                                                                            eng.plan.isa)
     # three requests with cached contexts of different lengths, each in its own blocks
     contexts = [tokenizer.encode(p, add_special_tokens=False) for p in PROMPTS[:3]]
     tables, next_block = [], 0

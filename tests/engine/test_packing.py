@@ -1,7 +1,7 @@
 """Packed bf16 weights compute the same model as plain ones.
 
-`LlamaModel(layout=...)` (engine/model/cpu/packing.py) lays the linear weights out once for
-our C++ bf16 matmuls: AMX tiles where the CPU has them, else the weight-streaming matmul
+`LlamaModel(loaded, plan, ...)` lays the linear weights out once, as the plan's row of
+engine/model/layouts.py says (its pack, engine/model/cpu/packing.py), for our C++ bf16 matmuls: AMX tiles where the CPU has them, else the weight-streaming matmul
 ("bf16"); the C++ layer loop then runs decode steps too. The matmuls accumulate in another
 order than F.linear, so the
 bf16 logits may differ in the last bits, never in substance: the next-token choice agrees,
@@ -17,7 +17,6 @@ import torch
 from engine import EngineConfig, LLMEngine, SamplingParams, SpecConfig
 from engine.model import weights_cache
 from engine.model.cpu import library
-from engine.model.llama import LlamaModel
 from engine.spec.draft import BUILTIN_RECIPE, QuantizedLlama
 from tests.conftest import PROMPTS, teacher_forced_logits
 
@@ -60,8 +59,12 @@ def test_packed_logits_match_plain(tokenizer):
 def test_fp32_is_never_packed():
     eng = LLMEngine(EngineConfig(dtype="float32", max_num_seqs=1, weights="dense"))
     assert not eng.model.packed and eng.model.layout == "plain"
-    with pytest.raises(ValueError, match="layout must be one of"):
-        LlamaModel(eng.model.loaded, eng.device, eng.dtype, 64, layout="onednn")
+    assert eng.model.row is eng.plan.row and eng.model.isa is None
+    # the rows refuse what they cannot run: the plan asks them once (engine/plan.py)
+    from engine.model.layouts import LAYOUTS
+
+    assert LAYOUTS["bf16"].refusal("cpu", "float32", True, []).startswith("runs bfloat16")
+    assert "onednn" not in LAYOUTS
 
 
 def test_draft_from_a_packed_target_is_the_plain_targets_draft():
@@ -74,9 +77,10 @@ def test_draft_from_a_packed_target_is_the_plain_targets_draft():
     for name, w in plain.model.layers[0].items():
         if name in eng.model.LINEAR_WEIGHTS:
             assert torch.equal(eng.model.plain_linear_weights(0)[name], w)
-    a = QuantizedLlama(eng.model, BUILTIN_RECIPE).layers[0]["qkv"]
+    a = QuantizedLlama(eng.model, BUILTIN_RECIPE, eng.plan.torch_draft_dtype).layers[0]["qkv"]
     weights_cache.clear("draft")  # quantize again, from the plain target this time
-    b = QuantizedLlama(plain.model, BUILTIN_RECIPE).layers[0]["qkv"]
+    b = QuantizedLlama(plain.model, BUILTIN_RECIPE, plain.plan.torch_draft_dtype
+                       ).layers[0]["qkv"]
     assert a is not b
     assert torch.equal(a.packed, b.packed) and torch.equal(a.scales, b.scales)
     outs = eng.generate(PROMPTS[:2], SamplingParams(max_tokens=12, ignore_eos=True))

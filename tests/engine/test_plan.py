@@ -3,7 +3,13 @@ resolved from stated machine facts, so this machine's hardware does not matter.
 
 RESOLUTION pins each cell: "dtype weights layout isa attention layer_loop graphs", or the
 config field a ValueError names. A KV cache in another dtype than the activations shows as
-"float32+kv:float16". A change to the rules changes this table, in review.
+"float32+kv:float16". A change to the rules changes this table, in review. Every cell's layout
+is a row of engine/model/layouts.py, its isa and layer loop what the row allows.
+
+Then the plan is followed: the engine's model, the EAGLE head and the draft build the row the
+plan printed, and the C++ kernels run the instruction set it printed (the kernels record what
+they were given: torch.ops.servelab.isa_calls), also where a test forces another one through
+the plan (SERVELAB_CPU_ISA, read into the machine facts).
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ import itertools
 
 import pytest
 
+from engine.config import WEIGHTS as CONFIG_WEIGHTS
 from engine.config import EngineConfig
+from engine.model.layouts import CPP_LOOP_LAYOUTS, GGUF_WEIGHTS, LAYOUTS
 from engine.plan import SMOLLM2, ExecutionPlan, MachineFacts, ModelFacts, resolve_plan
 
 CPUS = {  # name -> (architecture, /proc/cpuinfo flags)
@@ -452,7 +460,54 @@ RESOLUTION = {
                          list(itertools.product(CPUS, DEVICES, DTYPES, WEIGHTS)))
 def test_the_matrix(cpu, device, dtype, weights):
     config = EngineConfig(device=device, dtype=dtype, weights=weights)
-    assert cell(config, machine(cpu, device)) == RESOLUTION[cpu, device, dtype, weights]
+    facts = machine(cpu, device)
+    assert cell(config, facts) == RESOLUTION[cpu, device, dtype, weights]
+    if RESOLUTION[cpu, device, dtype, weights].startswith("error"):
+        return
+    # every cell is a row of the registry, with what that row allows and nothing else
+    p = resolve_plan(config, facts)
+    row = p.row
+    assert row is LAYOUTS[p.layout] and row.refusal(p.device, p.dtype, p.cpu_kernels,
+                                                    SMOLLM2.linear_shapes, facts.amx) is None
+    assert (p.weights in GGUF_WEIGHTS) == row.gguf
+    assert (p.layer_loop == "cpp") <= row.cpp_loop
+    assert (p.isa is None) == (row.kernel == "torch")
+    assert ("+vnni" in str(p.isa) or "+dot" in str(p.isa)) <= row.dot
+    assert str(p.isa).endswith("+amx") <= row.int8_tiles
+
+
+def test_the_registry_is_one_table_and_its_views():
+    """One row per layout; the names other modules read are views of it, and the config's
+    GGUF weights are its GGUF rows."""
+    assert list(LAYOUTS) == ["plain", "amx", "bf16", "gguf", "gguf-q8", "gguf-q16"]
+    assert all(name == row.name for name, row in LAYOUTS.items())
+    assert GGUF_WEIGHTS == tuple(w for w in CONFIG_WEIGHTS if w not in ("auto", "dense"))
+    assert CPP_LOOP_LAYOUTS == ("amx", "bf16", *GGUF_WEIGHTS)
+    assert {n: r.activations for n, r in LAYOUTS.items() if r.activations} == {
+        "gguf-q8": "q8", "gguf-q16": "q16"}
+    assert LAYOUTS["plain"].linear_for("avx2") is LAYOUTS["plain"].linear  # no isa to take
+    assert LAYOUTS["gguf-q16"].linear_for("avx2").keywords == {"isa": "avx2"}
+    with pytest.raises(ValueError, match="the plan names its instruction set"):
+        LAYOUTS["gguf"].linear_for(None)
+
+
+def test_the_plan_checks_the_chosen_row_once(monkeypatch):
+    """The plan asks the chosen row whether it runs here, and the ValueError names the field
+    that chose it: weights (asked for) or layout (the plan's own rule, here forced)."""
+    import engine.plan as plan_module
+
+    odd = ModelFacts(True, ((968, 576), (576, 576)), True)
+    with pytest.raises(ValueError, match=r"^weights='gguf-q8' takes output columns in groups "
+                                         r"of 16; got \[\(968, 576\)"):
+        resolve_plan(EngineConfig(model="/a/folder", weights="gguf-q8"), machine("avx2", "cpu"),
+                     odd)
+    assert resolve_plan(EngineConfig(model="/a/folder", weights="gguf"), machine("avx2", "cpu"),
+                        odd).layout == "gguf"  # no groups of 16 in the fp32 matmul
+    monkeypatch.setattr(plan_module, "dense_layout", lambda *args: "amx")
+    with pytest.raises(ValueError, match="^layout='amx' needs a CPU with AMX tiles"):
+        resolve_plan(EngineConfig(dtype="bfloat16", weights="dense"), machine("avx2", "cpu"))
+    assert resolve_plan(EngineConfig(dtype="bfloat16", weights="dense"),
+                        machine("amx", "cpu")).layout == "amx"
 
 
 def test_the_table_covers_the_matrix_and_nothing_else():
@@ -538,18 +593,147 @@ def test_the_plan_prints_in_one_line_and_as_data():
     assert gpu.describe() == "cuda bfloat16 dense/plain, attention triton, CUDA graphs, 1 thread"
 
 
+def ran(eng, prompts=("The capital of France is", "One, two, three,"), tokens=4):
+    """op -> the instruction sets the C++ kernels were given while `eng` generated."""
+    from engine import SamplingParams
+    from engine.model.cpu import library
+
+    library.isa_calls(reset=True)
+    eng.generate(list(prompts), SamplingParams(max_tokens=tokens, ignore_eos=True))
+    return library.isa_calls(reset=True)
+
+
+def assert_runs_plan(eng):
+    """The engine's model is built from the row its plan printed, runs the instruction set it
+    printed, and the C++ kernels (the layer loop included, where the plan runs it) were given
+    exactly that set."""
+    p = eng.plan
+    model = eng.model
+    assert model.row is p.row and model.layout == p.layout and model.isa == p.isa
+    assert getattr(model.linear, "keywords", {}).get("isa") == (
+        p.isa if p.row.kernel == "matmul" else None)
+    assert (model.cpp_layer_weights is not None) == (p.layer_loop == "cpp")
+    calls = ran(eng)
+    if p.isa is None:
+        assert calls == {}
+        return calls
+    assert calls and all(isas == {p.isa} for isas in calls.values()), (p.isa, calls)
+    assert ("decode_layers" in calls) == (p.layer_loop == "cpp")
+    return calls
+
+
 def test_the_engine_runs_its_plan():
-    """The engine builds what its plan says (this machine's facts, the real model)."""
+    """The engine builds what its plan says (this machine's facts, the real model), and its
+    kernels run the plan's instruction set."""
     from engine import LLMEngine
 
-    eng = LLMEngine(EngineConfig(max_num_seqs=1, max_model_len=64))
+    eng = LLMEngine(EngineConfig(max_num_seqs=2, max_model_len=64))
     p = eng.plan
     assert eng.device.type == p.device and str(eng.dtype) == f"torch.{p.dtype}"
     assert eng.model.layout == p.layout and eng.backend_name == p.attention
     assert eng.uses_cpu_kernels == (p.layer_ops == "cpu") and eng.uses_graphs == p.cuda_graphs
-    assert (eng.model.cpp_layer_weights is not None) == (p.layer_loop == "cpp")
     assert eng.describe() == f"smollm2-135m on {p.describe()}"
     assert eng.pool.data.dtype == p.torch_kv_dtype
+    assert "dtype" not in vars(eng) and "device" not in vars(eng)  # read from the plan
+    assert_runs_plan(eng)
+
+
+def _kernels():
+    from engine.model.cpu import library
+
+    if not library.load():
+        pytest.skip("the C++ CPU kernels did not build here")
+    return library
+
+
+@pytest.mark.parametrize("weights,dtype", [("gguf", "float32"), ("gguf-q8", "float32"),
+                                           ("gguf-q16", "float32"), ("dense", "bfloat16")])
+def test_each_layout_runs_the_row_and_isa_its_plan_printed(weights, dtype):
+    """Per layout the C++ matmul runs here: the model's row and isa are the plan's, and every
+    kernel call (the C++ layer loop's and the Python loop's) was given the plan's isa."""
+    from engine import LLMEngine
+
+    _kernels()
+    eng = LLMEngine(EngineConfig(weights=weights, dtype=dtype, max_num_seqs=2,
+                                 max_model_len=64))
+    if eng.plan.isa is None:
+        pytest.skip(f"no C++ matmul for dense {dtype} here ({eng.plan.describe()})")
+    assert eng.plan.isa in eng.plan.describe()  # the printed plan names it
+    calls = assert_runs_plan(eng)
+    assert eng.plan.layer_loop == "cpp" and calls["decode_layers"] == {eng.plan.isa}
+
+
+def test_a_forced_isa_reaches_the_kernels(monkeypatch):
+    """SERVELAB_CPU_ISA is read into the machine facts, so the plan prints the forced set,
+    and the model passes it to every C++ call: each set this CPU runs, in turn, is the one the
+    kernels record (a model passing "" or its own choice would show the widest set instead)."""
+    from engine import LLMEngine
+    from engine.plan import machine_facts
+
+    library = _kernels()
+    for isa in library.supported_isas():
+        monkeypatch.setenv("SERVELAB_CPU_ISA", isa)
+        assert machine_facts().isa == isa
+        eng = LLMEngine(EngineConfig(weights="gguf-q16", max_num_seqs=2, max_model_len=64))
+        assert eng.plan.isa.split("+")[0] == isa and f"({eng.plan.isa})" in eng.plan.describe()
+        calls = assert_runs_plan(eng)
+        assert calls["decode_layers"] == {eng.plan.isa}
+
+
+def test_the_eagle_head_and_the_draft_run_the_plans_choices():
+    """The EAGLE head reads the plan's row and isa (the target's), and its C++ layer and
+    readout run that isa; the built-in draft's dense copy is in the plan's draft_dtype, and a
+    draft model from a folder is built from the plan's draft plan (plain rows, the plan's
+    device, dtype and layer ops) and gives the C++ kernels nothing of its own."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from engine import LLMEngine, SpecConfig
+    from engine.kv import KVPool, PagedAllocator
+    from engine.model.attention import build_metadata
+    from engine.spec import eagle
+    from engine.spec.draft import build_draft_model
+
+    library = _kernels()
+    eng = LLMEngine(EngineConfig(weights="gguf-q16", max_num_seqs=2, max_model_len=64,
+                                 spec=SpecConfig("draft", num_speculative_tokens=2)))
+    p = eng.plan
+    # the built-in draft: torch's int4 kernels, its dense copy in the plan's dtype
+    draft = eng.spec_decoder.draft.model
+    assert draft.row is None and draft.dense_dtype == p.torch_draft_dtype
+    assert draft.layers[0]["qkv"].dense.dtype == p.torch_draft_dtype
+    assert p.draft_dtype == ("bfloat16" if machine_facts_bf16() else "float32")
+    calls = ran(eng)  # the target verifies on the plan's isa; the draft calls none of ours
+    assert all(isas == {p.isa} for isas in calls.values()), calls
+    # a draft model from a folder (the bundled one stands in): the plan's draft plan
+    folder = build_draft_model(eng, SimpleNamespace(draft_model="smollm2-135m",
+                                                    num_speculative_tokens=2))
+    assert folder.row is p.for_draft_model().row is LAYOUTS["plain"] and folder.isa is None
+    assert folder.dtype == eng.dtype and folder.ops.name == eng.model.ops.name
+    assert folder.cpp_layer_weights is None
+    # the EAGLE head: the plan's row and isa, in its Python and its C++ layer loop
+    w = eagle.init_weights(eng.model, torch.arange(0, 4096, 2), seed=1)
+    head = eagle.EagleHead(eng.model, w, p)
+    assert head.row is p.row and head.isa == p.isa and head.cpp_loop == (p.layer_loop == "cpp")
+    cfg, bs, n = eng.model.cfg, 4, 3
+    pool = KVPool(1, 4, bs, cfg.num_kv_heads, cfg.head_dim, torch.float32, eng.device)
+    seq = eagle.HeadSeq("t")
+    assert PagedAllocator(4, bs).ensure_slots(seq, n)
+    meta = build_metadata([n], [n], [seq.block_table],
+                          [seq.block_table[i // bs] * bs + i % bs for i in range(n)], bs, "cpu")
+    library.isa_calls(reset=True)
+    feats = head.forward(torch.randn(n, cfg.hidden_size), torch.arange(n), torch.arange(n), meta,
+                         pool.layers[0], eng.backend)
+    head.logits(feats)
+    calls = library.isa_calls(reset=True)
+    assert calls == {"matmul_q16": {p.isa}, "decode_layers": {p.isa}}, calls
+
+
+def machine_facts_bf16() -> bool:
+    from engine.plan import machine_facts
+
+    return machine_facts().bf16_units
 
 
 def test_the_kv_cache_dtype():

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from benchmarks.workloads import GROUNDED, OPEN, chat
+from engine.config import EngineConfig
 from engine.spec import eagle
 from engine.spec.train_draft import DATA, DATA_MORE, batches, choose_vocab, load_prompts
 
@@ -73,9 +74,12 @@ def test_batches_cover_every_sequence_once():
 def target():
     from engine.model.llama import shared_model
     from engine.model.loader import load_model
+    from engine.plan import plan_for
 
     loaded = load_model("smollm2-135m", torch.float32)
-    return shared_model(loaded, torch.device("cpu"), torch.float32, 256)
+    plan = plan_for(EngineConfig(device="cpu", dtype="float32", weights="dense",
+                                 cpu_kernels=False))
+    return shared_model(loaded, plan, 256)
 
 
 def test_missing_head_names_the_command(target):
@@ -201,24 +205,28 @@ def test_head_on_a_gguf_target_reads_q8_0_rows(weights):
     columns (pack_q8), its forward within int8 rounding of the fp32 one; with int16 ones
     (gguf-q16) the int16 kernel (pack_q16), within int16 rounding."""
     from engine.kv import KVPool, PagedAllocator
-    from engine.model import cpu
     from engine.model.attention import build_metadata, get_backend
+    from engine.model.cpu import library
     from engine.model.llama import shared_model
     from engine.model.loader import load_model
 
-    if not cpu.library.load():
+    if not library.load():
         pytest.skip("the C++ CPU kernels did not build here")
-    gguf_target = shared_model(load_model("smollm2-135m", torch.float32), torch.device("cpu"),
-                               torch.float32, 256, cpu_kernels=True, weights=weights)
+    from engine.plan import plan_for
+
+    plan = plan_for(EngineConfig(device="cpu", dtype="float32", weights=weights))
+    gguf_target = shared_model(load_model("smollm2-135m", torch.float32), plan, 256)
     torch.manual_seed(0)
     w = eagle.init_weights(gguf_target, torch.arange(0, 4096, 2), seed=3)
     w["fc"][:, 576:] = torch.randn(576, 576) * 0.05
     head = eagle.EagleHead(gguf_target, w)
-    from engine.model.cpu.packing import pack_grouped
     from engine.model.gguf import quantize_q8_0, read_linear_weights
+    from engine.model.layouts import LAYOUTS
 
-    grouped = weights != "gguf"
-    regroup = (lambda t, k: pack_grouped(weights, t, k)) if grouped else (lambda t, k: t)
+    assert head.row is LAYOUTS[weights] is gguf_target.row and head.isa == plan.isa
+    pack = LAYOUTS[weights].pack  # the row's: pack_q8 / pack_q16 for the integer kernels
+    grouped = pack is not None
+    regroup = pack if grouped else (lambda t, k: t)
     for n in eagle.LINEAR_NAMES:
         k = w[n].shape[1]
         assert torch.equal(head.w[n], regroup(quantize_q8_0(w[n]), k))
@@ -387,15 +395,18 @@ def test_head_in_the_cpp_layer_loop_gives_the_python_loops_bits(weights):
     there too: the same kernels in the same order, so the same bits as the head's Python
     forward, and the same K/V written, for a batch of sequences bringing 1, 3 and 5 tokens."""
     from engine.kv import KVPool, PagedAllocator
-    from engine.model import cpu
     from engine.model.attention import build_metadata, get_backend
+    from engine.model.cpu import library
     from engine.model.llama import shared_model
     from engine.model.loader import load_model
 
-    if not cpu.library.load():
+    if not library.load():
         pytest.skip("the C++ CPU kernels did not build here")
-    target = shared_model(load_model("smollm2-135m", torch.float32), torch.device("cpu"),
-                          torch.float32, 256, cpu_kernels=True, weights=weights)
+    from engine.plan import plan_for
+
+    target = shared_model(load_model("smollm2-135m", torch.float32),
+                          plan_for(EngineConfig(device="cpu", dtype="float32", weights=weights)),
+                          256)
     w = eagle.init_weights(target, torch.arange(0, 4096, 2), seed=5)
     w["fc"][:, 576:] = torch.randn(576, 576, generator=torch.Generator().manual_seed(1)) * 0.05
     head = eagle.EagleHead(target, w)

@@ -13,8 +13,9 @@
                  order whatever the batch
   matmul_amx.cpp the int16 kernel on AMX int8 tiles (steps of 8 rows and more, where the
                  CPU has them): the VNNI kernel's bits
-  packing.py     the weight layouts (plain, amx, bf16, gguf, gguf-q8, gguf-q16), each made
-                 once; the execution plan (engine/plan.py) chooses which
+  packing.py     the weight layouts' pack and linear functions (plain, amx, bf16, gguf,
+                 gguf-q8, gguf-q16), each made once; one row per layout in
+                 engine/model/layouts.py, the execution plan (engine/plan.py) chooses which
   attention.py   the "cpu" attention backend (the torch backend with the C++ kernel)
 
 The execution plan (engine/plan.py) chooses the ops, the weight layout and whether the C++

@@ -16,9 +16,9 @@ and over whole workloads the difference is small (`python -m benchmarks.kernel_b
 docs/performance.md).
 
 Since the kernel takes every request of a step (`takes_whole_step`), one kernel call serves
-the whole step's attention per layer, and a model whose weights one of the C++ matmuls reads
-(packing.CPP_LOOP_LAYOUTS) runs its whole layer loop in C++ (`LlamaModel.runs_cpp_layer_loop`
-decides, in one place).
+the whole step's attention per layer, and a model whose plan runs the C++ layer loop (its
+layout's row in engine/model/layouts.py allows it) runs its whole layer loop in C++
+(`LlamaModel.runs_cpp_layer_loop` decides per step, in one place).
 """
 
 from __future__ import annotations

@@ -9,9 +9,11 @@ paged_attention, decode_layers}` (ops.cpp), `{matmul, dequantize, quantize_q8, p
 matmul_q8, quantize_q16, pack_q16, matmul_q16, cpu_isa, isa_supported, q16_tiles_from_rows}`
 (matmul.cpp) and
 `{amx_linear, amx_available}` (linear.cpp; `amx_linear` runs only on a CPU with AMX tiles). `matmul_isa()` names the matmul's instruction set
-(SERVELAB_CPU_ISA forces one). Without a compiler it returns False, says why once, and the
-engine keeps to its PyTorch code (same numbers, more operator calls). `SERVELAB_CPU_OPS=0` turns the
-kernels off.
+(the machine facts pass SERVELAB_CPU_ISA to it, once: engine/plan.py; the kernels run the set
+each call names, the plan's, and read no environment variable to choose one). `isa_calls()`
+says which sets the kernels ran. Without a compiler `load()` returns False, says why once, and
+the engine keeps to its PyTorch code (same numbers, more operator calls). `SERVELAB_CPU_OPS=0`
+turns the kernels off.
 """
 
 from __future__ import annotations
@@ -199,16 +201,35 @@ def amx_available() -> bool:
 ISAS = ("avx512", "avx2", "neon", "portable")
 
 
-def matmul_isa() -> str:
-    """The instruction set torch.ops.servelab.matmul runs here: SERVELAB_CPU_ISA (avx512, avx2,
-    neon, portable) if set, else the widest this CPU supports. ValueError if the forced one is
-    unknown or this CPU lacks it."""
+def matmul_isa(forced: str = "", source: str = "isa") -> str:
+    """The weight-streaming matmul's instruction set here: `forced` (avx512, avx2, neon,
+    portable; the machine facts pass SERVELAB_CPU_ISA, engine/plan.py) if given, else the
+    widest this CPU supports. ValueError, naming `source`, if the forced one is unknown or this
+    CPU lacks it (or treats it as missing: SERVELAB_CPU_ISA_DISABLE)."""
     if not load():
         raise ValueError("the C++ CPU kernels did not load (see the message above)")
-    try:
-        return torch.ops.servelab.cpu_isa()
-    except RuntimeError as exc:
-        raise ValueError(str(exc).splitlines()[0]) from None
+    ops = torch.ops.servelab
+    if not forced or forced == "auto":
+        return ops.cpu_isa()
+    known = [isa for isa in ISAS if isa in isa_builds()]
+    if forced not in known:
+        raise ValueError(f"{source} is {forced!r}; known instruction sets: {', '.join(known)} "
+                         "(or auto)")
+    if not ops.isa_supported(forced):
+        raise ValueError(f"{source} asks for {forced!r}, but this CPU does not support it (it "
+                         f"has: {', '.join(supported_isas())})")
+    return forced
+
+
+def isa_calls(reset: bool = False) -> dict[str, set[str]]:
+    """Which instruction set each kernel ran since the last reset: op (matmul, matmul_q8,
+    matmul_q16, decode_layers, amx_linear) -> the sets its calls were given, as the plan names
+    them ("avx2", "avx512+vnni+amx", "amx" for the AMX bf16 tiles). reset=True: start anew."""
+    out: dict[str, set[str]] = {}
+    for entry in torch.ops.servelab.isa_calls(reset):
+        op, _, isa = entry.partition(":")
+        out.setdefault(op, set()).add(isa)
+    return out
 
 
 def has_vnni() -> bool:

@@ -113,6 +113,7 @@ at::Tensor amx_linear(const at::Tensor& x_in, const at::Tensor& w_vnni,
               "servelab amx_linear: x has ", K, " columns, the weight ", w_vnni.size(1) * 2,
               " (both must match and be a multiple of 32)");
   at::Tensor y = at::empty({M, N}, x_in.options());
+  record_isa(IsaCaller::amx_linear, MatmulChoice{-1, false, false});
 #ifdef SERVELAB_AMX
   if (M == 0) return y;
   at::Tensor bias;

@@ -1,11 +1,16 @@
 // torch.ops.servelab.matmul: y = x W^T for weights in bf16, GGUF Q8_0 or GGUF Q4_1, on the
-// instruction set chosen at run time (the kernels themselves: matmul_isa.cpp).
+// instruction set each call names (the kernels themselves: matmul_isa.cpp).
 //
 //   matmul(x, w, format="auto", isa="")  x [M, K] fp32/bf16/fp16 -> y [M, N] in x's dtype
 //       format "bf16" (w [N, K] bf16), "q8_0" or "q4_1" (w [N, K/32 * 34 or 20] uint8: the
-//       GGUF file's rows as they are), "auto": told apart by w's dtype and bytes per row; isa "" = SERVELAB_CPU_ISA if set, else the widest this
-//       CPU has; "avx512", "avx2", "neon" (AArch64), "portable" force one (an error if the
-//       CPU lacks it)
+//       GGUF file's rows as they are), "auto": told apart by w's dtype and bytes per row
+//       isa: the execution plan's (engine/plan.py; the engine passes it with every call):
+//       "avx512", "avx2", "neon" (AArch64) or "portable", then the variants it may use:
+//       "+vnni" (avx512) / "+dot" (neon) the integer kernels' dot-product instructions,
+//       "+amx" (avx512) the int16 kernel on AMX int8 tiles; e.g. "avx512+vnni+amx". Exactly
+//       that runs, an error if the CPU lacks any of it. "" or "auto": the widest this CPU has,
+//       with every variant it has (tests and benches; the engine always names one). No
+//       environment variable changes the choice (SERVELAB_CPU_ISA is the plan's input)
 //   dequantize(w, format, isa="")  the fp32 weights [N, K] those kernels multiply with
 //   pack_q8(w, format)  GGUF rows [N, K/32 * bytes] -> the same bytes in groups of 16 columns
 //       [N/16, 16 * K/32 * bytes], for matmul_q8 (weights="gguf-q8")
@@ -15,12 +20,16 @@
 //   pack_q16(w, format), matmul_q16(x, w_packed, format="auto", isa=""), quantize_q16(x): the
 //       same with x rounded to int16 per block of 32 (weights="gguf-q16"): the GGUF rows
 //       regrouped two q bytes at a time; (q int16 [M, K], d [M, K/32], s = sum(x) [M, K/32])
-//   cpu_isa()  the instruction set an isa="" call runs;  isa_supported(isa)
+//   cpu_isa()  the instruction set an isa="" call runs;  isa_supported(name): an instruction
+//       set or a variant's feature ("vnni", "dotprod", "amx") this CPU has
 //   q16_tiles_from_rows()  the row count from which an isa="" matmul_q16 runs on AMX int8 tiles
 //       (matmul_amx.cpp: the same bits), 0 where it never does (no AMX, or an isa other than
 //       avx512)
-//   SERVELAB_CPU_ISA_DISABLE (comma-separated): instruction sets to treat as missing ("amx":
-//       the int16 kernel without AMX tiles)
+//   isa_calls(reset=False)  "op:isa" for every op (matmul, matmul_q8, matmul_q16,
+//       decode_layers, amx_linear) and instruction set it ran since the last reset: what the
+//       kernels were given, read back by the tests of the plan
+//   SERVELAB_CPU_ISA_DISABLE (comma-separated): instruction sets and features to treat as
+//       missing ("amx": no AMX int8 tiles), a fact of the machine: the plan reads it too
 //
 // x is widened to fp32 once; each output is a sum over K in fp32, in one order that depends
 // on neither the other rows nor the thread count (threads split the output columns only),
@@ -31,6 +40,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -66,9 +76,11 @@ struct Isa {
   void (*dequantize_rows)(const uint8_t*, int, int64_t, int64_t, int64_t, float*);
   void (*matmul_q8_columns)(const MatmulQ8Job&, int64_t, int64_t);
   // the int8 kernel with a dot-product instruction (x86 VNNI's vpdpbusd, ARM's sdot), where
-  // the CPU has `dot` (nullptr: none for this set), from `dot_from_rows` rows on
+  // the CPU has `dot` (nullptr: none for this set), from `dot_from_rows` rows on; the isa
+  // argument names it "+" `dot_variant`
   void (*matmul_q8_columns_dot)(const MatmulQ8Job&, int64_t, int64_t);
   const char* dot;
+  const char* dot_variant;
   int64_t dot_from_rows;
   // the int16 kernel (weights="gguf-q16"), and its variant with x86 VNNI's vpdpwssd where the
   // CPU has `dot` (the same integer sums: the same bits)
@@ -82,19 +94,22 @@ const Isa kIsas[] = {
      // VNNI's vpdpbusd from 3 rows on: with a Q4_1 block's high nibbles unshifted
      // (matmul_isa.cpp) it beats vpmaddubsw + vpmaddwd from 3 rows and not below
      // (kernel_bench --rows --hot; docs/performance.md)
-     isa_avx512::matmul_q8_columns, isa_avx512vnni::matmul_q8_columns, "vnni", 3,
+     isa_avx512::matmul_q8_columns, isa_avx512vnni::matmul_q8_columns, "vnni", "vnni", 3,
      isa_avx512::matmul_q16_columns, isa_avx512vnni::matmul_q16_columns},
     {"avx2", isa_avx2::matmul_columns, isa_avx2::dequantize_rows, isa_avx2::matmul_q8_columns,
-     nullptr, "", 0, isa_avx2::matmul_q16_columns, nullptr},
+     nullptr, "", "", 0, isa_avx2::matmul_q16_columns, nullptr},
 #elif defined(__aarch64__)
     // sdot at every row count: one instruction where plain NEON takes five (its speed is
     // unmeasured here: the tests run NEON under qemu)
     {"neon", isa_neon::matmul_columns, isa_neon::dequantize_rows, isa_neon::matmul_q8_columns,
-     isa_neondot::matmul_q8_columns, "dotprod", 1, isa_neon::matmul_q16_columns, nullptr},
+     isa_neondot::matmul_q8_columns, "dotprod", "dot", 1, isa_neon::matmul_q16_columns,
+     nullptr},
 #endif
     {"portable", isa_portable::matmul_columns, isa_portable::dequantize_rows,
-     isa_portable::matmul_q8_columns, nullptr, "", 0, isa_portable::matmul_q16_columns, nullptr},
+     isa_portable::matmul_q8_columns, nullptr, "", "", 0, isa_portable::matmul_q16_columns,
+     nullptr},
 };
+constexpr int kNumIsas = sizeof(kIsas) / sizeof(kIsas[0]);
 
 // SERVELAB_CPU_ISA_DISABLE="avx512,avx2": act as if this CPU lacked these (to try, and test,
 // a narrower CPU's automatic choice and the refusal of a forced set it does not have); "vnni"
@@ -147,32 +162,28 @@ std::string known_names() {
   return s;
 }
 
-const Isa& pick(const std::string& requested) {
-  std::string want = requested;
-  const char* source = "isa argument";
-  if (want.empty()) {
-    const char* env = std::getenv("SERVELAB_CPU_ISA");
-    if (env && *env && std::string(env) != "auto") {
-      want = env;
-      source = "SERVELAB_CPU_ISA";
-    }
-  }
-  if (want.empty() || want == "auto") {
+std::string names_here() {
+  std::string s;
+  for (const Isa& i : kIsas)
+    if (cpu_has(i.name)) s += std::string(s.empty() ? "" : ", ") + i.name;
+  return s;
+}
+
+// the instruction set `name` of an isa argument `spec` (its first part): refused if unknown,
+// or if this CPU lacks it. No environment variable is read: the caller names the set (the
+// engine: its plan's), "" and "auto" the widest this CPU has
+const Isa& pick(const std::string& name, const std::string& spec) {
+  if (name.empty() || name == "auto") {
     for (const Isa& isa : kIsas)
       if (cpu_has(isa.name)) return isa;
   }
   for (const Isa& isa : kIsas)
-    if (want == isa.name) {
-      TORCH_CHECK(cpu_has(want), "servelab matmul: ", source, " asks for '", want,
-                  "', but this CPU does not support it (it has: ", [] {
-                    std::string s;
-                    for (const Isa& i : kIsas)
-                      if (cpu_has(i.name)) s += std::string(s.empty() ? "" : ", ") + i.name;
-                    return s;
-                  }(), ")");
+    if (name == isa.name) {
+      TORCH_CHECK(cpu_has(name), "servelab matmul: isa '", spec, "' asks for '", name,
+                  "', but this CPU does not support it (it has: ", names_here(), ")");
       return isa;
     }
-  TORCH_CHECK(false, "servelab matmul: ", source, " is '", want, "'; known instruction sets: ",
+  TORCH_CHECK(false, "servelab matmul: isa is '", spec, "'; known instruction sets: ",
               known_names(), " (or auto)");
   return kIsas[0];
 }
@@ -400,12 +411,67 @@ void matmul_run(const float* x, int64_t M, int64_t K, const at::Tensor& w, int c
 
 }  // namespace
 
-MatmulChoice choose_matmul(const std::string& isa_name) {
-  const Isa& isa = pick(isa_name);
+// the isa argument "base[+variant...]" -> what runs (the comment at the top): exactly the
+// variants named, each refused where the CPU lacks it; "" / "auto": the widest set and all the
+// variants this CPU has
+MatmulChoice choose_matmul(const std::string& spec) {
+  const std::string base = spec.substr(0, spec.find('+'));
+  const Isa& isa = pick(base, spec);
   const int index = static_cast<int>(&isa - kIsas);
+  const bool has_dot = isa.matmul_q8_columns_dot != nullptr;
   // the AMX kernel's scaling is AVX-512's: it stands in for the AVX-512 kernels only
-  return {index, isa.matmul_q8_columns_dot != nullptr && cpu_has(isa.dot),
-          std::string(isa.name) == "avx512" && cpu_has("amx")};
+  const bool has_tiles = std::string(isa.name) == "avx512";
+  if (base.empty() || base == "auto")
+    return {index, has_dot && cpu_has(isa.dot), has_tiles && cpu_has("amx")};
+  MatmulChoice choice{index, false, false};
+  for (size_t at = spec.find('+'); at != std::string::npos;) {
+    const size_t next = spec.find('+', at + 1);
+    const std::string variant = spec.substr(at + 1, next == std::string::npos ? next : next - at - 1);
+    at = next;
+    const bool dot = has_dot && variant == isa.dot_variant, tiles = has_tiles && variant == "amx";
+    TORCH_CHECK(dot || tiles, "servelab matmul: isa '", spec, "': '", variant,
+                "' is no variant of ", isa.name, " (", has_dot ? std::string("+") + isa.dot_variant : "",
+                has_tiles ? " +amx" : "", has_dot || has_tiles ? "" : "it has none", ")");
+    const char* feature = dot ? isa.dot : "amx";
+    TORCH_CHECK(cpu_has(feature), "servelab matmul: isa '", spec, "' asks for '", variant,
+                "', but this CPU does not support it");
+    (dot ? choice.dot : choice.tiles) = true;
+  }
+  return choice;
+}
+
+namespace {
+
+// isa_calls: per op, how many calls ran each choice since the last reset (slot 0: the AMX bf16
+// tiles of linear.cpp; then 4 per instruction set: without and with the dot-product variant,
+// each without and with AMX int8 tiles)
+constexpr int kCallers = static_cast<int>(IsaCaller::count), kSlots = 1 + 4 * kNumIsas;
+std::atomic<int64_t> g_calls[kCallers][kSlots];
+const char* const kCallerNames[kCallers] = {"matmul", "matmul_q8", "matmul_q16",
+                                            "decode_layers", "amx_linear"};
+
+std::string choice_name(int slot) {
+  if (slot == 0) return "amx";
+  const int isa = (slot - 1) / 4, dot = (slot - 1) / 2 % 2, tiles = (slot - 1) % 2;
+  return std::string(kIsas[isa].name) + (dot ? std::string("+") + kIsas[isa].dot_variant : "") +
+         (tiles ? "+amx" : "");
+}
+
+}  // namespace
+
+void record_isa(IsaCaller op, const MatmulChoice& choice) {
+  const int slot = choice.isa < 0 ? 0 : 1 + 4 * choice.isa + 2 * choice.dot + choice.tiles;
+  g_calls[static_cast<int>(op)][slot].fetch_add(1, std::memory_order_relaxed);
+}
+
+std::vector<std::string> isa_calls(bool reset) {
+  std::vector<std::string> out;
+  for (int op = 0; op < kCallers; ++op)
+    for (int slot = 0; slot < kSlots; ++slot) {
+      const int64_t n = reset ? g_calls[op][slot].exchange(0) : g_calls[op][slot].load();
+      if (n) out.push_back(std::string(kCallerNames[op]) + ":" + choice_name(slot));
+    }
+  return out;
 }
 
 namespace {
@@ -424,6 +490,7 @@ at::Tensor grouped_matmul(int bits, const at::Tensor& x_in, const at::Tensor& w,
   const int64_t K = x_in.size(1);
   const int code = grouped_format(w, K, format_in, bits);
   const MatmulChoice choice = choose_matmul(isa_name);
+  record_isa(bits == 16 ? IsaCaller::matmul_q16 : IsaCaller::matmul_q8, choice);
   const at::Tensor x = x_in.to(at::kFloat).contiguous();
   at::Tensor y = at::empty({x.size(0), w.size(0) * 16}, x.options());
   grouped_run(bits, x.data_ptr<float>(), x.size(0), K, w, code, choice, y.data_ptr<float>());
@@ -466,7 +533,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_q16(const at::Tensor& x_
   return {q, d, s};
 }
 
-std::string cpu_isa() { return pick("").name; }
+std::string cpu_isa() { return pick("", "").name; }
 
 // does an isa="" int16 call run on AMX tiles from kTilesFromRows rows on? (0: never)
 int64_t q16_tiles_from_rows() { return choose_matmul("").tiles ? kTilesFromRows : 0; }
@@ -474,6 +541,7 @@ int64_t q16_tiles_from_rows() { return choose_matmul("").tiles ? kTilesFromRows 
 bool isa_supported(const std::string& isa) {
   for (const Isa& i : kIsas)
     if (isa == i.name) return cpu_has(isa);
+  if (isa == "vnni" || isa == "dotprod" || isa == "amx") return cpu_has(isa);  // variants' features
   return false;
 }
 
@@ -509,6 +577,7 @@ at::Tensor matmul(const at::Tensor& x_in, const at::Tensor& w, const std::string
               "servelab matmul: x must be a 2-D floating-point CPU tensor, got ", x_in.sizes());
   const int code = matmul_format(w, x_in.size(1), format_in);
   const MatmulChoice choice = choose_matmul(isa_name);
+  record_isa(IsaCaller::matmul, choice);
   const at::Tensor x = x_in.to(at::kFloat).contiguous();
   at::Tensor y = at::empty({x.size(0), w.size(0)}, x.options());
   matmul_run(x.data_ptr<float>(), x.size(0), x.size(1), w, code, choice, y.data_ptr<float>());
@@ -523,7 +592,7 @@ void matmul_into(const float* x, int64_t M, int64_t K, const at::Tensor& w,
 at::Tensor dequantize(const at::Tensor& w, const std::string& format, const std::string& isa_name) {
   const auto [code, bb] = parse_format(format);
   const int64_t K = weight_k(w, format, code, bb), N = w.size(0);
-  const Isa& isa = pick(isa_name);
+  const Isa& isa = kIsas[choose_matmul(isa_name).isa];
   at::Tensor out = at::empty({N, K}, w.options().dtype(at::kFloat));
   at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
     isa.dequantize_rows(static_cast<const uint8_t*>(w.data_ptr()), code, K, n0, n1,
@@ -539,6 +608,8 @@ TORCH_LIBRARY_FRAGMENT(servelab, m) {
   m.def("q16_tiles_from_rows() -> int", [] { return servelab::q16_tiles_from_rows(); });
   m.def("isa_supported(str isa) -> bool",
         [](std::string isa) { return servelab::isa_supported(isa); });
+  m.def("isa_calls(bool reset=False) -> str[]",
+        [](bool reset) { return servelab::isa_calls(reset); });
   m.def("matmul(Tensor x, Tensor w, str format=\"auto\", str isa=\"\") -> Tensor");
   m.def("dequantize(Tensor w, str format, str isa=\"\") -> Tensor");
   m.def("quantize_q8(Tensor x) -> (Tensor, Tensor, Tensor)");

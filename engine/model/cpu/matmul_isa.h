@@ -94,10 +94,15 @@ static inline void quantize_block_q16(const float* x, int16_t* q, float* d, floa
 // entry of its instruction sets, whether its int8 kernel may use the dot-product variant, and
 // whether its int16 kernel may use AMX int8 tiles (matmul_amx.cpp) for steps with many rows
 struct MatmulChoice {
-  int isa;
+  int isa;  // -1: none of matmul.cpp's (linear.cpp's AMX bf16 tiles), for record_isa
   bool dot;
   bool tiles = false;
 };
+
+// what the kernels ran, per op (matmul.cpp counts; torch.ops.servelab.isa_calls reads it back,
+// so a test sees the instruction set the plan passed arrive)
+enum class IsaCaller { matmul, matmul_q8, matmul_q16, decode_layers, amx_linear, count };
+void record_isa(IsaCaller op, const MatmulChoice& choice);
 
 #define SERVELAB_DECLARE_ISA(NS)                                                     \
   namespace NS {                                                                     \

@@ -819,7 +819,9 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache,
 // without Python and the dispatcher between the ~300 calls. The kernels run here on raw
 // pointers into one buffer made once a step: a tensor, a view or a dispatcher call costs
 // more than the small ops themselves at decode sizes (docs/performance.md). The
-// matmul's instruction set is chosen once a step too (matmul.cpp, choose_matmul).
+// matmul's instruction set is the caller's `isa`, the execution plan's (matmul.cpp,
+// choose_matmul: "avx2", "avx512+vnni+amx", ...; "amx" with AMX-packed weights), checked once
+// a step and recorded (isa_calls), so a test sees the plan's set arrive.
 // layers: 6 tensors per layer (in_norm, qkv, o, post_norm, gate_up, down); the linear weights
 // vnni_pack()ed for AMX (3-D), or 2-D for matmul.cpp (bf16 [out, in], or GGUF Q4_1 / Q8_0
 // rows, or pack_q8()ed ones with activations="q8": weights="gguf-q8", or pack_q16()ed ones with
@@ -832,7 +834,7 @@ at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos_in,
                          const at::Tensor& block_tables, const at::Tensor& seq_lens,
                          const at::Tensor& query_start_loc, int64_t num_heads,
                          int64_t num_kv_heads, double scale, double eps,
-                         const std::string& activations) {
+                         const std::string& activations, const std::string& isa) {
   const int64_t L = static_cast<int64_t>(k_caches.size());
   TORCH_CHECK(activations == "float" || activations == "q8" || activations == "q16",
               "servelab decode_layers: activations must be 'float', 'q8' or 'q16', got '",
@@ -867,7 +869,14 @@ at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos_in,
   TORCH_CHECK(slots.scalar_type() == at::kLong && slots.numel() == n,
               "servelab decode_layers: one int64 slot per token");
   const AttentionMeta meta = attention_meta(block_tables, seq_lens, query_start_loc, n, bs);
-  const servelab::MatmulChoice choice = servelab::choose_matmul("");  // once a step
+  // the plan's instruction set, once a step: AMX-packed (3-D) weights run linear.cpp's AMX
+  // bf16 tiles, named "amx"; the others one of matmul.cpp's sets
+  const bool amx_weights = layers[1].dim() == 3;
+  TORCH_CHECK(!amx_weights || isa == "amx", "servelab decode_layers: AMX-packed weights run "
+              "the AMX tiles (isa 'amx'), got isa '", isa, "'");
+  const servelab::MatmulChoice choice =
+      amx_weights ? servelab::MatmulChoice{-1, false, false} : servelab::choose_matmul(isa);
+  servelab::record_isa(servelab::IsaCaller::decode_layers, choice);
   const c10::optional<at::Tensor> no_bias;
 
   // Every intermediate of the step in one buffer, each [n, width] contiguous: the residual h,
@@ -906,10 +915,10 @@ at::Tensor decode_layers(const at::Tensor& h_in, const at::Tensor& cos_in,
         }
       }
       const at::Tensor xt = at::from_blob(const_cast<T*>(in), {n, K}, opts);
-      const at::Tensor y = q16 ? servelab::matmul_q16(xt, w, "auto", "")
-                           : q8  ? servelab::matmul_q8(xt, w, "auto", "")
+      const at::Tensor y = q16 ? servelab::matmul_q16(xt, w, "auto", isa)
+                           : q8  ? servelab::matmul_q8(xt, w, "auto", isa)
                            : w.dim() == 3 ? servelab::amx_linear(xt, w, no_bias)
-                                          : servelab::matmul(xt, w, "auto", "");
+                                          : servelab::matmul(xt, w, "auto", isa);
       TORCH_CHECK(y.size(0) == n && y.size(1) == N && y.is_contiguous(),
                   "servelab decode_layers: a weight of shape ", w.sizes(), " for ", N,
                   " outputs");
@@ -987,7 +996,7 @@ TORCH_LIBRARY(servelab, m) {
   m.def("decode_layers(Tensor h, Tensor cos, Tensor sin, Tensor[] layers, Tensor final_norm, "
         "Tensor[] k_caches, Tensor[] v_caches, Tensor slot_mapping, Tensor block_tables, "
         "Tensor seq_lens, Tensor query_start_loc, int num_heads, int num_kv_heads, float scale, "
-        "float eps, str activations=\"float\") -> Tensor");
+        "float eps, str activations, str isa) -> Tensor");
   m.def("parallel_chunks_trace(int n, int min_chunk, int slow, int sleep_us, int throw_at) -> "
         "Tensor", &parallel_chunks_trace);  // no tensors in: one kernel for all
   m.def("store_kv(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, Tensor slot_mapping) -> ()");

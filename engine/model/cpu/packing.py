@@ -2,7 +2,8 @@
 
 A decode step reads every weight matrix once, so on a CPU its cost is how fast the matmul
 streams the weights. Each layout is made once, at model construction, instead of on every
-call. The execution plan (engine/plan.py) chooses the layout; this module makes it:
+call. The execution plan (engine/plan.py) chooses the layout from the table of them
+(engine/model/layouts.py, one row each); this module holds the rows' pack and linear functions:
 
   "plain"    the loaded [out, in] tensor, `F.linear`: GPUs, fp32 dense weights, and the
              reference (pack_weights=False)
@@ -25,19 +26,10 @@ batch-invariance tests hold all of them to that).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
-import torch.nn.functional as F
 
-# the plan names the layouts; these are re-exported for the model and the EAGLE head
-from engine.plan import CPP_LOOP_LAYOUTS, LAYOUTS  # noqa: F401
-from engine.plan import GGUF_WEIGHTS as GGUF_LAYOUTS  # noqa: F401
 
-# GGUF layouts regrouped 16 columns at a time for an integer kernel -> the activations'
-# rounding, as ops.cpp decode_layers names it
-GROUPED_ACTIVATIONS = {"gguf-q8": "q8", "gguf-q16": "q16"}
-def vnni_pack(w: torch.Tensor) -> torch.Tensor:
+def vnni_pack(w: torch.Tensor, in_features: int | None = None) -> torch.Tensor:
     """[N, K] -> [N/16, K/2, 32]: per block of 16 output columns, K/2 rows of 16 (even, odd)
     pairs, the AMX tile layout `torch.ops.servelab.amx_linear` reads (linear.cpp)."""
     n, k = w.shape
@@ -45,9 +37,9 @@ def vnni_pack(w: torch.Tensor) -> torch.Tensor:
                                                                           ).contiguous()
 
 
-def amx_fits(out_features: int, in_features: int) -> bool:
-    """The AMX kernel's tiles: 16 output columns, 32 inputs (16 bf16 pairs) at a time."""
-    return out_features % 16 == 0 and in_features % 32 == 0
+def contiguous(w: torch.Tensor, in_features: int | None = None) -> torch.Tensor:
+    """The plain [out, in] tensor, contiguous: the layout "bf16" (matmul.cpp reads it)."""
+    return w.contiguous()
 
 
 def amx_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
@@ -57,10 +49,11 @@ def amx_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = Non
 
 
 def kernel_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
-                  ) -> torch.Tensor:
-    """F.linear for a bf16 [out, in] weight or GGUF rows, by our matmul (matmul.cpp), which
-    tells the format from the weight's dtype and bytes per row; y in x's dtype."""
-    y = torch.ops.servelab.matmul(x, w)
+                  isa: str = "") -> torch.Tensor:
+    """F.linear for a bf16 [out, in] weight or GGUF rows, by our matmul (matmul.cpp) on the
+    instruction set `isa` (the plan's; "" the widest here), which tells the format from the
+    weight's dtype and bytes per row; y in x's dtype."""
+    y = torch.ops.servelab.matmul(x, w, "auto", isa)
     return y if bias is None else y + bias
 
 
@@ -77,11 +70,6 @@ def pack_q16(rows: torch.Tensor, in_features: int) -> torch.Tensor:
     from engine.model.gguf import row_format
 
     return torch.ops.servelab.pack_q16(rows, row_format(rows, in_features))
-
-
-def pack_grouped(layout: str, rows: torch.Tensor, in_features: int) -> torch.Tensor:
-    """GGUF rows regrouped for a layout of GROUPED_ACTIVATIONS."""
-    return (pack_q16 if layout == "gguf-q16" else pack_q8)(rows, in_features)
 
 
 HUGE_PAGE = 2 << 20  # bytes of an x86-64 / AArch64 transparent huge page
@@ -115,25 +103,15 @@ def step_order_arena(weights: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def q8_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
-              ) -> torch.Tensor:
+              isa: str = "") -> torch.Tensor:
     """F.linear for `pack_q8`ed GGUF weights, x rounded to int8 per block of 32 first."""
-    y = torch.ops.servelab.matmul_q8(x, w)
+    y = torch.ops.servelab.matmul_q8(x, w, "auto", isa)
     return y if bias is None else y + bias
 
 
 def q16_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
-               ) -> torch.Tensor:
+               isa: str = "") -> torch.Tensor:
     """F.linear for `pack_q16`ed GGUF weights, x rounded to int16 per block of 32 first."""
-    y = torch.ops.servelab.matmul_q16(x, w)
+    y = torch.ops.servelab.matmul_q16(x, w, "auto", isa)
     return y if bias is None else y + bias
 
-
-# layout -> (pack one [out, in] weight, the matmul that reads packed weights)
-PACKERS: dict[str, tuple[Callable | None, Callable]] = {
-    "plain": (None, F.linear),
-    "amx": (vnni_pack, amx_linear),
-    "bf16": (torch.Tensor.contiguous, kernel_linear),
-    "gguf": (None, kernel_linear),  # the weights come from the GGUF file, not from packing
-    "gguf-q8": (None, q8_linear),  # the GGUF file's, regrouped by pack_q8 in LlamaModel
-    "gguf-q16": (None, q16_linear),  # and by pack_q16
-}
