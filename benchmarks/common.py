@@ -235,7 +235,7 @@ def floor_share(engine, pairs: int = 5, steps: int = 16) -> dict:
 
     A shared VM's read bandwidth drifts from minute to minute, and the decode rate with it;
     a floor measured once, minutes from the decode it divides, can put the same engine at a
-    third or at four fifths of it (docs/history/performance.md). Each pair's two figures come
+    third or at four fifths of it (docs/decisions.md#paired-floor-share). Each pair's two figures come
     from the same few hundred milliseconds, each the best of two tries. Returns the median
     share, with the rate and bandwidth of that pair, and every pair's (rate tok/s, GB/s,
     share)."""

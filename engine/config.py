@@ -44,7 +44,7 @@ class SpecConfig:
     draft_model: str | None = None
     # "eagle", greedy requests: draft only tokens the head gives at least this probability,
     # stopping before the first it doubts (dynamic k, as EAGLE-2 prunes by confidence);
-    # 0 = always draft k. 0.5 measured best at batch 1 (docs/history/apprentice.md)
+    # 0 = always draft k. 0.5 measured best at batch 1 (docs/decisions.md#confidence-stop)
     min_confidence: float = 0.5
     # choose k every step, 0..num_speculative_tokens, for the most tokens per second from the
     # measured step times and acceptance (engine/spec/adaptive.py, after SmartSpec)

@@ -1,7 +1,11 @@
 """The docs describe the project as it is, and everything they point at exists.
 
-- no issue numbers outside docs/history/ (README, docs, app strings, lessons, code comments);
-- no dated measurement rounds in README or docs outside docs/history/;
+- no issue numbers outside docs/decisions.md (README, docs, app strings, lessons, code comments);
+- no dated measurement rounds in README or docs: docs/decisions.md alone dates things, one date
+  and commit per decision;
+- docs/decisions.md stays a short log: at most 150 lines, every entry with its verdict, date,
+  commit and source (a JSON under assets/bench/ that exists, or "no JSON"), and nothing else
+  cites the notebook it replaced (git keeps that);
 - every relative link in README.md and docs/*.md resolves (the file, and a heading for an
   anchor into a markdown file);
 - every `python -m X` README gives answers `--help`, and every `make X` it names is a target;
@@ -21,9 +25,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-HISTORY = DOCS / "history"
+DECISIONS = DOCS / "decisions.md"
+BENCH = ROOT / "assets" / "bench"
+DECISIONS_MAX_LINES = 150
 
-# where the project describes itself; docs/history/ keeps the record and is exempt
+# where the project describes itself; docs/decisions.md keeps the record and is exempt
 PROSE_ROOTS = ("app", "engine", "classroom", "lessons", "benchmarks", "kernels")
 PROSE_SUFFIXES = {".py", ".md", ".cpp", ".h", ".json", ".txt", ".html", ".js", ".css", ".toml"}
 
@@ -39,8 +45,7 @@ DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
 
 
 def _prose_files() -> list[Path]:
-    files = [README, *sorted(p for p in DOCS.rglob("*") if p.is_file()
-                             and HISTORY not in p.parents)]
+    files = [README, *sorted(p for p in DOCS.rglob("*") if p.is_file() and p != DECISIONS)]
     for root in PROSE_ROOTS:
         files += sorted(p for p in (ROOT / root).rglob("*")
                         if p.is_file() and p.suffix in PROSE_SUFFIXES
@@ -74,21 +79,75 @@ def test_the_issue_pattern_finds_references_and_spares_colours(text, found):
     assert [m for _, m in _issue_references(text)] == found
 
 
-def test_no_issue_numbers_outside_the_history():
+def test_no_issue_numbers_outside_the_decisions_log():
     hits = []
     for path in _prose_files():
         for n, match in _issue_references(path.read_text(encoding="utf-8", errors="replace")):
             hits.append(f"{path.relative_to(ROOT)}:{n}: {match!r}")
-    assert not hits, ("issue numbers belong in docs/history/ only; say what is true instead:\n"
+    assert not hits, ("issue numbers belong in docs/decisions.md only; say what is true instead:\n"
                       + "\n".join(hits))
 
 
+def _dated_lines(paths: list[Path]) -> list[tuple[Path, int, str]]:
+    return [(path, n, m.group(0))
+            for path in paths
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            for m in DATE.finditer(line)]
+
+
 def test_readme_and_docs_have_no_dated_rounds():
-    hits = []
-    for path in [README, *sorted(DOCS.glob("*.md"))]:
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            hits += [f"{path.relative_to(ROOT)}:{n}: {m.group(0)}" for m in DATE.finditer(line)]
-    assert not hits, "dated measurements belong in docs/history/:\n" + "\n".join(hits)
+    docs = [README, *sorted(p for p in DOCS.rglob("*.md") if p != DECISIONS)]
+    hits = [f"{p.relative_to(ROOT)}:{n}: {d}" for p, n, d in _dated_lines(docs)]
+    assert not hits, ("dated measurements belong in docs/decisions.md, one date and commit per "
+                      "decision:\n" + "\n".join(hits))
+
+
+def test_the_date_check_finds_a_dated_round(tmp_path):
+    doc = tmp_path / "performance.md"
+    doc.write_text("Batch 1, 2026-12-04: 1.10x.\n\nNo date in 2026-12 or 12-04.\n", encoding="utf-8")
+    assert [(n, d) for _, n, d in _dated_lines([doc])] == [(1, "2026-12-04")]
+
+
+def _decision_entries() -> list[tuple[str, str]]:
+    """(title, body) of each `###` entry of docs/decisions.md."""
+    parts = re.split(r"^### (.+)$", DECISIONS.read_text(encoding="utf-8"), flags=re.M)
+    return list(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def test_the_decisions_log_stays_short():
+    n = len(DECISIONS.read_text(encoding="utf-8").splitlines())
+    assert n <= DECISIONS_MAX_LINES, (f"docs/decisions.md has {n} lines; keep it to "
+                                      f"{DECISIONS_MAX_LINES}: one short entry per decision")
+
+
+def test_every_bench_json_the_decisions_name_exists():
+    names = set(re.findall(r"[\w.-]+\.json\b", DECISIONS.read_text(encoding="utf-8")))
+    assert len(names) >= 10, sorted(names)  # the check sees the names
+    missing = sorted(n for n in names if not (BENCH / n).is_file())
+    assert not missing, f"docs/decisions.md names JSON that assets/bench/ lacks: {missing}"
+
+
+def test_every_decision_has_its_verdict_date_commit_and_source():
+    entries = _decision_entries()
+    assert len(entries) >= 10, [t for t, _ in entries]
+    lacking = []
+    for title, body in entries:
+        needs = {"a verdict in bold first": body.lstrip().startswith("**"),
+                 "a date": DATE.search(body),
+                 "a commit": re.search(r"`[0-9a-f]{7,40}`", body),
+                 "a JSON or 'no JSON'": re.search(r"\.json\b|no JSON", body)}
+        lacking += [f"{title}: {need}" for need, ok in needs.items() if not ok]
+    assert not lacking, "docs/decisions.md entries lacking:\n" + "\n".join(lacking)
+
+
+def test_nothing_cites_the_removed_notebook():
+    notebook = "docs/history"
+    tests = sorted(p for p in (ROOT / "tests").rglob("*.py") if p != Path(__file__).resolve())
+    hits = [f"{p.relative_to(ROOT)}:{n}"
+            for p in [*_prose_files(), *tests]
+            for n, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+            if notebook in line]
+    assert not hits, f"{notebook}/ is gone (git keeps it); cite docs/decisions.md:\n" + "\n".join(hits)
 
 
 # [text](target) and ![alt](target); a target ends at whitespace or the closing parenthesis

@@ -16,7 +16,8 @@ cores, would throw that away. So, as in vLLM's engine core, one thread owns the 
   nothing to run, an error or any other hand-over, which keeps every request's order). The
   HTTP thread then sends them while the forward runs without the GIL. Handed over at the
   step's end, they woke the HTTP thread just as the next step laid out its inputs in
-  Python, and each side waited for the other's GIL (docs/history/performance.md).
+  Python, and each side waited for the other's GIL
+  (docs/decisions.md#stepping-thread-and-the-gil).
 - Tokenizing the prompt and applying the chat template do NOT happen here: their cost grows
   with the prompt's size, and this thread steps everyone. The handler does them first, on a
   worker thread with its own copy of the tokenizer (`ServerState.prompt_ids`), and the

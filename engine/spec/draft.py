@@ -25,8 +25,8 @@ How it runs inside one engine step (before the scheduler, over every request tha
 
 The built-in draft for the bundled SmolLM2-135M (`BUILTIN_RECIPE`) is the target's own
 layers in int4, group 32, with an int8 lm_head, chosen by measurement over int8 and
-truncated-layer candidates (`python -m benchmarks.draft_study`; the table is in
-docs/history/apprentice.md).
+truncated-layer candidates (`python -m benchmarks.draft_study`; the figures are in
+docs/decisions.md#the-int4-twin-draft).
 
 The bundled model ships as a Q4_1 GGUF (every linear layer stored as 4-bit codes with one
 scale and one minimum per group of 32 inputs; the embedding as Q8_0), so the target's fp32
