@@ -237,6 +237,11 @@ def routers(lessons: Lessons | None = None,
     return [lambda state: router(state, lessons, limits)]
 
 
+# request ids, unique in the process as the OpenAI routes' are: two class servers in one
+# process (the tests reuse one engine, a switch flip keeps the process) never share one
+_ids = itertools.count()
+
+
 def router(state: ServerState, lessons: Lessons | None = None,
            limits: ClassLimits | None = None) -> APIRouter:
     """The students' routes over the server's state (its loop, its admission), and the
@@ -248,7 +253,6 @@ def router(state: ServerState, lessons: Lessons | None = None,
     ttfts: deque[float] = deque(maxlen=limits.max_recent_questions)  # the class's
     r = APIRouter()
     r.open_paths = (PAGE_PATH,)  # create_app lets these through without a key
-    counter = itertools.count()
     # the class's votes and pre/post test (vote_routes.py) ride on the same class server
     votes = votes_router(lessons=lessons)
     state.votes = votes.classroom
@@ -312,7 +316,7 @@ def router(state: ServerState, lessons: Lessons | None = None,
         key = client.key
         students.check(key)
         max_tokens = min(limits.max_tokens, loop.max_tokens_cap)
-        ticket = Ticket(request_id=f"class-{next(counter)}",
+        ticket = Ticket(request_id=f"class-{next(_ids)}",
                         params=SamplingParams(max_tokens=max_tokens, temperature=0.0),
                         user=nickname, aloop=asyncio.get_running_loop(), queue=asyncio.Queue(),
                         messages=[{"role": "user", "content": question}],
