@@ -72,7 +72,7 @@ from pydantic import BaseModel, ConfigDict
 
 from classroom.page import PAGE
 from classroom.vote_routes import votes_router
-from classroom.votes import Lessons
+from classroom.votes import FLOOD_VOTES, FLOOD_WINDOW_S, Lessons
 from engine.config import SamplingParams
 from engine.server.app import RouterFactory
 from engine.server.loop import SIMULATED_PREFIX, Delta, Ticket
@@ -94,6 +94,8 @@ class ClassLimits:
     keep_answers_s: float = 600.0  # a finished answer stays for a reload this long
     max_kept_answers: int = 1024
     detached_grace_s: float = 20.0  # an answer nobody reads is aborted after this
+    flood_votes: int = FLOOD_VOTES  # ballots one phone may send within flood_window_s
+    flood_window_s: float = FLOOD_WINDOW_S
 
 
 class AskBody(BaseModel):
@@ -254,7 +256,7 @@ def router(state: ServerState, lessons: Lessons | None = None,
     r = APIRouter()
     r.open_paths = (PAGE_PATH,)  # create_app lets these through without a key
     # the class's votes and pre/post test (vote_routes.py) ride on the same class server
-    votes = votes_router(lessons=lessons)
+    votes = votes_router(lessons=lessons, limits=limits)
     state.votes = votes.classroom
     r.include_router(votes)
 

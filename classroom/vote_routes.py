@@ -99,11 +99,14 @@ def _teacher_error(exc: ValueError) -> APIError:
 
 
 def votes_router(classroom: Classroom | None = None,
-                 lessons: Lessons | None = None) -> APIRouter:
-    """The votes' routes over one `Classroom` (default: a new one with the test's forms).
-    `lessons`: the course as data (default: the packaged `lessons`)."""
+                 lessons: Lessons | None = None, limits=None) -> APIRouter:
+    """The votes' routes over one `Classroom` (default: a new one with the test's forms and
+    `limits`' flood rule, a classroom.server.ClassLimits). `lessons`: the course as data
+    (default: the packaged `lessons`)."""
     lessons = lessons or packaged_lessons()
-    room = classroom or Classroom(forms=load_test_forms(lessons))
+    flood = {} if limits is None else {"flood_votes": limits.flood_votes,
+                                       "flood_window_s": limits.flood_window_s}
+    room = classroom or Classroom(forms=load_test_forms(lessons), **flood)
     router = APIRouter(route_class=VoteRoute)
     router.classroom = room  # the app keeps it on app.state too (tests read it)
     router.lessons = lessons

@@ -40,7 +40,9 @@ KINDS = ("prediction", "selftest", "test")
 # thumb): too few right to discuss usefully, enough to learn from each other, or most know it.
 EXPLAIN_BELOW, REVEAL_ABOVE = 0.35, 0.70
 MAX_ROUND_S = 3600.0
-FLOOD_VOTES, FLOOD_WINDOW_S = 20, 10.0  # ballots one phone may send in a window; then refused
+# the defaults of Classroom(flood_votes, flood_window_s): ballots one phone may send in a
+# window; then refused
+FLOOD_VOTES, FLOOD_WINDOW_S = 20, 10.0
 MAX_NICK, MAX_WORDS = 32, 200
 
 SUGGESTIONS = {
@@ -220,7 +222,7 @@ class Phone:
     pid: str
     group: int  # 0: form A first; 1: form B first
     nickname: str = ""
-    recent: deque = field(default_factory=lambda: deque(maxlen=FLOOD_VOTES))
+    recent: deque = field(default_factory=deque)  # its last ballots' times (flood_votes kept)
 
 
 @dataclass
@@ -329,9 +331,11 @@ class Classroom:
     """One class's phones, rounds and tests. Not thread-safe: one event loop drives it."""
 
     def __init__(self, class_id: str | None = None, forms: TestForm | None = None,
-                 clock=time.monotonic):
+                 clock=time.monotonic, flood_votes: int = FLOOD_VOTES,
+                 flood_window_s: float = FLOOD_WINDOW_S):
         self.class_id = class_id or secrets.token_urlsafe(6)
         self.clock = clock
+        self.flood_votes, self.flood_window_s = flood_votes, flood_window_s
         self.phones: dict[str, Phone] = {}
         self.rounds: list[Round] = []
         self.current: Round | None = None
@@ -358,7 +362,8 @@ class Classroom:
                 phone.nickname = nickname
             return phone
         pid = secrets.token_urlsafe(12)
-        phone = self.phones[pid] = Phone(pid, len(self.phones) % 2, nickname)
+        phone = self.phones[pid] = Phone(pid, len(self.phones) % 2, nickname,
+                                         deque(maxlen=self.flood_votes))
         self._changed()
         return phone
 
@@ -372,7 +377,8 @@ class Classroom:
 
     def _flood(self, phone: Phone) -> None:
         now = self.clock()
-        if len(phone.recent) == FLOOD_VOTES and now - phone.recent[0] < FLOOD_WINDOW_S:
+        if (len(phone.recent) == self.flood_votes
+                and now - phone.recent[0] < self.flood_window_s):
             raise VoteError("flood")
         phone.recent.append(now)
 

@@ -244,3 +244,23 @@ def test_pre_post_by_hand_counts_give_g_without_d():
     assert rep["result"]["g"] == pytest.approx((b - a) / (100 - a))
     assert rep["result"]["d"] is None and rep["result"]["right_to_wrong"] is None
     assert rep["summary"].startswith("# 课堂学习收获")
+
+
+def test_the_flood_rule_is_a_setting_and_its_window_ends():
+    """Classroom(flood_votes, flood_window_s), as ClassLimits sets them: the ballot past the
+    limit inside the window is refused; once the window has passed the phone votes again."""
+    clock = Clock()
+    c = Classroom("cls", clock=clock, flood_votes=3, flood_window_s=5.0)
+    p = c.join().pid
+    r = c.open_round(Question.from_dict(Q), seconds=60)
+    for i in range(3):
+        c.vote(p, r.rid, i % 2)
+    with pytest.raises(VoteError) as e:
+        c.vote(p, r.rid, 0)
+    assert e.value.code == "flood" and r.ballots[p] == 0  # the third ballot stands
+    clock.t = 4.9
+    with pytest.raises(VoteError):
+        c.vote(p, r.rid, 1)
+    clock.t = 5.1
+    c.vote(p, r.rid, 1)
+    assert r.ballots[p] == 1 and r.voters() == 1

@@ -18,11 +18,15 @@ import time
 import httpx
 import pytest
 
-from classroom.votes import FLOOD_VOTES, FLOOD_WINDOW_S, load_test_forms
+from classroom.server import ClassLimits, routers
+from classroom.votes import FLOOD_VOTES, load_test_forms
 from engine.server import ServerSettings
 from tests.conftest import running_server
 
 JOIN, ADMIN = "join-votes", "teacher-votes"
+# the class's flood rule as the class server sets it, with a short window (a setting): the
+# flooding phone votes again after it
+LIMITS = ClassLimits(flood_window_s=1.0)
 N_BROWSER = 4
 ITEMS = 7
 ROUNDS = ("ch1", "ch2", "ch5")
@@ -82,7 +86,7 @@ def test_a_class_votes_and_gains(engine, chromium, N):
     quiz = {q["id"]: q for q in json.loads(open("lessons/quiz.json", encoding="utf-8").read())
             ["questions"]}
     settings = ServerSettings(api_key=JOIN, admin_key=ADMIN)
-    with running_server(engine, settings) as (url, app), \
+    with running_server(engine, settings, routers=routers(limits=LIMITS)) as (url, app), \
             httpx.Client(base_url=url, timeout=20.0) as http:
         room = app.state.server.votes
         teacher = {"Authorization": f"Bearer {ADMIN}"}
@@ -250,7 +254,7 @@ def test_a_class_votes_and_gains(engine, chromium, N):
             assert len(refused) >= 30 - FLOOD_VOTES and "太快" in refused[0].json()["error"]["message"]
             assert room.current.counts() == before
             teach("lock")
-            time.sleep(FLOOD_WINDOW_S)  # the flooding phone may vote again after the window
+            time.sleep(LIMITS.flood_window_s)  # the flooding phone may vote again after it
 
             # --- the post-test, and the gains against a hand computation -------------------------
             run_test("post", right_post)
