@@ -15,7 +15,8 @@ How one `LLMEngine.step()` flows (engine.py):
                           (runner.py) -> one forward of model/llama.py -> logits (and, for
                           the EAGLE head, every token's hidden state: spec/decoder.observe);
                           a decode-only step may replay a CUDA graph instead (graphs.py)
-  LLMEngine._sample       sampler.py (one token) or spec/decoder.verify (accepted drafts)
+  Sampler.sample          sampler.py (one token, logits processing, logprobs) or
+                          spec/decoder.verify (accepted drafts)
   Scheduler.update_from_output   the one place a request advances: computed tokens, new
                           tokens up to a stop (detokenizer.py), KV kept or rolled back, finish
   report.build_report     the StepReport the app draws (seats, queue, KV map, drafts)

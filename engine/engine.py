@@ -28,9 +28,8 @@ from engine.plan import ExecutionPlan, ModelFacts, plan_for
 from engine.report import Emitted, KVSummary, StepReport, build_report, kv_summary
 from engine.request import Request
 from engine.runner import ForwardResult, ModelRunner, Pending
-from engine.sampler import greedy_ids, logprobs_of, process, sample_rows
+from engine.sampler import Sampler, greedy_ids, logit_rows
 from engine.scheduler import Scheduler, SchedulerOutput
-from engine.spec.rejection import SpecDecision
 
 
 @dataclass
@@ -128,6 +127,8 @@ class LLMEngine:
             self.spec_decoder = SpecDecoder(self, cfg.spec)
             # the EAGLE head reads the target's hidden state of every computed token
             self.runner.keep_hidden = self.spec_decoder.wants_features
+        # logits -> tokens (engine/sampler.py); drafts go to the verifier
+        self.sampler = Sampler(self.eos_ids, self.spec_decoder.verify if self.spec_decoder else None)
         # a callable given every forward's hidden states (runner.keep_hidden must be on):
         # train_draft records the target's features while it generates its training answers
         self.feature_observer = None
@@ -386,7 +387,7 @@ class LLMEngine:
             return fl
         if all(self.requests[rid].sampling.greedy for rid in fwd.rows):
             # argmax where the logits are: nothing waits for the device
-            fl.tokens = greedy_ids(_logit_rows(
+            fl.tokens = greedy_ids(logit_rows(
                 fwd.logits, [first + n - 1 for first, n in fwd.rows.values()]))
         else:  # a sampled row's generator lives on the host: its tokens come back now
             fl.sampled, _ = self._sample_isolated(fwd)
@@ -446,70 +447,24 @@ class LLMEngine:
         report.metrics = self.metrics_snapshot()
         return report
 
-    def _sample(self, fwd: ForwardResult) -> tuple[dict[str, list[int]], list[SpecDecision]]:
-        """Logits -> each request's new tokens: one sample, or a verified draft. Also reads
-        the log-probabilities asked for (prompt ones into the request now, output ones for
-        `step` to keep with the tokens update_from_output keeps)."""
-        for rid, (first, pos, count) in fwd.prompt_rows.items():
-            req = self.requests[rid]
-            toks = req.prompt_token_ids[pos + 1:pos + 1 + count]
-            req.prompt_logprobs.extend(logprobs_of(fwd.logits[first:first + count], toks,
-                                                   req.sampling.prompt_logprobs))
-        sampled, records, plain = {}, [], []
-        for rid, (first, n) in fwd.rows.items():
-            req = self.requests[rid]
-            if req.spec_token_ids:
-                # the verifier reads probabilities with the request's (host) generator: its rows
-                # come to the host (k + 1 rows, not the batch's)
-                rows = fwd.logits[first:first + n].cpu()
-                sampled[rid], record = self.spec_decoder.verify(req, rows)
-                records.append(record)
-            else:
-                plain.append((req, first + n - 1))  # sampled from its last row
-                # samples to fork from it sample their first token from the same row
-                plain.extend((child, first + n - 1) for child in req.fork_children)
-        if plain:
-            rows = _logit_rows(fwd.logits, [row for _, row in plain])
-            raw = rows
-            changed = [i for i, (r, _) in enumerate(plain) if r.sampling.processes_logits]
-            if changed:  # only these rows change; the others are sampled from the same values
-                rows = rows.clone()
-                for i in changed:
-                    req = plain[i][0]
-                    sp = req.sampling
-                    masked = []
-                    if req.num_output_tokens < sp.min_tokens:
-                        masked = [*(() if sp.ignore_eos else self.eos_ids),
-                                  *(sp.stop_token_ids or ())]
-                    rows[i] = process(raw[i], sp, req.output_token_ids, masked)
-            tokens = sample_rows(rows, [r.sampling for r, _ in plain],
-                                 [r.generator for r, _ in plain])
-            for (req, _), tok in zip(plain, tokens):
-                sampled[req.request_id] = [tok]
-            want = [i for i, (r, _) in enumerate(plain) if r.sampling.logprobs is not None]
-            if want:
-                top = max(plain[i][0].sampling.logprobs for i in want)
-                lps = logprobs_of(raw[want], [tokens[i] for i in want], top)
-                for i, (own, alts) in zip(want, lps):
-                    req = plain[i][0]
-                    self._logprobs[req.request_id] = [(own, alts[:req.sampling.logprobs])]
-        return sampled, records
-
     def _sample_isolated(self, fwd: ForwardResult):
-        """`_sample`, with one request's failure kept to that request. The batch is sampled
-        at once; only if that raises are the requests sampled one by one (their generators
-        first set back, so each draws what it would have drawn), and those that still fail
-        leave the step (`_fail_requests`) while the others keep their tokens."""
+        """The sampler's tokens (`Sampler.sample`), with one request's failure kept to that
+        request. The batch is sampled at once; only if that raises are the requests sampled
+        one by one (their generators first set back, so each draws what it would have drawn),
+        and those that still fail leave the step (`_fail_requests`) while the others keep
+        their tokens. Output logprobs wait in `_logprobs` for `_advance`."""
         gens = {rid: self.requests[rid].generator for rid in fwd.rows}
         states = {rid: g.get_state() for rid, g in gens.items()
                   if g is not None and not self.requests[rid].sampling.greedy}
         # prompt log-probabilities are appended as the batch is read: a retry starts from these
         kept_lps = {rid: len(self.requests[rid].prompt_logprobs or ()) for rid in fwd.prompt_rows}
         try:
-            return self._sample(fwd)
+            sampled, records, logprobs = self.sampler.sample(fwd, self.requests)
         except Exception:
             pass
-        self._logprobs.clear()
+        else:
+            self._logprobs.update(logprobs)
+            return sampled, records
         sampled, records, failed = {}, [], []
         for rid in kept_lps:
             if self.requests[rid].prompt_logprobs is not None:
@@ -521,12 +476,14 @@ class LLMEngine:
             rows = {rid: fwd.rows[rid]} if rid in fwd.rows else {}
             own = {rid: fwd.prompt_rows[rid]} if rid in fwd.prompt_rows else {}
             try:
-                got, recs = self._sample(dataclasses.replace(fwd, rows=rows, prompt_rows=own))
+                got = self.sampler.sample(dataclasses.replace(fwd, rows=rows, prompt_rows=own),
+                                          self.requests)
             except Exception as exc:
                 failed.append((self.requests[rid], exc))
                 continue
-            sampled.update(got)
-            records.extend(recs)
+            sampled.update(got.sampled)
+            records.extend(got.records)
+            self._logprobs.update(got.logprobs)
         self._fail_requests(failed)
         return sampled, records
 
@@ -554,12 +511,6 @@ class LLMEngine:
     def describe(self) -> str:
         """The model and the plan in one line (the app's sidebar, engine.serve, the benches)."""
         return f"{self.config.model} on {self.plan.describe()}"
-
-
-def _logit_rows(logits: torch.Tensor, index: list[int]) -> torch.Tensor:
-    """logits[index], [len(index), vocab]; no copy when they are the first rows in order (a
-    step without drafts or prompt logprobs)."""
-    return logits[:len(index)] if index == list(range(len(index))) else logits[index]
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import engine.engine as engine_mod
+import engine.sampler as sampler_mod
 from engine import EngineConfig, LLMEngine
 from engine.config import SamplingParams
 
@@ -43,14 +44,14 @@ def _run(eng, params, bad: SamplingParams | None):
 
 def test_a_sampling_failure_fails_only_its_request(eng, monkeypatch):
     want, _, _ = _run(eng, _params(), None)
-    real = engine_mod.sample_rows
+    real = sampler_mod.sample_rows
 
     def failing(rows, params, generators):
         if any(p.seed == BAD_SEED for p in params):
             raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
         return real(rows, params, generators)
 
-    monkeypatch.setattr(engine_mod, "sample_rows", failing)
+    monkeypatch.setattr(sampler_mod, "sample_rows", failing)
     got, bad, failures = _run(eng, _params(), SamplingParams(max_tokens=8, temperature=0.7,
                                                             seed=BAD_SEED))
     assert got == want  # the seeded ones drew exactly what they drew alone
