@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from engine.config import EngineConfig, SamplingParams
-from engine.detokenizer import Detokenizer
 from engine.graphs import DecodeGraphs
+from engine.inputs import InputProcessor
 from engine.kv import ContiguousAllocator, KVPool, PagedAllocator
 from engine.metrics import RunMetrics, tpot, ttft
 from engine.model.attention import get_backend
@@ -94,6 +94,7 @@ class LLMEngine:
         else:
             self.allocator = ContiguousAllocator(num_blocks, cfg.block_size, cfg.max_model_len)
         self.scheduler = Scheduler(cfg, self.allocator, self.eos_ids)
+        self.inputs = InputProcessor(cfg, self.tokenizer, mcfg.vocab_size)  # add_request's checks
         graphs = None
         if self.uses_graphs:
             graphs = DecodeGraphs(self.model, self.pool, self.backend, self.device,
@@ -167,58 +168,29 @@ class LLMEngine:
 
     # --- requests ---------------------------------------------------------------------------
     def tokenize(self, prompt: str | list[int]) -> list[int]:
-        if isinstance(prompt, str):
-            if not prompt.strip():
-                raise ValueError("prompt is empty")
-            return self.tokenizer.encode(prompt, add_special_tokens=False)
-        if not isinstance(prompt, (list, tuple)) or not prompt:
-            raise ValueError("prompt must be non-empty text or a non-empty list of token ids")
-        vocab = self.model_config.vocab_size
-        if not all(isinstance(t, int) and 0 <= t < vocab for t in prompt):
-            raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
-        return list(prompt)
+        return self.inputs.tokenize(prompt)
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
                     request_id: str | None = None, arrival_time: float | None = None) -> str:
-        """Queue a prompt. With params.n > 1 the n samples are requests `<id>#<i>` (see
-        `sample_ids`); with paged KV only sample 0 computes the prompt, and the others are
-        forked from it once it has: they hold its blocks by reference (PagedAttention's
-        parallel sampling). Contiguous KV cannot share a reserved run, so there each sample
-        reserves its own and computes the prompt itself (the same tokens, more work)."""
-        params = params or SamplingParams()
-        if not isinstance(params, SamplingParams):
-            raise ValueError("params must be a SamplingParams")
-        ids = self.tokenize(prompt)
-        if len(ids) >= self.config.max_model_len:
-            raise ValueError(
-                f"prompt is {len(ids)} tokens; max_model_len={self.config.max_model_len} "
-                f"leaves room for at most {self.config.max_model_len - 1}")
-        vocab = self.model_config.vocab_size
-        for name, toks in (("logit_bias", params.logit_bias or {}),
-                           ("stop_token_ids", params.stop_token_ids or [])):
-            bad = [t for t in toks if t >= vocab]
-            if bad:
-                raise ValueError(f"{name} has token ids outside the vocabulary [0, {vocab}): "
-                                 f"{bad[:5]}")
-        if params.n > self.config.max_num_seqs:
-            raise ValueError(f"n={params.n} samples need as many seats; this engine has "
-                             f"max_num_seqs={self.config.max_num_seqs}")
+        """Queue a prompt (checked by `engine/inputs.py`). With params.n > 1 the n samples
+        are requests `<id>#<i>` (see `sample_ids`); with paged KV only sample 0 computes the
+        prompt, and the others are forked from it once it has: they hold its blocks by
+        reference (PagedAttention's parallel sampling). Contiguous KV cannot share a reserved
+        run, so there each sample reserves its own and computes the prompt itself (the same
+        tokens, more work)."""
+        ids, params = self.inputs.process(prompt, params)
         rid = request_id or f"r{next(self._ids)}"
         if rid in self.requests or rid in self.groups:
             raise ValueError(f"request_id {rid!r} is already in use")
         if params.n == 1:
-            req = self._request(rid, ids, params, arrival_time)
-            self.scheduler.add(req)
+            self.scheduler.add(self._request(rid, ids, params, arrival_time))
             return rid
-        samples = []
-        for i in range(params.n):
-            seed = params.seed + i if params.seed is not None else None
-            sp = dataclasses.replace(params, n=1, seed=seed)
-            sid = f"{rid}#{i}"
-            if sid in self.requests:
-                raise ValueError(f"request_id {sid!r} is already in use")
-            samples.append(self._request(sid, ids, sp, arrival_time, rid, i))
-        self.groups[rid] = [r.request_id for r in samples]
+        sids = [f"{rid}#{i}" for i in range(params.n)]
+        if taken := [sid for sid in sids if sid in self.requests]:
+            raise ValueError(f"request_id {taken[0]!r} is already in use")
+        samples = [self._request(sid, ids, sp, arrival_time, rid, i)
+                   for i, (sid, sp) in enumerate(zip(sids, self.inputs.sample_params(params)))]
+        self.groups[rid] = sids
         if self.config.kv_layout == "paged":
             samples[0].fork_children = samples[1:]
             for r in samples[1:]:
@@ -232,18 +204,8 @@ class LLMEngine:
     def _request(self, rid: str, ids: list[int], params: SamplingParams,
                  arrival_time: float | None, group: str | None = None,
                  index: int = 0) -> Request:
-        seed = params.seed if params.seed is not None else self.config.seed * 100003 + len(
-            self.requests)
-        gen = torch.Generator().manual_seed(seed)
-        req = Request(rid, ids, params, generator=gen,
-                      detokenizer=Detokenizer(self.tokenizer, params.stop),
-                      group_id=group, index=index)
-        if params.logprobs is not None:
-            req.output_logprobs = []
-        if params.prompt_logprobs is not None:
-            req.prompt_logprobs = [None]  # the first prompt token has no prediction
-        if arrival_time is not None:
-            req.arrival_time = arrival_time
+        default_seed = self.config.seed * 100003 + len(self.requests)
+        req = self.inputs.request(rid, ids, params, arrival_time, default_seed, group, index)
         self.requests[rid] = req
         return req
 
