@@ -17,9 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.config import EngineConfig, SamplingParams
-from engine.graphs import DecodeGraphs
 from engine.inputs import InputProcessor
-from engine.kv import ContiguousAllocator, KVPool, PagedAllocator
 from engine.metrics import RunMetrics, tpot, ttft
 from engine.model.attention import get_backend
 from engine.model.llama import shared_model
@@ -27,7 +25,7 @@ from engine.model.loader import Progress, hf_folder, load_model, read_config
 from engine.plan import ExecutionPlan, ModelFacts, plan_for
 from engine.report import Emitted, KVSummary, StepReport, build_report, kv_summary
 from engine.request import Request
-from engine.runner import ForwardResult, ModelRunner, Pending
+from engine.runner import ForwardResult, ModelRunner, Pending, kv_cache
 from engine.sampler import Sampler, greedy_ids, logit_rows
 from engine.scheduler import Scheduler, SchedulerOutput
 
@@ -79,57 +77,20 @@ class LLMEngine:
         if self.backend_name == "triton":  # ValueError on CUDA under TRITON_INTERPRET
             self.backend.check_device(self.device)
 
-        num_blocks = self._num_blocks(cfg)
-        if num_blocks < cfg.blocks_per_seq:
-            raise ValueError(
-                f"num_kv_blocks={num_blocks} is too small: one request of max_model_len="
-                f"{cfg.max_model_len} needs {cfg.blocks_per_seq} blocks of block_size="
-                f"{cfg.block_size}")
+        # pool: as many KV blocks as the seats need (engine/runner.py), and their allocator
         self.uses_graphs = plan.cuda_graphs  # decode steps replay CUDA graphs (engine/graphs.py)
-        # with graphs the pool has one more block, which no request owns: padding rows write there
-        self.pool = KVPool(mcfg.num_layers, num_blocks + self.uses_graphs, cfg.block_size,
-                           mcfg.num_kv_heads, mcfg.head_dim, self.kv_dtype, self.device)
-        if cfg.kv_layout == "paged":
-            self.allocator = PagedAllocator(num_blocks, cfg.block_size, cfg.enable_prefix_caching)
-        else:
-            self.allocator = ContiguousAllocator(num_blocks, cfg.block_size, cfg.max_model_len)
+        self.pool, self.allocator = kv_cache(cfg, mcfg, self.kv_dtype, self.device,
+                                             spare_block=self.uses_graphs)
         self.scheduler = Scheduler(cfg, self.allocator, self.eos_ids)
         self.inputs = InputProcessor(cfg, self.tokenizer, mcfg.vocab_size)  # add_request's checks
-        graphs = None
-        if self.uses_graphs:
-            graphs = DecodeGraphs(self.model, self.pool, self.backend, self.device,
-                                  cfg.block_size, cfg.max_num_seqs,
-                                  max_blocks=-(-(cfg.max_model_len + k) // cfg.block_size),
-                                  dummy_block=num_blocks)
-        self.runner = ModelRunner(self.model, self.pool, self.allocator, self.backend,
-                                  self.device, graphs)
-        # on a GPU, compile every Triton kernel variant a step can launch now, not while
-        # serving (kernels/warmup.py, imported as servelab_kernels): a compile stalls the step
-        # it lands in
-        self.kernel_warmup_s = 0.0  # startup time spent compiling kernels
-        if self.backend_name == "triton" and self.device.type == "cuda":
-            from servelab_kernels.warmup import warm_up
-
-            t0 = time.perf_counter()
-            warm_up(
-                mcfg.num_heads, mcfg.num_kv_heads, mcfg.head_dim, cfg.block_size, self.dtype,
-                cfg.max_num_seqs, cfg.max_model_len + k + 1, cfg.max_num_batched_tokens,
-                self.device)
-            self.kernel_warmup_s = time.perf_counter() - t0
-        self.graph_capture_s = 0.0  # startup time spent capturing CUDA graphs
-        if graphs is not None and self.device.type == "cuda":
-            t0 = time.perf_counter()
-            graphs.capture_all()  # every padded size now, not during the first requests
-            self.graph_capture_s = time.perf_counter() - t0
-        self.spec_decoder = None
-        if cfg.spec is not None:
-            from engine.spec.decoder import SpecDecoder
-
-            self.spec_decoder = SpecDecoder(self, cfg.spec)
-            # the EAGLE head reads the target's hidden state of every computed token
-            self.runner.keep_hidden = self.spec_decoder.wants_features
+        # the runner, its kernels compiled and its decode graphs captured (on a GPU)
+        self.runner = ModelRunner.started(cfg, mcfg, self.model, self.pool, self.allocator,
+                                          self.backend, self.device, k,
+                                          triton=self.backend_name == "triton",
+                                          graphs=self.uses_graphs)
+        self.spec_decoder = self._speculation(cfg)  # drafts before a step, verifies after
         # logits -> tokens (engine/sampler.py); drafts go to the verifier
-        self.sampler = Sampler(self.eos_ids, self.spec_decoder.verify if self.spec_decoder else None)
+        self.sampler = Sampler(self.eos_ids, self.spec_decoder and self.spec_decoder.verify)
         # a callable given every forward's hidden states (runner.keep_hidden must be on):
         # train_draft records the target's features while it generates its training answers
         self.feature_observer = None
@@ -148,23 +109,26 @@ class LLMEngine:
         self.step_count = 0
         self._ids = itertools.count()
 
-    # on CUDA the default pool holds this many times what the seats need at full length:
-    # room for the prefix cache, never the whole card (every block costs the step nothing,
-    # but memory another process may want)
-    CUDA_KV_HEADROOM = 2
+    def _speculation(self, cfg: EngineConfig):
+        """The speculative decoder (engine/spec/decoder.py), or None without cfg.spec."""
+        if cfg.spec is None:
+            return None
+        from engine.spec.decoder import SpecDecoder
 
-    def _num_blocks(self, cfg: EngineConfig) -> int:
-        """The pool: num_kv_blocks when given; else what max_num_seqs requests of
-        max_model_len need (on CUDA times CUDA_KV_HEADROOM, capped by gpu_memory_utilization
-        of the free memory)."""
-        if cfg.num_kv_blocks is not None or self.device.type != "cuda":
-            return cfg.resolved_num_kv_blocks
-        free, _ = torch.cuda.mem_get_info(self.device)
-        m = self.model_config
-        per_block = KVPool.bytes_per_block(m.num_layers, cfg.block_size, m.num_kv_heads,
-                                           m.head_dim, self.kv_dtype)
-        cap = int(free * cfg.gpu_memory_utilization) // per_block
-        return min(cfg.resolved_num_kv_blocks * self.CUDA_KV_HEADROOM, cap)
+        decoder = SpecDecoder(self, cfg.spec)
+        # the EAGLE head reads the target's hidden state of every computed token
+        self.runner.keep_hidden = decoder.wants_features
+        return decoder
+
+    @property
+    def kernel_warmup_s(self) -> float:
+        """Startup time spent compiling kernels (`ModelRunner.warm_up`)."""
+        return self.runner.kernel_warmup_s
+
+    @property
+    def graph_capture_s(self) -> float:
+        """Startup time spent capturing CUDA graphs (`ModelRunner.capture`)."""
+        return self.runner.graph_capture_s
 
     # --- requests ---------------------------------------------------------------------------
     def tokenize(self, prompt: str | list[int]) -> list[int]:
