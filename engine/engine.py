@@ -9,43 +9,27 @@ finish or roll back rejected draft slots; a StepReport describes all of it.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import itertools
 import time
-from dataclasses import dataclass
 
 import torch
 
 from engine.config import EngineConfig, SamplingParams
 from engine.inputs import InputProcessor
-from engine.metrics import RunMetrics, tpot, ttft
+from engine.metrics import RunMetrics
 from engine.model.attention import get_backend
 from engine.model.llama import shared_model
 from engine.model.loader import Progress, hf_folder, load_model, read_config
+from engine.outputs import RequestOutput, emit
 from engine.plan import ExecutionPlan, ModelFacts, plan_for
-from engine.report import Emitted, KVSummary, StepReport, build_report, kv_summary
+from engine.report import KVSummary, StepReport, build_report, kv_summary
 from engine.request import Request
 from engine.runner import ForwardResult, ModelRunner, Pending, kv_cache
 from engine.sampler import Sampler, greedy_ids, logit_rows
 from engine.scheduler import Scheduler, SchedulerOutput
+from engine.threads import freeze_startup_heap
 
-
-@dataclass
-class RequestOutput:
-    request_id: str
-    prompt_token_ids: list[int]
-    token_ids: list[int]
-    text: str
-    finish_reason: str | None
-    ttft_s: float | None
-    tpot_s: float | None
-    num_preemptions: int
-    num_cached_tokens: int
-    # SamplingParams.logprobs / prompt_logprobs: per token (logprob, [(token id, logprob)])
-    logprobs: list | None = None
-    prompt_logprobs: list | None = None
-    # n > 1: every sample's output, in index order (the fields above are sample 0's)
-    samples: list[RequestOutput] | None = None
+__all__ = ["LLMEngine", "RequestOutput", "freeze_startup_heap"]  # the last two: moved
 
 
 class LLMEngine:
@@ -88,7 +72,12 @@ class LLMEngine:
                                           self.backend, self.device, k,
                                           triton=self.backend_name == "triton",
                                           graphs=self.uses_graphs)
-        self.spec_decoder = self._speculation(cfg)  # drafts before a step, verifies after
+        self.spec_decoder = None  # drafts before a step, verifies after (engine/spec/)
+        if cfg.spec is not None:
+            from engine.spec.decoder import SpecDecoder
+
+            self.spec_decoder = SpecDecoder(self, cfg.spec)
+            self.runner.keep_hidden = self.spec_decoder.wants_features  # EAGLE reads them
         # logits -> tokens (engine/sampler.py); drafts go to the verifier
         self.sampler = Sampler(self.eos_ids, self.spec_decoder and self.spec_decoder.verify)
         # a callable given every forward's hidden states (runner.keep_hidden must be on):
@@ -98,8 +87,9 @@ class LLMEngine:
         self.groups: dict[str, list[str]] = {}  # n > 1: the client's id -> its samples' ids
         self._aborted: list[str] = []  # aborted since the last step, for its report
         # requests that failed alone (their sampling or detokenizing raised): id -> what
-        # failed. They leave like aborted ones (listed under `aborted`, blocks freed); a
-        # server reads this to tell each its own error and the others go on.
+        # failed, until forgotten. They leave like aborted ones (listed under `aborted`,
+        # blocks freed) and their step's report lists them under `failures`: a server tells
+        # each its own error and the others go on.
         self.failures: dict[str, str] = {}
         self._logprobs: dict[str, list] = {}  # this step's output logprobs, by request id
         # async scheduling: the step whose forward ran and whose tokens are not appended yet
@@ -109,16 +99,17 @@ class LLMEngine:
         self.step_count = 0
         self._ids = itertools.count()
 
-    def _speculation(self, cfg: EngineConfig):
-        """The speculative decoder (engine/spec/decoder.py), or None without cfg.spec."""
-        if cfg.spec is None:
-            return None
-        from engine.spec.decoder import SpecDecoder
+    @property
+    def on_forward(self):
+        """A callable run once a step's forward has its inputs laid out, just before the
+        model runs (None: nothing). A server hands out the previous step's tokens there
+        (engine/server/loop.py), so that its HTTP thread works while the forward holds no
+        GIL; the runner calls it (`ModelRunner.on_forward`)."""
+        return self.runner.on_forward
 
-        decoder = SpecDecoder(self, cfg.spec)
-        # the EAGLE head reads the target's hidden state of every computed token
-        self.runner.keep_hidden = decoder.wants_features
-        return decoder
+    @on_forward.setter
+    def on_forward(self, fn) -> None:
+        self.runner.on_forward = fn
 
     @property
     def kernel_warmup_s(self) -> float:
@@ -136,42 +127,21 @@ class LLMEngine:
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
                     request_id: str | None = None, arrival_time: float | None = None) -> str:
-        """Queue a prompt (checked by `engine/inputs.py`). With params.n > 1 the n samples
-        are requests `<id>#<i>` (see `sample_ids`); with paged KV only sample 0 computes the
-        prompt, and the others are forked from it once it has: they hold its blocks by
-        reference (PagedAttention's parallel sampling). Contiguous KV cannot share a reserved
-        run, so there each sample reserves its own and computes the prompt itself (the same
-        tokens, more work)."""
+        """Queue a prompt, checked by `engine/inputs.py`. With params.n > 1 the n samples are
+        requests `<id>#<i>` (see `sample_ids`; with paged KV forked from sample 0 once it
+        computed the prompt: `InputProcessor.requests`)."""
         ids, params = self.inputs.process(prompt, params)
         rid = request_id or f"r{next(self._ids)}"
-        if rid in self.requests or rid in self.groups:
-            raise ValueError(f"request_id {rid!r} is already in use")
-        if params.n == 1:
-            self.scheduler.add(self._request(rid, ids, params, arrival_time))
-            return rid
-        sids = [f"{rid}#{i}" for i in range(params.n)]
-        if taken := [sid for sid in sids if sid in self.requests]:
-            raise ValueError(f"request_id {taken[0]!r} is already in use")
-        samples = [self._request(sid, ids, sp, arrival_time, rid, i)
-                   for i, (sid, sp) in enumerate(zip(sids, self.inputs.sample_params(params)))]
-        self.groups[rid] = sids
-        if self.config.kv_layout == "paged":
-            samples[0].fork_children = samples[1:]
-            for r in samples[1:]:
-                r.prompt_logprobs = None  # copied from sample 0 at the fork
-            self.scheduler.add(samples[0])
-        else:
-            for r in samples:
-                self.scheduler.add(r)
+        reqs = self.inputs.requests(rid, ids, params, arrival_time, len(self.requests))
+        for taken in [rid, *(r.request_id for r in reqs)]:
+            if taken in self.requests or taken in self.groups:
+                raise ValueError(f"request_id {taken!r} is already in use")
+        self.requests.update((r.request_id, r) for r in reqs)
+        if params.n > 1:
+            self.groups[rid] = [r.request_id for r in reqs]
+        for r in reqs[:1] if reqs[0].fork_children else reqs:  # forked ones board with it
+            self.scheduler.add(r)
         return rid
-
-    def _request(self, rid: str, ids: list[int], params: SamplingParams,
-                 arrival_time: float | None, group: str | None = None,
-                 index: int = 0) -> Request:
-        default_seed = self.config.seed * 100003 + len(self.requests)
-        req = self.inputs.request(rid, ids, params, arrival_time, default_seed, group, index)
-        self.requests[rid] = req
-        return req
 
     def sample_ids(self, rid: str) -> list[str]:
         """The engine's request ids of a client's request: itself, or its n samples."""
@@ -179,25 +149,15 @@ class LLMEngine:
 
     def chat(self, messages: list[dict], params: SamplingParams | None = None) -> RequestOutput:
         """Apply the model's chat template, then generate (as vLLM's LLM.chat)."""
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                 tokenize=True)
-        if hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return self.generate([list(ids)], params)[0]
+        return self.generate([self.inputs.chat(messages)], params)[0]
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished() or self._inflight is not None
 
     def output(self, rid: str) -> RequestOutput:
         if rid in self.groups:
-            samples = [self.output(s) for s in self.groups[rid]]
-            return dataclasses.replace(samples[0], request_id=rid, samples=samples)
-        r = self.requests[rid]
-        return RequestOutput(rid, r.prompt_token_ids, list(r.output_token_ids), r.text,
-                             r.finish_reason, ttft(r), tpot(r), r.num_preemptions,
-                             r.num_cached_tokens,
-                             list(r.output_logprobs) if r.output_logprobs is not None else None,
-                             list(r.prompt_logprobs) if r.prompt_logprobs is not None else None)
+            return RequestOutput.of_group(rid, [self.requests[s] for s in self.groups[rid]])
+        return RequestOutput.of(self.requests[rid])
 
     def is_finished(self, rid: str) -> bool:
         return all(self.requests[s].is_finished for s in self.sample_ids(rid))
@@ -246,6 +206,7 @@ class LLMEngine:
                 raise ValueError(f"request {sid!r} is still running; abort it first")
         for sid in self.sample_ids(rid):
             self.requests.pop(sid, None)
+            self.failures.pop(sid, None)
         self.groups.pop(rid, None)
 
     # --- one step ---------------------------------------------------------------------------
@@ -337,24 +298,12 @@ class LLMEngine:
         advanced = self.scheduler.update_from_output(sched, sampled, now, launched)
         self._fail_requests(self.scheduler.failed)
         self.scheduler.failed = []
-        emitted, finished = [], []
         logprobs, self._logprobs = self._logprobs, {}
-        for req, tokens in advanced:
-            lps = prompt_lps = None
-            if req.output_logprobs is not None:
-                lps = logprobs.get(req.request_id, [])[:len(tokens)]
-                req.output_logprobs.extend(lps)
-            if req.prompt_logprobs is not None and req.num_output_tokens == len(tokens):
-                prompt_lps = list(req.prompt_logprobs)  # with its first tokens: prefill done
-            if req.is_finished:
-                req.detokenizer.finish()
-                finished.append(req.request_id)
-                self.metrics.on_finish(req)
-                if self.spec_decoder is not None:
-                    self.spec_decoder.release(req)  # preempted ones: at the next propose
-            emitted.append(Emitted(req.request_id, tokens, req.detokenizer.take(req.is_finished),
-                                   lps, prompt_lps))
-            req.text = req.detokenizer.visible(req.is_finished)
+        emitted, finished = emit(advanced, logprobs)
+        for req in finished:
+            self.metrics.on_finish(req)
+            if self.spec_decoder is not None:
+                self.spec_decoder.release(req)  # preempted ones: at the next propose
         t1 = time.perf_counter()
         self.step_count += 1
         aborted, self._aborted = self._aborted, []
@@ -362,12 +311,13 @@ class LLMEngine:
         if self.spec_decoder is not None:
             self.spec_decoder.on_step(sched, t1 - t_drafted)  # adaptive k learns the cost
             plan = self.spec_decoder.plan()
+        failures = {rid: self.failures[rid] for rid in aborted if rid in self.failures}
         report = build_report(self.step_count, t1 - t0, self.config, self.scheduler, sched,
-                              emitted, finished, aborted, spec_records, plan, copied)
-        running = self.scheduler.running
+                              emitted, [r.request_id for r in finished], aborted,
+                              spec_records, plan, copied, failures)
         self.metrics.on_step(t1, t1 - t0, sum(len(e.token_ids) for e in emitted),
-                             busy=sum(1 for r in running if not r.idle_finished),
-                             idle=sum(1 for r in running if r.idle_finished),
+                             busy=report.num_running,
+                             idle=len(self.scheduler.running) - report.num_running,
                              useful_slots=report.kv.used_slots,
                              held_slots=report.kv.allocated_slots)
         report.metrics = self.metrics_snapshot()
@@ -424,22 +374,15 @@ class LLMEngine:
         return kv_summary(self.allocator, self.scheduler.running)
 
     def metrics_snapshot(self) -> dict:
-        snap = self.metrics.snapshot()
-        running = self.scheduler.running
-        snap["seats_busy"] = sum(1 for r in running if not r.idle_finished)
-        snap["seats_total"] = self.config.max_num_seqs
-        kv = self.allocator
-        snap["kv_used_frac"] = 1 - kv.num_free_blocks / kv.num_blocks
-        snap["prefix_hit_rate"] = getattr(kv, "prefix_hit_rate", None)
-        snap["waiting"] = len(self.scheduler.waiting)
-        return snap
+        """The run's figures (engine/metrics.py) and the seats, KV and queue now."""
+        return self.metrics.snapshot(self.scheduler, self.config.max_num_seqs)
 
     def describe(self) -> str:
         """The model and the plan in one line (the app's sidebar, engine.serve, the benches)."""
         return f"{self.config.model} on {self.plan.describe()}"
 
 
-@dataclass
+@dataclasses.dataclass
 class _InFlight:
     """A step launched by async scheduling whose tokens are not read back yet."""
 
@@ -450,14 +393,3 @@ class _InFlight:
     tokens: torch.Tensor | None = None  # [rows] int64 on the model's device
     sampled: dict[str, list[int]] | None = None  # already on the host (non-greedy rows)
 
-
-def freeze_startup_heap() -> None:
-    """For a process that serves one engine for its whole life (`engine/serve.py`; the GPU
-    check while it times one): collect once, then move every object alive into the collector's
-    permanent generation (`gc.freeze`, as vLLM does after startup). A full collection while
-    serving then scans only what serving allocated, so no step waits on a scan of the
-    engine's startup objects (docs/performance.md has the GPU check's figures). Not for a
-    process that builds and drops engines (the app): a frozen engine in a reference cycle is
-    never collected, and its KV pool with it (`gc.unfreeze()` undoes the freeze)."""
-    gc.collect()
-    gc.freeze()

@@ -5,7 +5,13 @@ prompt is non-empty text (tokenized as it is, no chat template) or token ids ins
 vocabulary; it leaves room for at least one token under `max_model_len`; `logit_bias` and
 `stop_token_ids` name tokens of the vocabulary; `n` samples fit the seats. Every failure is a
 `ValueError` whose message names the field. Then each sample becomes a `Request` with its
-own detokenizer and seeded generator.
+own detokenizer and seeded generator (`requests`).
+
+With n > 1 the samples are requests `<id>#<i>`; with paged KV only sample 0 computes the
+prompt, and the others are forked from it once it has (its `fork_children`): they hold its
+blocks by reference (PagedAttention's parallel sampling). Contiguous KV cannot share a
+reserved run, so there each sample reserves its own and computes the prompt itself (the
+same tokens, more work).
 """
 
 from __future__ import annotations
@@ -22,6 +28,13 @@ from engine.request import Request
 class InputProcessor:
     def __init__(self, config: EngineConfig, tokenizer, vocab_size: int):
         self.config, self.tokenizer, self.vocab_size = config, tokenizer, vocab_size
+
+    def chat(self, messages: list[dict]) -> list[int]:
+        """The model's chat template applied, ending where the answer starts (vLLM's
+        LLM.chat)."""
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                 tokenize=True)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
     def tokenize(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
@@ -57,6 +70,25 @@ class InputProcessor:
             raise ValueError(f"n={params.n} samples need as many seats; this engine has "
                              f"max_num_seqs={self.config.max_num_seqs}")
         return ids, params
+
+    def requests(self, rid: str, ids: list[int], params: SamplingParams,
+                 arrival_time: float | None, first_index: int) -> list[Request]:
+        """The request's samples: itself (n=1), or `<rid>#<i>`, each with its own params (a
+        given seed + i) and with paged KV forked from sample 0. `first_index`: the engine's
+        requests so far (a default seed is the engine's seed and this index)."""
+        if params.n == 1:
+            return [self.request(rid, ids, params, arrival_time, self._seed(first_index))]
+        samples = [self.request(f"{rid}#{i}", ids, sp, arrival_time,
+                                self._seed(first_index + i), rid, i)
+                   for i, sp in enumerate(self.sample_params(params))]
+        if self.config.kv_layout == "paged":
+            samples[0].fork_children = samples[1:]
+            for r in samples[1:]:
+                r.prompt_logprobs = None  # copied from sample 0 at the fork
+        return samples
+
+    def _seed(self, index: int) -> int:
+        return self.config.seed * 100003 + index
 
     @staticmethod
     def sample_params(params: SamplingParams) -> list[SamplingParams]:
