@@ -8,7 +8,7 @@ as it is open, and adds up their wall time per step:
                 model calls below)
     forward     the model's layers (also by CUDA events on a GPU: the device's own time)
     logits      the lm_head
-    sampling    sampling and draft verification (LLMEngine._sample)
+    sampling    sampling and draft verification (Sampler.sample; LLMEngine._sample before)
     detokenize  the requests' Detokenizer calls
     report      building the StepReport
     update      the rest of the step: advancing requests, stop checks, metrics
@@ -33,7 +33,7 @@ CANDIDATES = {
     "run": [("runner", "run")],
     "forward": [("model", "forward")],
     "logits": [("model", "logits")],
-    "sampling": [("engine", "_sample")],
+    "sampling": [("sampler", "sample"), ("engine", "_sample")],
     "detokenize": [("engine", "_detokenize")] + [
         ("cls:engine.detokenizer.Detokenizer", m) for m in ("add", "take", "visible", "finish")],
     "report": [("engine", "_report"), ("mod:engine.engine", "build_report")],

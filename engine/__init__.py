@@ -15,14 +15,17 @@ How one `LLMEngine.step()` flows (engine.py):
                           (runner.py) -> one forward of model/llama.py -> logits (and, for
                           the EAGLE head, every token's hidden state: spec/decoder.observe);
                           a decode-only step may replay a CUDA graph instead (graphs.py)
-  LLMEngine._sample       sampler.py (one token) or spec/decoder.verify (accepted drafts)
+  Sampler.sample          sampler.py (one token, logits processing, logprobs) or
+                          spec/decoder.verify (accepted drafts)
   Scheduler.update_from_output   the one place a request advances: computed tokens, new
                           tokens up to a stop (detokenizer.py), KV kept or rolled back, finish
   report.build_report     the StepReport the app draws (seats, queue, KV map, drafts)
 
 Other files: plan.py (how a step runs: device, dtype, weights, kernels, decided once),
-threads.py (OpenMP's wait policy, set by the entry points), config.py (the switches and
-sizes), request.py (one request's state), sampler.py, metrics.py (TTFT, TPOT, throughput, KV use), generate.py (a command-line
+threads.py (OpenMP's wait policy and the frozen startup heap, set by the entry points),
+config.py (the switches and sizes), inputs.py (add_request's checks: prompt and params ->
+Requests), outputs.py (a step's Emitted, a request's RequestOutput), request.py (one
+request's state), sampler.py, metrics.py (TTFT, TPOT, throughput, KV use), generate.py (a command-line
 client), server/ (the OpenAI-compatible server), model/ (loading, the forward, attention
 backends, the CPU kernels). The benchmarks live apart, in `benchmarks/`.
 """
@@ -32,7 +35,7 @@ from engine.config import EngineConfig, SamplingParams, SpecConfig
 # Importing `engine` has no process-wide side effect: it does not load torch, so an entry
 # point can still choose OpenMP's wait policy first (engine/threads.py). The engine's classes
 # load on first use.
-_LAZY = {"LLMEngine": "engine.engine", "RequestOutput": "engine.engine",
+_LAZY = {"LLMEngine": "engine.engine", "RequestOutput": "engine.outputs",
          "StepReport": "engine.report"}
 
 

@@ -11,7 +11,10 @@ the output is cut (max_tokens) in the middle of one.
 
 Stop strings follow vLLM: a stop string ends the request and is not part of its text (the
 token ids keep every generated token); while the request runs, a tail of the text that could
-be the start of a stop string is held back, so nothing streamed is ever taken back.
+be the start of a stop string is held back, so nothing streamed is ever taken back. A token
+that ends the request (the end-of-sequence token, or one of its stop_token_ids) is not part
+of the text either (its id stays in the token ids, and in usage, as in vLLM): `finish(
+drop_last=True)`. Its text was never handed out: it ends the step it came in.
 
 That tail is tracked as the text grows, one Knuth-Morris-Pratt matcher per stop string (the
 longest prefix of the stop string the text now ends with), so each token costs time in
@@ -115,15 +118,17 @@ class Detokenizer:
         hold = max(self._matched, default=0)
         return self.text[:len(self.text) - hold]
 
-    def finish(self) -> None:
+    def finish(self, drop_last: bool = False) -> None:
         """The request ended: the text is now the whole output decoded once. An output cut
         (at max_tokens) inside a multi-byte character keeps that incomplete character back,
-        as while running: the text ends at the last complete character, never in U+FFFD."""
+        as while running: the text ends at the last complete character, never in U+FFFD.
+        `drop_last`: the last token ended it (EOS or a stop token id): its text is left out."""
         if self.stop_at is None:
-            text = self._decode(self.token_ids)
-            if text.endswith(REPLACEMENT) and self.read_offset < len(self.token_ids):
+            ids = self.token_ids[:-1] if drop_last else self.token_ids
+            text = self._decode(ids)
+            if text.endswith(REPLACEMENT) and self.read_offset < len(ids):
                 # the tokens after read_offset never made a whole character
-                text = self._decode(self.token_ids[:self.read_offset])
+                text = self._decode(ids[:self.read_offset])
             self.text = text
 
     def take(self, finished: bool) -> str:

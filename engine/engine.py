@@ -9,74 +9,38 @@ finish or roll back rejected draft slots; a StepReport describes all of it.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import itertools
 import time
-from dataclasses import dataclass
 
 import torch
 
 from engine.config import EngineConfig, SamplingParams
-from engine.detokenizer import Detokenizer
-from engine.graphs import DecodeGraphs
-from engine.kv import ContiguousAllocator, KVPool, PagedAllocator
-from engine.metrics import RunMetrics, tpot, ttft
+from engine.inputs import InputProcessor
+from engine.metrics import RunMetrics
 from engine.model.attention import get_backend
 from engine.model.llama import shared_model
 from engine.model.loader import Progress, hf_folder, load_model, read_config
+from engine.outputs import RequestOutput, emit
 from engine.plan import ExecutionPlan, ModelFacts, plan_for
-from engine.report import Emitted, KVSummary, StepReport, build_report, kv_summary
+from engine.report import KVSummary, StepReport, build_report, kv_summary
 from engine.request import Request
-from engine.runner import ForwardResult, ModelRunner, Pending
-from engine.sampler import greedy_ids, logprobs_of, process, sample_rows
+from engine.runner import ForwardResult, ModelRunner, Pending, kv_cache
+from engine.sampler import Sampler, greedy_ids, logit_rows
 from engine.scheduler import Scheduler, SchedulerOutput
-from engine.spec.rejection import SpecDecision
+from engine.threads import freeze_startup_heap
 
-
-@dataclass
-class RequestOutput:
-    request_id: str
-    prompt_token_ids: list[int]
-    token_ids: list[int]
-    text: str
-    finish_reason: str | None
-    ttft_s: float | None
-    tpot_s: float | None
-    num_preemptions: int
-    num_cached_tokens: int
-    # SamplingParams.logprobs / prompt_logprobs: per token (logprob, [(token id, logprob)])
-    logprobs: list | None = None
-    prompt_logprobs: list | None = None
-    # n > 1: every sample's output, in index order (the fields above are sample 0's)
-    samples: list[RequestOutput] | None = None
+__all__ = ["LLMEngine", "RequestOutput", "freeze_startup_heap"]  # the last two: moved
 
 
 class LLMEngine:
     # the plan's choices (self.plan, engine/plan.py), read from it, never copied: the names
-    # other code reads
-    @property
-    def device(self) -> torch.device:
-        return torch.device(self.plan.device)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.plan.torch_dtype
-
-    @property
-    def kv_dtype(self) -> torch.dtype:  # the KV pool's numbers
-        return self.plan.torch_kv_dtype
-
-    @property
-    def backend_name(self) -> str:
-        return self.plan.attention
-
-    @property
-    def uses_cpu_kernels(self) -> bool:
-        return self.plan.cpu_kernels
-
-    @property
-    def uses_graphs(self) -> bool:  # decode steps replay CUDA graphs (engine/graphs.py)
-        return self.plan.cuda_graphs
+    # other code reads. uses_graphs: decode steps replay CUDA graphs (engine/graphs.py)
+    device = property(lambda self: torch.device(self.plan.device))
+    dtype = property(lambda self: self.plan.torch_dtype)
+    kv_dtype = property(lambda self: self.plan.torch_kv_dtype)  # the KV pool's numbers
+    backend_name = property(lambda self: self.plan.attention)
+    uses_cpu_kernels = property(lambda self: self.plan.cpu_kernels)
+    uses_graphs = property(lambda self: self.plan.cuda_graphs)
 
     def __init__(self, config: EngineConfig | None = None, progress: Progress | None = None):
         self.config = cfg = config or EngineConfig()
@@ -98,53 +62,24 @@ class LLMEngine:
         if self.backend_name == "triton":  # ValueError on CUDA under TRITON_INTERPRET
             self.backend.check_device(self.device)
 
-        num_blocks = self._num_blocks(cfg)
-        if num_blocks < cfg.blocks_per_seq:
-            raise ValueError(
-                f"num_kv_blocks={num_blocks} is too small: one request of max_model_len="
-                f"{cfg.max_model_len} needs {cfg.blocks_per_seq} blocks of block_size="
-                f"{cfg.block_size}")
-        # with graphs the pool has one more block, which no request owns: padding rows write there
-        self.pool = KVPool(mcfg.num_layers, num_blocks + self.uses_graphs, cfg.block_size,
-                           mcfg.num_kv_heads, mcfg.head_dim, self.kv_dtype, self.device)
-        if cfg.kv_layout == "paged":
-            self.allocator = PagedAllocator(num_blocks, cfg.block_size, cfg.enable_prefix_caching)
-        else:
-            self.allocator = ContiguousAllocator(num_blocks, cfg.block_size, cfg.max_model_len)
+        # pool: as many KV blocks as the seats need (engine/runner.py), and their allocator
+        self.pool, self.allocator = kv_cache(cfg, mcfg, self.kv_dtype, self.device,
+                                             spare_block=self.uses_graphs)
         self.scheduler = Scheduler(cfg, self.allocator, self.eos_ids)
-        graphs = None
-        if self.uses_graphs:
-            graphs = DecodeGraphs(self.model, self.pool, self.backend, self.device,
-                                  cfg.block_size, cfg.max_num_seqs,
-                                  max_blocks=-(-(cfg.max_model_len + k) // cfg.block_size),
-                                  dummy_block=num_blocks)
-        self.runner = ModelRunner(self.model, self.pool, self.allocator, self.backend,
-                                  self.device, graphs)
-        # on a GPU, compile every Triton kernel variant a step can launch now, not while
-        # serving (kernels/warmup.py, imported as servelab_kernels): a compile stalls the step
-        # it lands in
-        self.kernel_warmup_s = 0.0  # startup time spent compiling kernels
-        if self.backend_name == "triton" and self.device.type == "cuda":
-            from servelab_kernels.warmup import warm_up
-
-            t0 = time.perf_counter()
-            warm_up(
-                mcfg.num_heads, mcfg.num_kv_heads, mcfg.head_dim, cfg.block_size, self.dtype,
-                cfg.max_num_seqs, cfg.max_model_len + k + 1, cfg.max_num_batched_tokens,
-                self.device)
-            self.kernel_warmup_s = time.perf_counter() - t0
-        self.graph_capture_s = 0.0  # startup time spent capturing CUDA graphs
-        if graphs is not None and self.device.type == "cuda":
-            t0 = time.perf_counter()
-            graphs.capture_all()  # every padded size now, not during the first requests
-            self.graph_capture_s = time.perf_counter() - t0
-        self.spec_decoder = None
+        self.inputs = InputProcessor(cfg, self.tokenizer, mcfg.vocab_size)  # add_request's checks
+        # the runner, its kernels compiled and its decode graphs captured (on a GPU)
+        self.runner = ModelRunner.started(cfg, mcfg, self.model, self.pool, self.allocator,
+                                          self.backend, self.device, k,
+                                          triton=self.backend_name == "triton",
+                                          graphs=self.uses_graphs)
+        self.spec_decoder = None  # drafts before a step, verifies after (engine/spec/)
         if cfg.spec is not None:
             from engine.spec.decoder import SpecDecoder
 
             self.spec_decoder = SpecDecoder(self, cfg.spec)
-            # the EAGLE head reads the target's hidden state of every computed token
-            self.runner.keep_hidden = self.spec_decoder.wants_features
+            self.runner.keep_hidden = self.spec_decoder.wants_features  # EAGLE reads them
+        # logits -> tokens (engine/sampler.py); drafts go to the verifier
+        self.sampler = Sampler(self.eos_ids, self.spec_decoder and self.spec_decoder.verify)
         # a callable given every forward's hidden states (runner.keep_hidden must be on):
         # train_draft records the target's features while it generates its training answers
         self.feature_observer = None
@@ -152,8 +87,9 @@ class LLMEngine:
         self.groups: dict[str, list[str]] = {}  # n > 1: the client's id -> its samples' ids
         self._aborted: list[str] = []  # aborted since the last step, for its report
         # requests that failed alone (their sampling or detokenizing raised): id -> what
-        # failed. They leave like aborted ones (listed under `aborted`, blocks freed); a
-        # server reads this to tell each its own error and the others go on.
+        # failed, until forgotten. They leave like aborted ones (listed under `aborted`,
+        # blocks freed) and their step's report lists them under `failures`: a server tells
+        # each its own error and the others go on.
         self.failures: dict[str, str] = {}
         self._logprobs: dict[str, list] = {}  # this step's output logprobs, by request id
         # async scheduling: the step whose forward ran and whose tokens are not appended yet
@@ -163,105 +99,49 @@ class LLMEngine:
         self.step_count = 0
         self._ids = itertools.count()
 
-    # on CUDA the default pool holds this many times what the seats need at full length:
-    # room for the prefix cache, never the whole card (every block costs the step nothing,
-    # but memory another process may want)
-    CUDA_KV_HEADROOM = 2
+    @property
+    def on_forward(self):
+        """A callable run once a step's forward has its inputs laid out, just before the
+        model runs (None: nothing). A server hands out the previous step's tokens there
+        (engine/server/loop.py), so that its HTTP thread works while the forward holds no
+        GIL; the runner calls it (`ModelRunner.on_forward`)."""
+        return self.runner.on_forward
 
-    def _num_blocks(self, cfg: EngineConfig) -> int:
-        """The pool: num_kv_blocks when given; else what max_num_seqs requests of
-        max_model_len need (on CUDA times CUDA_KV_HEADROOM, capped by gpu_memory_utilization
-        of the free memory)."""
-        if cfg.num_kv_blocks is not None or self.device.type != "cuda":
-            return cfg.resolved_num_kv_blocks
-        free, _ = torch.cuda.mem_get_info(self.device)
-        m = self.model_config
-        per_block = KVPool.bytes_per_block(m.num_layers, cfg.block_size, m.num_kv_heads,
-                                           m.head_dim, self.kv_dtype)
-        cap = int(free * cfg.gpu_memory_utilization) // per_block
-        return min(cfg.resolved_num_kv_blocks * self.CUDA_KV_HEADROOM, cap)
+    @on_forward.setter
+    def on_forward(self, fn) -> None:
+        self.runner.on_forward = fn
+
+    @property
+    def kernel_warmup_s(self) -> float:
+        """Startup time spent compiling kernels (`ModelRunner.warm_up`)."""
+        return self.runner.kernel_warmup_s
+
+    @property
+    def graph_capture_s(self) -> float:
+        """Startup time spent capturing CUDA graphs (`ModelRunner.capture`)."""
+        return self.runner.graph_capture_s
 
     # --- requests ---------------------------------------------------------------------------
     def tokenize(self, prompt: str | list[int]) -> list[int]:
-        if isinstance(prompt, str):
-            if not prompt.strip():
-                raise ValueError("prompt is empty")
-            return self.tokenizer.encode(prompt, add_special_tokens=False)
-        if not isinstance(prompt, (list, tuple)) or not prompt:
-            raise ValueError("prompt must be non-empty text or a non-empty list of token ids")
-        vocab = self.model_config.vocab_size
-        if not all(isinstance(t, int) and 0 <= t < vocab for t in prompt):
-            raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
-        return list(prompt)
+        return self.inputs.tokenize(prompt)
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
                     request_id: str | None = None, arrival_time: float | None = None) -> str:
-        """Queue a prompt. With params.n > 1 the n samples are requests `<id>#<i>` (see
-        `sample_ids`); with paged KV only sample 0 computes the prompt, and the others are
-        forked from it once it has: they hold its blocks by reference (PagedAttention's
-        parallel sampling). Contiguous KV cannot share a reserved run, so there each sample
-        reserves its own and computes the prompt itself (the same tokens, more work)."""
-        params = params or SamplingParams()
-        if not isinstance(params, SamplingParams):
-            raise ValueError("params must be a SamplingParams")
-        ids = self.tokenize(prompt)
-        if len(ids) >= self.config.max_model_len:
-            raise ValueError(
-                f"prompt is {len(ids)} tokens; max_model_len={self.config.max_model_len} "
-                f"leaves room for at most {self.config.max_model_len - 1}")
-        vocab = self.model_config.vocab_size
-        for name, toks in (("logit_bias", params.logit_bias or {}),
-                           ("stop_token_ids", params.stop_token_ids or [])):
-            bad = [t for t in toks if t >= vocab]
-            if bad:
-                raise ValueError(f"{name} has token ids outside the vocabulary [0, {vocab}): "
-                                 f"{bad[:5]}")
-        if params.n > self.config.max_num_seqs:
-            raise ValueError(f"n={params.n} samples need as many seats; this engine has "
-                             f"max_num_seqs={self.config.max_num_seqs}")
+        """Queue a prompt, checked by `engine/inputs.py`. With params.n > 1 the n samples are
+        requests `<id>#<i>` (see `sample_ids`; with paged KV forked from sample 0 once it
+        computed the prompt: `InputProcessor.requests`)."""
+        ids, params = self.inputs.process(prompt, params)
         rid = request_id or f"r{next(self._ids)}"
-        if rid in self.requests or rid in self.groups:
-            raise ValueError(f"request_id {rid!r} is already in use")
-        if params.n == 1:
-            req = self._request(rid, ids, params, arrival_time)
-            self.scheduler.add(req)
-            return rid
-        samples = []
-        for i in range(params.n):
-            seed = params.seed + i if params.seed is not None else None
-            sp = dataclasses.replace(params, n=1, seed=seed)
-            sid = f"{rid}#{i}"
-            if sid in self.requests:
-                raise ValueError(f"request_id {sid!r} is already in use")
-            samples.append(self._request(sid, ids, sp, arrival_time, rid, i))
-        self.groups[rid] = [r.request_id for r in samples]
-        if self.config.kv_layout == "paged":
-            samples[0].fork_children = samples[1:]
-            for r in samples[1:]:
-                r.prompt_logprobs = None  # copied from sample 0 at the fork
-            self.scheduler.add(samples[0])
-        else:
-            for r in samples:
-                self.scheduler.add(r)
+        reqs = self.inputs.requests(rid, ids, params, arrival_time, len(self.requests))
+        for taken in [rid, *(r.request_id for r in reqs)]:
+            if taken in self.requests or taken in self.groups:
+                raise ValueError(f"request_id {taken!r} is already in use")
+        self.requests.update((r.request_id, r) for r in reqs)
+        if params.n > 1:
+            self.groups[rid] = [r.request_id for r in reqs]
+        for r in reqs[:1] if reqs[0].fork_children else reqs:  # forked ones board with it
+            self.scheduler.add(r)
         return rid
-
-    def _request(self, rid: str, ids: list[int], params: SamplingParams,
-                 arrival_time: float | None, group: str | None = None,
-                 index: int = 0) -> Request:
-        seed = params.seed if params.seed is not None else self.config.seed * 100003 + len(
-            self.requests)
-        gen = torch.Generator().manual_seed(seed)
-        req = Request(rid, ids, params, generator=gen,
-                      detokenizer=Detokenizer(self.tokenizer, params.stop),
-                      group_id=group, index=index)
-        if params.logprobs is not None:
-            req.output_logprobs = []
-        if params.prompt_logprobs is not None:
-            req.prompt_logprobs = [None]  # the first prompt token has no prediction
-        if arrival_time is not None:
-            req.arrival_time = arrival_time
-        self.requests[rid] = req
-        return req
 
     def sample_ids(self, rid: str) -> list[str]:
         """The engine's request ids of a client's request: itself, or its n samples."""
@@ -269,25 +149,15 @@ class LLMEngine:
 
     def chat(self, messages: list[dict], params: SamplingParams | None = None) -> RequestOutput:
         """Apply the model's chat template, then generate (as vLLM's LLM.chat)."""
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                 tokenize=True)
-        if hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return self.generate([list(ids)], params)[0]
+        return self.generate([self.inputs.chat(messages)], params)[0]
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished() or self._inflight is not None
 
     def output(self, rid: str) -> RequestOutput:
         if rid in self.groups:
-            samples = [self.output(s) for s in self.groups[rid]]
-            return dataclasses.replace(samples[0], request_id=rid, samples=samples)
-        r = self.requests[rid]
-        return RequestOutput(rid, r.prompt_token_ids, list(r.output_token_ids), r.text,
-                             r.finish_reason, ttft(r), tpot(r), r.num_preemptions,
-                             r.num_cached_tokens,
-                             list(r.output_logprobs) if r.output_logprobs is not None else None,
-                             list(r.prompt_logprobs) if r.prompt_logprobs is not None else None)
+            return RequestOutput.of_group(rid, [self.requests[s] for s in self.groups[rid]])
+        return RequestOutput.of(self.requests[rid])
 
     def is_finished(self, rid: str) -> bool:
         return all(self.requests[s].is_finished for s in self.sample_ids(rid))
@@ -336,6 +206,7 @@ class LLMEngine:
                 raise ValueError(f"request {sid!r} is still running; abort it first")
         for sid in self.sample_ids(rid):
             self.requests.pop(sid, None)
+            self.failures.pop(sid, None)
         self.groups.pop(rid, None)
 
     # --- one step ---------------------------------------------------------------------------
@@ -403,7 +274,7 @@ class LLMEngine:
             return fl
         if all(self.requests[rid].sampling.greedy for rid in fwd.rows):
             # argmax where the logits are: nothing waits for the device
-            fl.tokens = greedy_ids(_logit_rows(
+            fl.tokens = greedy_ids(logit_rows(
                 fwd.logits, [first + n - 1 for first, n in fwd.rows.values()]))
         else:  # a sampled row's generator lives on the host: its tokens come back now
             fl.sampled, _ = self._sample_isolated(fwd)
@@ -427,24 +298,12 @@ class LLMEngine:
         advanced = self.scheduler.update_from_output(sched, sampled, now, launched)
         self._fail_requests(self.scheduler.failed)
         self.scheduler.failed = []
-        emitted, finished = [], []
         logprobs, self._logprobs = self._logprobs, {}
-        for req, tokens in advanced:
-            lps = prompt_lps = None
-            if req.output_logprobs is not None:
-                lps = logprobs.get(req.request_id, [])[:len(tokens)]
-                req.output_logprobs.extend(lps)
-            if req.prompt_logprobs is not None and req.num_output_tokens == len(tokens):
-                prompt_lps = list(req.prompt_logprobs)  # with its first tokens: prefill done
-            if req.is_finished:
-                req.detokenizer.finish()
-                finished.append(req.request_id)
-                self.metrics.on_finish(req)
-                if self.spec_decoder is not None:
-                    self.spec_decoder.release(req)  # preempted ones: at the next propose
-            emitted.append(Emitted(req.request_id, tokens, req.detokenizer.take(req.is_finished),
-                                   lps, prompt_lps))
-            req.text = req.detokenizer.visible(req.is_finished)
+        emitted, finished = emit(advanced, logprobs)
+        for req in finished:
+            self.metrics.on_finish(req)
+            if self.spec_decoder is not None:
+                self.spec_decoder.release(req)  # preempted ones: at the next propose
         t1 = time.perf_counter()
         self.step_count += 1
         aborted, self._aborted = self._aborted, []
@@ -452,81 +311,36 @@ class LLMEngine:
         if self.spec_decoder is not None:
             self.spec_decoder.on_step(sched, t1 - t_drafted)  # adaptive k learns the cost
             plan = self.spec_decoder.plan()
+        failures = {rid: self.failures[rid] for rid in aborted if rid in self.failures}
         report = build_report(self.step_count, t1 - t0, self.config, self.scheduler, sched,
-                              emitted, finished, aborted, spec_records, plan, copied)
-        running = self.scheduler.running
+                              emitted, [r.request_id for r in finished], aborted,
+                              spec_records, plan, copied, failures)
         self.metrics.on_step(t1, t1 - t0, sum(len(e.token_ids) for e in emitted),
-                             busy=sum(1 for r in running if not r.idle_finished),
-                             idle=sum(1 for r in running if r.idle_finished),
+                             busy=report.num_running,
+                             idle=len(self.scheduler.running) - report.num_running,
                              useful_slots=report.kv.used_slots,
                              held_slots=report.kv.allocated_slots)
         report.metrics = self.metrics_snapshot()
         return report
 
-    def _sample(self, fwd: ForwardResult) -> tuple[dict[str, list[int]], list[SpecDecision]]:
-        """Logits -> each request's new tokens: one sample, or a verified draft. Also reads
-        the log-probabilities asked for (prompt ones into the request now, output ones for
-        `step` to keep with the tokens update_from_output keeps)."""
-        for rid, (first, pos, count) in fwd.prompt_rows.items():
-            req = self.requests[rid]
-            toks = req.prompt_token_ids[pos + 1:pos + 1 + count]
-            req.prompt_logprobs.extend(logprobs_of(fwd.logits[first:first + count], toks,
-                                                   req.sampling.prompt_logprobs))
-        sampled, records, plain = {}, [], []
-        for rid, (first, n) in fwd.rows.items():
-            req = self.requests[rid]
-            if req.spec_token_ids:
-                # the verifier reads probabilities with the request's (host) generator: its rows
-                # come to the host (k + 1 rows, not the batch's)
-                rows = fwd.logits[first:first + n].cpu()
-                sampled[rid], record = self.spec_decoder.verify(req, rows)
-                records.append(record)
-            else:
-                plain.append((req, first + n - 1))  # sampled from its last row
-                # samples to fork from it sample their first token from the same row
-                plain.extend((child, first + n - 1) for child in req.fork_children)
-        if plain:
-            rows = _logit_rows(fwd.logits, [row for _, row in plain])
-            raw = rows
-            changed = [i for i, (r, _) in enumerate(plain) if r.sampling.processes_logits]
-            if changed:  # only these rows change; the others are sampled from the same values
-                rows = rows.clone()
-                for i in changed:
-                    req = plain[i][0]
-                    sp = req.sampling
-                    masked = []
-                    if req.num_output_tokens < sp.min_tokens:
-                        masked = [*(() if sp.ignore_eos else self.eos_ids),
-                                  *(sp.stop_token_ids or ())]
-                    rows[i] = process(raw[i], sp, req.output_token_ids, masked)
-            tokens = sample_rows(rows, [r.sampling for r, _ in plain],
-                                 [r.generator for r, _ in plain])
-            for (req, _), tok in zip(plain, tokens):
-                sampled[req.request_id] = [tok]
-            want = [i for i, (r, _) in enumerate(plain) if r.sampling.logprobs is not None]
-            if want:
-                top = max(plain[i][0].sampling.logprobs for i in want)
-                lps = logprobs_of(raw[want], [tokens[i] for i in want], top)
-                for i, (own, alts) in zip(want, lps):
-                    req = plain[i][0]
-                    self._logprobs[req.request_id] = [(own, alts[:req.sampling.logprobs])]
-        return sampled, records
-
     def _sample_isolated(self, fwd: ForwardResult):
-        """`_sample`, with one request's failure kept to that request. The batch is sampled
-        at once; only if that raises are the requests sampled one by one (their generators
-        first set back, so each draws what it would have drawn), and those that still fail
-        leave the step (`_fail_requests`) while the others keep their tokens."""
+        """The sampler's tokens (`Sampler.sample`), with one request's failure kept to that
+        request. The batch is sampled at once; only if that raises are the requests sampled
+        one by one (their generators first set back, so each draws what it would have drawn),
+        and those that still fail leave the step (`_fail_requests`) while the others keep
+        their tokens. Output logprobs wait in `_logprobs` for `_advance`."""
         gens = {rid: self.requests[rid].generator for rid in fwd.rows}
         states = {rid: g.get_state() for rid, g in gens.items()
                   if g is not None and not self.requests[rid].sampling.greedy}
         # prompt log-probabilities are appended as the batch is read: a retry starts from these
         kept_lps = {rid: len(self.requests[rid].prompt_logprobs or ()) for rid in fwd.prompt_rows}
         try:
-            return self._sample(fwd)
+            sampled, records, logprobs = self.sampler.sample(fwd, self.requests)
         except Exception:
             pass
-        self._logprobs.clear()
+        else:
+            self._logprobs.update(logprobs)
+            return sampled, records
         sampled, records, failed = {}, [], []
         for rid in kept_lps:
             if self.requests[rid].prompt_logprobs is not None:
@@ -538,12 +352,14 @@ class LLMEngine:
             rows = {rid: fwd.rows[rid]} if rid in fwd.rows else {}
             own = {rid: fwd.prompt_rows[rid]} if rid in fwd.prompt_rows else {}
             try:
-                got, recs = self._sample(dataclasses.replace(fwd, rows=rows, prompt_rows=own))
+                got = self.sampler.sample(dataclasses.replace(fwd, rows=rows, prompt_rows=own),
+                                          self.requests)
             except Exception as exc:
                 failed.append((self.requests[rid], exc))
                 continue
-            sampled.update(got)
-            records.extend(recs)
+            sampled.update(got.sampled)
+            records.extend(got.records)
+            self._logprobs.update(got.logprobs)
         self._fail_requests(failed)
         return sampled, records
 
@@ -558,28 +374,15 @@ class LLMEngine:
         return kv_summary(self.allocator, self.scheduler.running)
 
     def metrics_snapshot(self) -> dict:
-        snap = self.metrics.snapshot()
-        running = self.scheduler.running
-        snap["seats_busy"] = sum(1 for r in running if not r.idle_finished)
-        snap["seats_total"] = self.config.max_num_seqs
-        kv = self.allocator
-        snap["kv_used_frac"] = 1 - kv.num_free_blocks / kv.num_blocks
-        snap["prefix_hit_rate"] = getattr(kv, "prefix_hit_rate", None)
-        snap["waiting"] = len(self.scheduler.waiting)
-        return snap
+        """The run's figures (engine/metrics.py) and the seats, KV and queue now."""
+        return self.metrics.snapshot(self.scheduler, self.config.max_num_seqs)
 
     def describe(self) -> str:
         """The model and the plan in one line (the app's sidebar, engine.serve, the benches)."""
         return f"{self.config.model} on {self.plan.describe()}"
 
 
-def _logit_rows(logits: torch.Tensor, index: list[int]) -> torch.Tensor:
-    """logits[index], [len(index), vocab]; no copy when they are the first rows in order (a
-    step without drafts or prompt logprobs)."""
-    return logits[:len(index)] if index == list(range(len(index))) else logits[index]
-
-
-@dataclass
+@dataclasses.dataclass
 class _InFlight:
     """A step launched by async scheduling whose tokens are not read back yet."""
 
@@ -590,14 +393,3 @@ class _InFlight:
     tokens: torch.Tensor | None = None  # [rows] int64 on the model's device
     sampled: dict[str, list[int]] | None = None  # already on the host (non-greedy rows)
 
-
-def freeze_startup_heap() -> None:
-    """For a process that serves one engine for its whole life (`engine/serve.py`; the GPU
-    check while it times one): collect once, then move every object alive into the collector's
-    permanent generation (`gc.freeze`, as vLLM does after startup). A full collection while
-    serving then scans only what serving allocated, so no step waits on a scan of the
-    engine's startup objects (docs/performance.md has the GPU check's figures). Not for a
-    process that builds and drops engines (the app): a frozen engine in a reference cycle is
-    never collected, and its KV pool with it (`gc.unfreeze()` undoes the freeze)."""
-    gc.collect()
-    gc.freeze()

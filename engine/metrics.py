@@ -109,8 +109,10 @@ class RunMetrics:
         busy = sum(dt for _, dt, _ in self.recent)
         return sum(n for _, _, n in self.recent) / busy if busy > 0 else 0.0
 
-    def snapshot(self) -> dict:
-        return {
+    def snapshot(self, scheduler=None, seats_total: int | None = None) -> dict:
+        """The run's figures; with the engine's `scheduler`, also its state now: seats busy
+        (of `seats_total`), the share of KV blocks in use, the prefix hit rate, the queue."""
+        snap = {
             "tokens_per_s": self.tokens_per_s,
             "output_tokens": self.output_tokens,
             "ttft_p50_s": percentile(self.ttfts, 0.5),
@@ -130,6 +132,14 @@ class RunMetrics:
                                        zip(self.accepted_by_pos, self.drafted_by_pos)],
             "k_share": _shares(self.steps_by_k),
         }
+        if scheduler is not None:
+            kv = scheduler.allocator
+            snap.update(seats_busy=sum(1 for r in scheduler.running if not r.idle_finished),
+                        seats_total=seats_total,
+                        kv_used_frac=1 - kv.num_free_blocks / kv.num_blocks,
+                        prefix_hit_rate=getattr(kv, "prefix_hit_rate", None),
+                        waiting=len(scheduler.waiting))
+        return snap
 
 
 def _shares(counts: dict) -> dict | None:

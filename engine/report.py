@@ -31,6 +31,7 @@ class Emitted:
     logprobs: list | None = None
     # SamplingParams.prompt_logprobs: the whole prompt's, once, with the first tokens
     prompt_logprobs: list | None = None
+    finish_reason: str | None = None  # set in the step that finishes it (Request.finish_reason)
 
 
 @dataclass
@@ -75,6 +76,13 @@ class StepReport:
     # speculating: the k this step drafted with; under adaptive k also whether it was a
     # measuring detour and each k's estimate (k, tokens_per_request, step_ms, tokens_per_s)
     spec_plan: dict | None = None
+    # the gauges, after the step: requests in a seat and not done (a static bus's finished
+    # riders are not running), and the share of the pool's blocks not free
+    num_running: int = 0
+    kv_usage: float = 0.0
+    # requests that failed alone since the last step (their sampling or detokenizing raised):
+    # id -> what failed. They are listed under `aborted` too (they left as an abort does)
+    failures: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -118,9 +126,11 @@ def seats_of(scheduler, computed: dict[str, int]) -> list[Seat]:
 
 def build_report(step: int, wall_s: float, config, scheduler, sched, emitted: list[Emitted],
                  finished: list[str], aborted: list[str], spec: list[SpecDecision],
-                 spec_plan: dict | None = None, copies=()) -> StepReport:
+                 spec_plan: dict | None = None, copies=(),
+                 failures: dict[str, str] | None = None) -> StepReport:
     """Describe one step: `sched` is what the scheduler chose, the rest what came of it."""
     computed = {s.req.request_id: s.num_tokens for s in sched.scheduled}
+    alloc = scheduler.allocator
     return StepReport(
         step=step, wall_s=wall_s, switches=config.switches(),
         num_batched_tokens=sched.num_tokens, seats=seats_of(scheduler, computed),
@@ -130,4 +140,7 @@ def build_report(step: int, wall_s: float, config, scheduler, sched, emitted: li
         kv=kv_summary(scheduler.allocator, scheduler.running, copies), spec=spec,
         aborted=aborted,
         spec_plan=spec_plan,
+        num_running=sum(1 for r in scheduler.running if not r.idle_finished),
+        kv_usage=1 - alloc.num_free_blocks / alloc.num_blocks,
+        failures=dict(failures or {}),
     )

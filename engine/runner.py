@@ -22,17 +22,67 @@ With async scheduling a request's last token may still be pending (`Request.num_
 sampled by the step in flight, its id not on the host yet. `run(batch, pending)` lays out a
 placeholder there and the forward copies the id from that step's sampled tensor on the device
 (`Pending`), so the host never waits for it.
+
+Startup, as nano-vllm's `ModelRunner`: `num_kv_blocks` sizes the engine's KV pool and
+`kv_cache` builds it with its allocator; `ModelRunner.started` builds the engine's runner and,
+on a GPU, compiles every Triton kernel variant a step can launch (`warm_up`) and captures the
+decode graphs (`capture`), so neither a compile nor a capture stalls a step while serving.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import torch
 
+from engine.config import EngineConfig
+from engine.graphs import DecodeGraphs
+from engine.kv import ContiguousAllocator, KVPool, PagedAllocator
 from engine.kv.allocator import BlockAllocator
 from engine.model.attention import Staging, build_step
 from engine.scheduler import ScheduledRequest
+
+# on CUDA the default pool holds this many times what the seats need at full length: room for
+# the prefix cache, never the whole card (every block costs the step nothing, but memory
+# another process may want)
+CUDA_KV_HEADROOM = 2
+
+
+def num_kv_blocks(cfg: EngineConfig, model_config, kv_dtype: torch.dtype,
+                  device: torch.device) -> int:
+    """The pool's blocks: num_kv_blocks when given; else what max_num_seqs requests of
+    max_model_len need (on CUDA times CUDA_KV_HEADROOM, capped by gpu_memory_utilization of
+    the free memory). ValueError when one request of max_model_len would not fit."""
+    if cfg.num_kv_blocks is not None or device.type != "cuda":
+        num_blocks = cfg.resolved_num_kv_blocks
+    else:
+        free, _ = torch.cuda.mem_get_info(device)
+        m = model_config
+        per_block = KVPool.bytes_per_block(m.num_layers, cfg.block_size, m.num_kv_heads,
+                                           m.head_dim, kv_dtype)
+        cap = int(free * cfg.gpu_memory_utilization) // per_block
+        num_blocks = min(cfg.resolved_num_kv_blocks * CUDA_KV_HEADROOM, cap)
+    if num_blocks < cfg.blocks_per_seq:
+        raise ValueError(
+            f"num_kv_blocks={num_blocks} is too small: one request of max_model_len="
+            f"{cfg.max_model_len} needs {cfg.blocks_per_seq} blocks of block_size="
+            f"{cfg.block_size}")
+    return num_blocks
+
+
+def kv_cache(cfg: EngineConfig, model_config, kv_dtype: torch.dtype, device: torch.device,
+             spare_block: bool = False) -> tuple[KVPool, BlockAllocator]:
+    """The engine's KV pool (`num_kv_blocks` of them) and the allocator that hands them out
+    (paged or contiguous, `kv_layout`). `spare_block`: the pool has one more block, which no
+    request owns (CUDA graphs' padding rows write there)."""
+    m = model_config
+    num_blocks = num_kv_blocks(cfg, m, kv_dtype, device)
+    pool = KVPool(m.num_layers, num_blocks + spare_block, cfg.block_size, m.num_kv_heads,
+                  m.head_dim, kv_dtype, device)
+    if cfg.kv_layout == "paged":
+        return pool, PagedAllocator(num_blocks, cfg.block_size, cfg.enable_prefix_caching)
+    return pool, ContiguousAllocator(num_blocks, cfg.block_size, cfg.max_model_len)
 
 
 @dataclass
@@ -83,6 +133,52 @@ class ModelRunner:
         # hands out the previous step's tokens here (engine/server/loop.py), so that its
         # HTTP thread works while the forward holds no GIL, not while this step prepares
         self.on_forward = None
+        self.kernel_warmup_s = 0.0  # startup time spent compiling kernels (`warm_up`)
+        self.graph_capture_s = 0.0  # startup time spent capturing CUDA graphs (`capture`)
+
+    @classmethod
+    def started(cls, cfg: EngineConfig, model_config, model, pool: KVPool,
+                allocator: BlockAllocator, backend, device: torch.device, k: int = 0,
+                triton: bool = False, graphs: bool = False) -> ModelRunner:
+        """The engine's runner, ready to serve: with `graphs`, its decode graphs (the padded
+        sizes up to max_num_seqs; padding writes to the pool's spare block, the one after the
+        allocator's); on a GPU its Triton kernels compiled (`triton`: the backend's name is
+        "triton") and its graphs captured. `k`: the drafted tokens a verification adds."""
+        decode_graphs = None
+        if graphs:
+            decode_graphs = DecodeGraphs(model, pool, backend, device, cfg.block_size,
+                                         cfg.max_num_seqs,
+                                         max_blocks=-(-(cfg.max_model_len + k) // cfg.block_size),
+                                         dummy_block=allocator.num_blocks)
+        runner = cls(model, pool, allocator, backend, device, decode_graphs)
+        if triton:
+            runner.warm_up(cfg, model_config, k)
+        runner.capture()
+        return runner
+
+    def warm_up(self, cfg: EngineConfig, model_config, k: int = 0) -> None:
+        """On a GPU, compile every Triton kernel variant a step can launch now, not while
+        serving (kernels/warmup.py, imported as servelab_kernels): a compile stalls the step
+        it lands in."""
+        if torch.device(self.device).type != "cuda":
+            return
+        from servelab_kernels.warmup import warm_up
+
+        m = model_config
+        t0 = time.perf_counter()
+        warm_up(m.num_heads, m.num_kv_heads, m.head_dim, cfg.block_size, self.model.dtype,
+                cfg.max_num_seqs, cfg.max_model_len + k + 1, cfg.max_num_batched_tokens,
+                self.device)
+        self.kernel_warmup_s = time.perf_counter() - t0
+
+    def capture(self) -> None:
+        """On a GPU, capture every padded size's decode graph now, not during the first
+        requests (elsewhere the stand-in captures a size when a step first needs it)."""
+        if self.graphs is None or torch.device(self.device).type != "cuda":
+            return
+        t0 = time.perf_counter()
+        self.graphs.capture_all()
+        self.graph_capture_s = time.perf_counter() - t0
 
     def run(self, batch: list[ScheduledRequest], pending: Pending | None = None) -> ForwardResult:
         """The scheduler's batch: each request's next num_tokens tokens (drafts included);

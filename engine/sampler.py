@@ -15,13 +15,26 @@ them all and divide by zero).
 Every request owns a `torch.Generator` seeded from its `seed` (or the engine's seed and
 its index), and only its own draws use it, so the same seed gives the same tokens whatever
 else shares the batch.
+
+`Sampler.sample(fwd, requests)` is a step's sampling: a forward's logits -> each request's new
+tokens (one sample, or a draft the speculative verifier checked), with the log-probabilities
+its request asked for. The engine calls it through its failure isolation
+(`LLMEngine._sample_isolated`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, NamedTuple
+
 import torch
 
 from engine.config import SamplingParams
+
+if TYPE_CHECKING:
+    from engine.request import Request
+    from engine.runner import ForwardResult
+    from engine.spec.rejection import SpecDecision
 
 # at least the most likely token keeps its probability whatever temperature and top_p say:
 # below this temperature sampling is greedy (logits / 1e-40 overflow to inf, then NaN)
@@ -140,3 +153,97 @@ def logprobs_of(rows: torch.Tensor, tokens: list[int], top: int) -> list[TokenLo
     else:
         vals = ids = [[] for _ in tokens]
     return [(o, list(zip(i, v))) for o, i, v in zip(own, ids, vals)]
+
+
+class SamplerOutput(NamedTuple):
+    """One forward's sampling (unpacks as `sampled, records, logprobs`)."""
+
+    sampled: dict[str, list[int]]  # request id -> its new tokens
+    records: list[SpecDecision]  # one per verified draft
+    # request id -> its new token's log-probabilities, for requests with SamplingParams.logprobs
+    logprobs: dict[str, list[TokenLogprobs]]
+
+
+def logit_rows(logits: torch.Tensor, index: list[int]) -> torch.Tensor:
+    """logits[index], [len(index), vocab]; no copy when they are the first rows in order (a
+    step without drafts or prompt logprobs)."""
+    return logits[:len(index)] if index == list(range(len(index))) else logits[index]
+
+
+class Sampler:
+    """A forward's logits -> each request's new tokens.
+
+    `eos_ids`: what `min_tokens` masks (with the request's stop_token_ids) until it has that
+    many tokens, unless it ignores EOS. `verify`: the speculative verifier
+    (`SpecDecoder.verify`: a request and its k + 1 rows on the host -> tokens, record), for
+    requests with a draft; None without speculation."""
+
+    def __init__(self, eos_ids: set[int],
+                 verify: Callable[[Request, torch.Tensor], tuple[list[int], SpecDecision]]
+                 | None = None):
+        self.eos_ids = eos_ids
+        self.verify = verify
+
+    def sample(self, fwd: ForwardResult, requests: Mapping[str, Request]) -> SamplerOutput:
+        """Each of `fwd.rows`' requests' new tokens: one sample from its last row (and the
+        same row for the samples to fork from it), or a verified draft. Prompt
+        log-probabilities go into the request now (`Request.prompt_logprobs`); output ones
+        come back for the caller to keep with the tokens it keeps."""
+        for rid, (first, pos, count) in fwd.prompt_rows.items():
+            req = requests[rid]
+            toks = req.prompt_token_ids[pos + 1:pos + 1 + count]
+            req.prompt_logprobs.extend(logprobs_of(fwd.logits[first:first + count], toks,
+                                                   req.sampling.prompt_logprobs))
+        out = SamplerOutput({}, [], {})
+        plain: list[tuple[Request, int]] = []  # (request, its logit row)
+        for rid, (first, n) in fwd.rows.items():
+            req = requests[rid]
+            if req.spec_token_ids:
+                # the verifier reads probabilities with the request's (host) generator: its rows
+                # come to the host (k + 1 rows, not the batch's)
+                out.sampled[rid], record = self.verify(req, fwd.logits[first:first + n].cpu())
+                out.records.append(record)
+            else:
+                plain.append((req, first + n - 1))  # sampled from its last row
+                # samples to fork from it sample their first token from the same row
+                plain.extend((child, first + n - 1) for child in req.fork_children)
+        if plain:
+            self._sample_plain(fwd.logits, plain, out)
+        return out
+
+    def _sample_plain(self, logits: torch.Tensor, plain: list[tuple[Request, int]],
+                      out: SamplerOutput) -> None:
+        raw = logit_rows(logits, [row for _, row in plain])
+        rows = self.processed(raw, [req for req, _ in plain])
+        tokens = sample_rows(rows, [r.sampling for r, _ in plain],
+                             [r.generator for r, _ in plain])
+        for (req, _), tok in zip(plain, tokens):
+            out.sampled[req.request_id] = [tok]
+        want = [i for i, (r, _) in enumerate(plain) if r.sampling.logprobs is not None]
+        if want:  # raw log-probabilities: read before penalties, bias and masks
+            top = max(plain[i][0].sampling.logprobs for i in want)
+            lps = logprobs_of(raw[want], [tokens[i] for i in want], top)
+            for i, (own, alts) in zip(want, lps):
+                req = plain[i][0]
+                out.logprobs[req.request_id] = [(own, alts[:req.sampling.logprobs])]
+
+    def processed(self, raw: torch.Tensor, reqs: list[Request]) -> torch.Tensor:
+        """raw [len(reqs), vocab] logits with each request's penalties, logit_bias and
+        min_tokens mask applied (`process`); only the rows that ask for one are copied and
+        changed, the others are the same values (`raw` itself when none asks)."""
+        changed = [i for i, r in enumerate(reqs) if r.sampling.processes_logits]
+        if not changed:
+            return raw
+        rows = raw.clone()
+        for i in changed:
+            req = reqs[i]
+            rows[i] = process(raw[i], req.sampling, req.output_token_ids, self.masked(req))
+        return rows
+
+    def masked(self, req: Request) -> list[int]:
+        """The token ids `min_tokens` forbids this request now: end-of-sequence (unless it
+        ignores EOS) and its stop_token_ids, while it has fewer than min_tokens tokens."""
+        sp = req.sampling
+        if req.num_output_tokens >= sp.min_tokens:
+            return []
+        return [*(() if sp.ignore_eos else self.eos_ids), *(sp.stop_token_ids or ())]

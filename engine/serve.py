@@ -134,9 +134,10 @@ def main(argv: list[str] | None = None, routers=(), parser=None) -> int:
         api_key = secrets.token_urlsafe(6)  # short enough to read off a projector
         print(f"binding {args.host}: clients need the join code (API key) {api_key}")
 
-    from engine.engine import LLMEngine, freeze_startup_heap
+    from engine.engine import LLMEngine
     from engine.server import ServerSettings, create_app
     from engine.server.http import make_server
+    from engine.threads import freeze_startup_heap
 
     try:
         engine = LLMEngine(config)

@@ -1,4 +1,5 @@
-"""How an engine process's OpenMP threads wait: set by the entry points, never on import.
+"""How an engine process's OpenMP threads wait, and its startup heap frozen: set by the entry
+points, never on import.
 
 Importing `engine` changes nothing process-wide. A process that serves one engine
 (`python -m engine.serve`, `python -m engine.generate`) calls `spin_briefly()` before torch
@@ -18,6 +19,7 @@ makes its own choice. The app shares two cores with its web server and keeps PAS
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -45,3 +47,15 @@ def server_env(env: dict[str, str]) -> dict[str, str]:
     its OpenMP wait policy (a benchmark's ACTIVE, the app's PASSIVE), so that the server's own
     short spin (spin_briefly) applies."""
     return {k: v for k, v in env.items() if k not in _VARIABLES}
+
+
+def freeze_startup_heap() -> None:
+    """For a process that serves one engine for its whole life (`engine/serve.py`; the GPU
+    check while it times one): collect once, then move every object alive into the collector's
+    permanent generation (`gc.freeze`, as vLLM does after startup). A full collection while
+    serving then scans only what serving allocated, so no step waits on a scan of the
+    engine's startup objects (docs/performance.md has the GPU check's figures). Not for a
+    process that builds and drops engines (the app): a frozen engine in a reference cycle is
+    never collected, and its KV pool with it (`gc.unfreeze()` undoes the freeze)."""
+    gc.collect()
+    gc.freeze()

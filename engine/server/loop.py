@@ -10,9 +10,11 @@ cores, would throw that away. So, as in vLLM's engine core, one thread owns the 
 - The thread drains every waiting command, steps the engine while it has work, and hands
   each request's new tokens and text to that request's asyncio queue with
   `loop.call_soon_threadsafe` (one wake-up of the HTTP thread per step). With no work it
-  blocks on the command queue: an idle server uses no CPU.
+  blocks on the command queue: an idle server uses no CPU. A step reads: step the engine,
+  process its report (`OutputProcessor`, outputs.py: one `Delta` per ticket, finishes,
+  failures, aborts), deliver, publish (the step stream, the recorder).
 - When a step's tokens are handed over: as the next step's forward starts (the engine's
-  `runner.on_forward`), or at once when no forward follows (the engine idle, a step with
+  `on_forward` hook), or at once when no forward follows (the engine idle, a step with
   nothing to run, an error or any other hand-over, which keeps every request's order). The
   HTTP thread then sends them while the forward runs without the GIL. Handed over at the
   step's end, they woke the HTTP thread just as the next step laid out its inputs in
@@ -27,7 +29,7 @@ cores, would throw that away. So, as in vLLM's engine core, one thread owns the 
   while the engine had work (commands, hand-overs, the step stream's JSON): the time this
   thread made everyone wait for something other than the model. Tests read it.
 - An engine error fails the requests it concerns with a clear message; the loop goes on.
-  A failure of one request's own sampling or detokenizing (the engine's `failures`) fails
+  A failure of one request's own sampling or detokenizing (the report's `failures`) fails
   that request alone: its handler gets OpenAI's error body, the metric
   `servelab:request_errors_total` counts it, the others keep stepping.
 
@@ -69,114 +71,24 @@ import threading
 import time
 import traceback
 from collections import deque
-from dataclasses import dataclass, field
 
-from engine.config import SamplingParams
-from engine.server.protocol import APIError, finish_reason
+from engine.server.outputs import (
+    SIMULATED_PREFIX,
+    Delta,
+    OutputProcessor,
+    StepOutputs,
+    Ticket,
+    TokenText,
+)
+from engine.server.protocol import APIError
 
 log = logging.getLogger("servelab.server")
 
-SIMULATED_PREFIX = "sim-"
+# Delta, Ticket and SIMULATED_PREFIX live in outputs.py; the routes import them from here too
+__all__ = ["HUB_BACKLOG", "SIMULATED_PREFIX", "Delta", "EngineLoop", "StepHub", "Ticket",
+           "reason_code"]
+
 HUB_BACKLOG = 512  # step-stream events kept for viewers that fall behind
-
-
-def user_kind(user: str) -> str:
-    return "simulated" if user.startswith(SIMULATED_PREFIX) else "person"
-
-
-@dataclass
-class Delta:
-    """What one step (or the admission) gives one request's handler."""
-
-    token_ids: list[int] = field(default_factory=list)
-    text: str = ""
-    finish_reason: str | None = None  # the engine's reason, once finished
-    error: APIError | None = None
-    accepted: bool = False  # the first delta: the request is in the engine
-    prompt_token_ids: list[int] | None = None  # with `accepted`
-    max_tokens: int | None = None  # with `accepted`: the resolved budget
-    prompt_text: str | None = None  # with `accepted`, for echo of a prompt of token ids
-    index: int = 0  # n > 1: which sample (OpenAI's choice index)
-    # SamplingParams.logprobs: per new token a TokenInfo (below); prompt_logprobs: the whole
-    # prompt's, once (the first prompt token's logprob is None)
-    logprobs: list[dict] | None = None
-    prompt_logprobs: list[dict] | None = None
-    step: int | None = None  # the engine step these tokens came from
-    journey: dict | None = None  # a journey ticket's own slice of this step (when it changed)
-
-
-@dataclass
-class Ticket:
-    """One request as its handler and the loop share it."""
-
-    request_id: str
-    params: SamplingParams  # max_tokens may be replaced once the prompt length is known
-    user: str
-    aloop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue
-    prompt_ids: list[int] | None = None  # the prompt tokenized by the handler
-    client: object = None  # state.Client: who is asking, what limits count by
-    default_max_tokens: int | None = None  # the budget when max_tokens is None (else the cap)
-    prompt: str | list[int] | None = None  # completions: text or token ids
-    messages: list[dict] | None = None  # chat: run through the chat template
-    max_tokens: int | None = None  # None: what the model length leaves, up to the cap
-    arrival: float = field(default_factory=time.perf_counter)
-    first_token_time: float | None = None
-    last_token_time: float | None = None
-    num_output_tokens: int = 0
-    open_samples: int = 1  # samples (n) not finished yet
-    echo: bool = False  # the answer starts with the prompt's text
-    journey: bool = False  # a student's request: deltas carry its own slice of each step
-    arrival_step: int | None = None  # engine steps done when it entered the engine
-    boarded_step: int | None = None  # the step that first gave it a seat
-    board_wait_s: float = 0.0  # seconds from arrival to that step's end
-    waited_for: list[str] = field(default_factory=list)  # reason codes seen at the door
-    last_view: dict | None = None
-
-    @property
-    def kind(self) -> str:
-        return user_kind(self.user)
-
-
-class TokenText:
-    """Token id -> its text and its UTF-8 bytes, for logprobs (OpenAI's `token`, `bytes`).
-
-    A byte-level BPE token may hold part of a character: its bytes are the token's own (from
-    the tokenizer's byte alphabet), its text those bytes decoded with replacement. Memoized
-    per id (bounded by the vocabulary); called on the loop thread, which owns the tokenizer."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        self.cache: dict[int, tuple[str, list[int]]] = {}
-        try:
-            from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
-
-            self.byte_of = {c: b for b, c in bytes_to_unicode().items()}
-        except ImportError:
-            self.byte_of = {}
-
-    def __call__(self, tok: int) -> tuple[str, list[int]]:
-        hit = self.cache.get(tok)
-        if hit is None:
-            piece = self.tokenizer.convert_ids_to_tokens(tok)
-            if isinstance(piece, str) and piece and all(c in self.byte_of for c in piece):
-                raw = bytes(self.byte_of[c] for c in piece)
-            else:
-                raw = self.tokenizer.decode([tok]).encode()
-            hit = self.cache[tok] = (raw.decode("utf-8", errors="replace"), list(raw))
-        return hit
-
-    def info(self, tok: int, entry) -> dict:
-        """One token's logprobs as plain data: {"id", "token", "bytes", "logprob", "top":
-        [{"id", "token", "bytes", "logprob"}]}; entry None (a prompt's first token): no
-        logprob, no alternatives."""
-        text, raw = self(tok)
-        if entry is None:
-            return {"id": tok, "token": text, "bytes": raw, "logprob": None, "top": None}
-        own, alts = entry
-        return {"id": tok, "token": text, "bytes": raw, "logprob": own,
-                "top": [{"id": t, "token": self(t)[0], "bytes": self(t)[1], "logprob": lp}
-                        for t, lp in alts]}
 
 
 class StepHub:
@@ -261,7 +173,9 @@ class EngineLoop:
         self._last_step_end: float | None = None  # None: the engine was idle since
         # the last step's deltas, handed over as the next forward starts (see the docstring)
         self._pending: list[tuple[Ticket, Delta]] = []
-        self.token_text = TokenText(engine.tokenizer)
+        # each step's report -> its tickets' deltas (engine/server/outputs.py)
+        self.outputs = OutputProcessor(TokenText(engine.tokenizer), metrics)
+        engine.on_forward = self._hand_over
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self._stopping = False
         self.generation = 0  # engines built by `swap`
@@ -387,6 +301,8 @@ class EngineLoop:
         else:
             self.engine = new
             del old
+            self.outputs = OutputProcessor(TokenText(new.tokenizer), self.metrics)
+            new.on_forward = self._hand_over
             self.generation += 1
             self._swap = None
             self._restart_event(phase="serving", config=_jsonable(new.config))
@@ -406,6 +322,7 @@ class EngineLoop:
             except Exception:  # the engine's state is suspect; the request is dropped
                 log.error("abort of %s failed:\n%s", rid, traceback.format_exc())
             self.tickets.pop(rid)
+            self.outputs.drop(rid)
             for sid in eng.sample_ids(rid):  # dropped even if its abort failed
                 eng.requests.pop(sid, None)
             eng.groups.pop(rid, None)
@@ -491,7 +408,9 @@ class EngineLoop:
         self.tickets[t.request_id] = t
         t.open_samples = t.params.n
         t.arrival_step = eng.step_count
-        for sid in eng.sample_ids(t.request_id):
+        sids = eng.sample_ids(t.request_id)
+        self.outputs.add(t, sids, ids)
+        for sid in sids:
             self.owners[sid] = {"user": t.user, "kind": t.kind}
         if self.metrics is not None:
             self.metrics.prompt_tokens.inc(len(ids))
@@ -500,14 +419,13 @@ class EngineLoop:
                                prompt_text=text))
 
     def _step(self) -> None:
-        eng = self.engine
+        """One engine step: step, process (the report -> each ticket's deltas), deliver (what
+        cannot wait now; the tokens as the next forward starts), publish."""
         start = time.perf_counter()
         if self._last_step_end is not None:
             self.max_step_gap = max(self.max_step_gap, start - self._last_step_end)
-        eng.runner.on_forward = self._hand_over  # (a swap brings a new engine)
         try:
-            report = eng.step()
-            end = time.perf_counter()
+            report = self.engine.step()
         except Exception as exc:
             # a step runs everyone's tokens in one forward: fail the requests in the engine,
             # keep the loop (and the server) alive for the next ones
@@ -515,114 +433,56 @@ class EngineLoop:
             self._fail_all(APIError(500, f"the engine failed while running this request: "
                                          f"{exc}", "server_error"))
             return
-        now = time.perf_counter()
-        out: dict[tuple[str, int], Delta] = {}
-        info = self.token_text.info
-        for e in report.emitted:
-            rid, idx = self._owner(e.request_id)
-            t = self.tickets.get(rid)
-            if t is None:
-                continue
-            d = out.setdefault((rid, idx), Delta(index=idx, step=report.step))
-            d.token_ids.extend(e.token_ids)
-            d.text += e.text
-            if e.logprobs is not None:
-                d.logprobs = (d.logprobs or []) + [info(tok, lp) for tok, lp in
-                                                   zip(e.token_ids, e.logprobs)]
-            if e.prompt_logprobs is not None:
-                req = eng.requests[e.request_id]
-                d.prompt_logprobs = [info(tok, lp) for tok, lp in
-                                     zip(req.prompt_token_ids, e.prompt_logprobs)]
-            if e.token_ids:
-                self._observe_tokens(t, len(e.token_ids), now)
-        for d in out.values():
-            d.step = report.step
-        finishing: dict[str, Ticket] = {}
-        for sid in report.finished:
-            rid, idx = self._owner(sid)
-            t = self.tickets.get(rid)
-            req = eng.requests.get(sid)
-            if req is None:
-                continue
-            if t is None:  # nobody waits for it (its ticket is gone): drop its record
-                with contextlib.suppress(ValueError):  # unless a sample of it still runs
-                    eng.forget(rid)
-                continue
-            d = out.setdefault((rid, idx), Delta(index=idx, step=report.step))
-            d.finish_reason = req.finish_reason
-            if req.finish_reason in ("eos", "stop_token") and d.token_ids:
-                # the end-of-sequence (or stop) token ends the answer; its text is not part
-                # of it (its id stays in token_ids and in usage, as in vLLM)
-                d.text = d.text.removesuffix(eng.tokenizer.decode(d.token_ids[-1:]))
-            t.open_samples -= 1
-            if t.open_samples > 0:
-                continue
-            self.tickets.pop(rid)
-            eng.forget(rid)  # keep the server's memory flat
-            finishing[rid] = t
-            if self.metrics is not None:
-                self.metrics.e2e.observe(now - t.arrival)
-                self.metrics.on_finish(finish_reason(req.finish_reason) or "unknown")
-        # a request that failed alone (its sampling or detokenizing raised) gets its own
-        # error; the engine already took it out of the batch, and everyone else goes on
-        failures, eng.failures = eng.failures, {}
-        for sid, what in failures.items():
-            rid, _ = self._owner(sid)
-            t = self.tickets.pop(rid, None)
-            if t is None:
-                continue
-            log.error("request %s failed alone in the engine: %s", rid, what)
-            self._deliver(t, Delta(error=APIError(
-                500, f"this request failed in the engine ({what}); other requests were not "
-                     f"affected", "server_error", code="request_failed")))
-            eng.forget(rid)
-        for sid in report.aborted:
-            rid, _ = self._owner(sid)
-            self.tickets.pop(rid, None)
-            eng.forget(rid)  # every sample of it was aborted together
+        end = time.perf_counter()
+        out = self.outputs.process(report, self.tickets, end)
+        self._settle(report, out)
+        self._journeys(report, out, end)  # the classroom's students
+        self._hand_over()  # a step that ran no forward
+        self._pending = out.pairs(self.tickets)
+        self._publish(report)
+        # from the model's end: this thread's own hand-overs count as the pause they are
+        self._last_step_end = end
+
+    def _settle(self, report, out: StepOutputs) -> None:
+        """The engine forgets the requests that left; a request that failed alone gets its
+        error now; the abort log notes when each abort freed its blocks; the gauges."""
+        for rid in out.done:
+            with contextlib.suppress(ValueError):  # unless a sample of it still runs
+                self.engine.forget(rid)
+        for t, d in out.errors:
+            self._deliver(t, d)
+        for rid in out.aborted:
             if (entry := self._aborting.pop(rid, None)) is not None:
                 entry["freed_step"] = report.step
-        # the gauges first: a client that has its answer reads /metrics of this step
+        # the gauges before the hand-over: a client that has its answer reads /metrics of
+        # this step
         if self.metrics is not None:
-            sched, alloc = eng.scheduler, eng.allocator
-            self.metrics.on_step(report, sum(1 for r in sched.running if not r.idle_finished),
-                                 len(sched.waiting),
-                                 1 - alloc.num_free_blocks / alloc.num_blocks,
-                                 num_failed=len(failures))
-        if any(t.journey for t in self.tickets.values()) or \
-                any(t.journey for t in finishing.values()):
-            self._journeys(report, out, finishing, now)
-        self._hand_over()  # a step that ran no forward
-        self._pending = [(t, d) for (rid, _), d in out.items()
-                         if (t := self.tickets.get(rid) or finishing.get(rid)) is not None]
+            self.metrics.on_step(report)
+
+    def _publish(self, report) -> None:
+        """The report, with its owners, to the step stream's viewers and the recorder; then
+        the owners of requests that left and hold no seat are forgotten (static riders keep
+        theirs)."""
         if self.hub.watched:
             self.hub.publish(report.step, self._step_json(report))
         if self.recorder is not None:
             self.recorder.report(self._step_dict(report))
-        # forget owners of requests that left and hold no seat (static riders keep theirs)
         seated = {s.request_id for s in report.seats if s.request_id is not None}
         for rid in [*report.finished, *report.aborted]:
             if rid not in seated:
                 self.owners.pop(rid, None)
         for rid in [r for r in self.owners
-                    if r not in seated and self._owner(r)[0] not in self.tickets]:
+                    if r not in seated and self.outputs.owner(r)[0] not in self.tickets]:
             self.owners.pop(rid, None)
-        # from the model's end: this thread's own hand-overs count as the pause they are
-        self._last_step_end = end
 
-    def _owner(self, sid: str) -> tuple[str, int]:
-        """An engine request id -> (the ticket's request id, the sample's index)."""
-        req = self.engine.requests.get(sid)
-        if req is not None:
-            return req.group_id or sid, req.index
-        base, sep, i = sid.rpartition("#")
-        return (base, int(i)) if sep and i.isdigit() else (sid, 0)
-
-    def _journeys(self, report, out: dict[tuple[str, int], Delta], finishing: dict[str, Ticket],
-                  now: float) -> None:
+    def _journeys(self, report, outputs: StepOutputs, now: float) -> None:
         """Each journey ticket's own slice of this step, added to its delta when it changed
         (a new delta when it has none). Only its own ids, blocks and counts: the set of
         shared blocks is used for a count, never sent."""
+        out, finishing = outputs.deltas, outputs.finishing
+        if not any(t.journey for t in self.tickets.values()) and \
+                not any(t.journey for t in finishing.values()):
+            return
         kv = report.kv
         seat_of = {s.request_id: s.index for s in report.seats if s.request_id is not None}
         pos = {rid: i for i, rid in enumerate(report.waiting)}
@@ -660,19 +520,6 @@ class EngineLoop:
             if rec is not None:
                 d.journey["drafts"] = [{"text": x.text, "accepted": x.accepted}
                                        for x in rec.drafted]
-
-    def _observe_tokens(self, t: Ticket, n: int, now: float) -> None:
-        m = self.metrics
-        if t.first_token_time is None:
-            t.first_token_time = now
-            if m is not None:
-                m.ttft.observe(now - t.arrival)
-        elif m is not None:
-            m.itl.observe(now - t.last_token_time)
-        t.last_token_time = now
-        t.num_output_tokens += n
-        if m is not None:
-            m.generation_tokens.inc(n)
 
     def _step_json(self, report) -> str:
         return json.dumps(self._step_dict(report), ensure_ascii=False)

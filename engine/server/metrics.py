@@ -86,15 +86,14 @@ class ServerMetrics:
                                 "Requests refused before reaching the engine, by HTTP status",
                                 ["model_name", "status"], registry=reg)
 
-    def on_step(self, report, num_running: int, num_waiting: int, kv_usage: float,
-                num_failed: int = 0) -> None:
-        """Engine-wide figures of one step (the loop thread). `num_failed` of the report's
-        aborted requests failed in the engine: they count as errors, not as aborts."""
-        self.running.set(num_running)
-        self.waiting.set(num_waiting)
-        self.kv_usage.set(kv_usage)
-        if report is None:
-            return
+    def on_step(self, report) -> None:
+        """Engine-wide figures of one step (the loop thread), all from its StepReport: the
+        gauges (running, waiting, KV usage) and the counters. The report's `failures` are
+        among its aborted requests: they count as errors, not as aborts."""
+        self.running.set(report.num_running)
+        self.waiting.set(len(report.waiting))
+        self.kv_usage.set(report.kv_usage)
+        num_failed = len(report.failures)
         self.preemptions.inc(len(report.preempted))
         self.aborted.inc(len(report.aborted) - num_failed)
         self.errors.inc(num_failed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -110,31 +111,35 @@ def test_contiguous_external_fragmentation_makes_a_request_wait():
 def test_cuda_pool_serves_the_configuration_not_the_whole_card(monkeypatch):
     """On CUDA with no num_kv_blocks, the pool is what the seats need at full length (times
     the headroom), capped by gpu_memory_utilization of the free memory; never half the card."""
-    import types
-
     import torch
 
-    from engine import EngineConfig, LLMEngine
+    from engine import EngineConfig
     from engine.kv import KVPool
     from engine.model.loader import ModelConfig
+    from engine.runner import CUDA_KV_HEADROOM, num_kv_blocks
 
     mc = ModelConfig.from_hf({"architectures": ["LlamaForCausalLM"], "vocab_size": 100,
                               "hidden_size": 576, "intermediate_size": 1536,
                               "num_hidden_layers": 30, "num_attention_heads": 9,
                               "num_key_value_heads": 3, "rms_norm_eps": 1e-5})
-    fake = types.SimpleNamespace(device=torch.device("cuda"), model_config=mc,
-                                 dtype=torch.bfloat16, kv_dtype=torch.bfloat16,
-                                 CUDA_KV_HEADROOM=2)
+    cuda = torch.device("cuda")
     per_block = KVPool.bytes_per_block(30, 16, 3, 64, torch.bfloat16)
     cfg = EngineConfig(max_num_seqs=8, max_model_len=512, block_size=16)
     big_card = 140 * 2**30
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (big_card, big_card))
-    assert LLMEngine._num_blocks(fake, cfg) == 8 * 32 * 2  # not ~ free / 2 / per_block
+    assert CUDA_KV_HEADROOM == 2
+    # not ~ free / 2 / per_block
+    assert num_kv_blocks(cfg, mc, torch.bfloat16, cuda) == 8 * 32 * 2
     small = 100 * per_block
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (small, small))
-    assert LLMEngine._num_blocks(fake, cfg) == 50  # capped by gpu_memory_utilization=0.5
+    # capped by gpu_memory_utilization=0.5
+    assert num_kv_blocks(cfg, mc, torch.bfloat16, cuda) == 50
     given = EngineConfig(max_num_seqs=8, max_model_len=512, block_size=16, num_kv_blocks=77)
-    assert LLMEngine._num_blocks(fake, given) == 77
+    assert num_kv_blocks(given, mc, torch.bfloat16, cuda) == 77
+    tiny = 40 * per_block  # 20 blocks: not one request of 512 tokens (32 blocks)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (tiny, tiny))
+    with pytest.raises(ValueError, match="num_kv_blocks=20 is too small"):
+        num_kv_blocks(cfg, mc, torch.bfloat16, cuda)
 
 
 def test_kv_summary_lists_the_blocks_in_use_whatever_the_pool():

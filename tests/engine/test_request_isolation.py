@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-import engine.engine as engine_mod
+import engine.sampler as sampler_mod
 from engine import EngineConfig, LLMEngine
 from engine.config import SamplingParams
+from engine.detokenizer import Detokenizer
 
 PROMPTS = ["The capital of France is", "def add(a, b):", "Once upon a time"]
 BAD_SEED = 666
@@ -43,14 +44,14 @@ def _run(eng, params, bad: SamplingParams | None):
 
 def test_a_sampling_failure_fails_only_its_request(eng, monkeypatch):
     want, _, _ = _run(eng, _params(), None)
-    real = engine_mod.sample_rows
+    real = sampler_mod.sample_rows
 
     def failing(rows, params, generators):
         if any(p.seed == BAD_SEED for p in params):
             raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
         return real(rows, params, generators)
 
-    monkeypatch.setattr(engine_mod, "sample_rows", failing)
+    monkeypatch.setattr(sampler_mod, "sample_rows", failing)
     got, bad, failures = _run(eng, _params(), SamplingParams(max_tokens=8, temperature=0.7,
                                                             seed=BAD_SEED))
     assert got == want  # the seeded ones drew exactly what they drew alone
@@ -59,21 +60,21 @@ def test_a_sampling_failure_fails_only_its_request(eng, monkeypatch):
 
 def test_a_detokenizer_failure_fails_only_its_request(eng, monkeypatch):
     want, _, _ = _run(eng, _params(), None)
-    real_add = engine_mod.Detokenizer.add
+    real_add = Detokenizer.add
 
     def add(self, token_id):
         if getattr(self, "_bad", False):
             raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
         return real_add(self, token_id)
 
-    monkeypatch.setattr(engine_mod.Detokenizer, "add", add)
-    real_init = engine_mod.Detokenizer.__init__
+    monkeypatch.setattr(Detokenizer, "add", add)
+    real_init = Detokenizer.__init__
 
     def init(self, tokenizer, stop=None):
         real_init(self, tokenizer, stop)
         self._bad = stop == ["never-appears-xyz"]
 
-    monkeypatch.setattr(engine_mod.Detokenizer, "__init__", init)
+    monkeypatch.setattr(Detokenizer, "__init__", init)
     got, bad, failures = _run(eng, _params(), SamplingParams(max_tokens=8, temperature=0.0,
                                                             stop=["never-appears-xyz"]))
     assert got == want
