@@ -48,13 +48,14 @@ from pathlib import Path
 
 import httpx
 
+from engine.config import SWITCHES
+
 # the folder that holds these packages (a checkout, or site-packages once installed): the
 # child processes import the same ones
 IMPORT_ROOT = Path(__file__).resolve().parents[1]
-SWITCHES = {"batching": ("continuous", "static"), "kv_layout": ("paged", "contiguous"),
-            "spec": ("off", "ngram", "draft", "eagle")}
-# besides the three switches, the spec switch's two refinements (as in the sidebar): choose
-# k each step, and prompt lookup in front of a draft model (draft / eagle only)
+# besides the three switches (their values: `engine.config.SWITCHES`), the spec switch's
+# two refinements (as in the sidebar): choose k each step, and prompt lookup in front of a
+# draft model (draft / eagle only)
 DEFAULT_SWITCHES = {"batching": "continuous", "kv_layout": "paged", "spec": "off",
                     "adaptive_k": False, "lookup_first": False}
 HISTORY = 600  # steps the gauges' history keeps (every step: the stream loses none)

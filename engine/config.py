@@ -4,6 +4,9 @@ The three switches the classroom flips are `batching`, `kv_layout` and `spec`
 (chapter 6.4: continuous batching, PagedAttention, speculative decoding).
 Field names follow vLLM so serving engineers feel at home. Every bad value
 raises `ValueError` naming the field and its allowed range.
+
+The values every switch and choice takes are declared here, once; the app, the classroom,
+the command lines and the benchmarks import them.
 """
 
 from __future__ import annotations
@@ -12,9 +15,12 @@ import json
 import math
 from dataclasses import dataclass, field
 
+# the three switches' values, in the order the chapter teaches them (the old way first)
 BATCHING = ("static", "continuous")
 KV_LAYOUTS = ("contiguous", "paged")
 SPEC_METHODS = ("ngram", "draft", "eagle")
+SPEC_MODES = ("off", *SPEC_METHODS)  # the spec switch: off (spec=None), or a method
+SWITCHES = {"batching": BATCHING, "kv_layout": KV_LAYOUTS, "spec": SPEC_MODES}
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
