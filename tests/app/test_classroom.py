@@ -121,7 +121,7 @@ def test_serve_args_carry_the_switches():
 
 
 def test_the_spec_refinements_reach_the_server_and_the_table():
-    """Adaptive k and prompt lookup in front (draft / eagle only) travel in the
+    """k, adaptive k and prompt lookup in front (draft / eagle only) travel in the
     --speculative-config the server parses, and name the configuration's table row."""
     from classroom.client import config_key
     from engine.config import EngineConfig
@@ -133,6 +133,8 @@ def test_the_spec_refinements_reach_the_server_and_the_table():
 
     s = spec_of(spec="eagle", adaptive_k=True, lookup_first=True)
     assert (s.method, s.adaptive_k, s.prompt_lookup_first) == ("eagle", True, True)
+    assert s.num_speculative_tokens == DEFAULT_SWITCHES["k"]
+    assert spec_of(spec="ngram", k=2).num_speculative_tokens == 2  # the class page's k
     s = spec_of(spec="ngram", adaptive_k=True, lookup_first=True)  # lookup is ngram itself
     assert (s.method, s.adaptive_k, s.prompt_lookup_first) == ("ngram", True, False)
     s = spec_of(spec="draft")
