@@ -27,6 +27,7 @@ from app.figures import figure_text
 from app.lessons import Text
 from app.pagelist import page_info
 from app.state import Settings
+from engine.config import BATCHING, KV_LAYOUTS
 
 CLASS_MINUTES = 45  # one class; the stops take about 40 of it, the rest is slack
 
@@ -454,9 +455,9 @@ SUMMARY: tuple[tuple[Text, tuple[str, ...]], ...] = (
 # headless measurement runs exactly what the page shows).
 def page_variants(page: str, s: Settings) -> list[Settings]:
     if page == "batching":
-        return [s.with_(batching=m) for m in ("static", "continuous")]
+        return [s.with_(batching=m) for m in BATCHING]
     if page == "paging":
-        return [s.with_(kv_layout=layout) for layout in ("contiguous", "paged")]
+        return [s.with_(kv_layout=layout) for layout in KV_LAYOUTS]
     if page == "speculation":
         return [s if s.spec != "off" else s.with_(spec="ngram"), s.with_(spec="off")]
     if page == "dashboard":

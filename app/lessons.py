@@ -34,18 +34,13 @@ from app.figures import (  # noqa: F401  (re-exported: the lessons' one home of 
     source_text,
 )
 from app.i18n import LANGS
+from engine.config import SWITCHES  # the sidebar's switches and their values, declared once
 
 LESSONS_DIR = Path(__file__).resolve().parents[1] / "lessons"
 
 # Page slugs in menu order, and those with a lesson file: both from the page table.
 PAGES, LESSON_PAGES = pagelist.PAGES, pagelist.LESSON_PAGES
 
-# The three sidebar switches and their values (the shell maps them onto EngineConfig).
-SWITCHES = {
-    "batching": ["static", "continuous"],
-    "kv_layout": ["contiguous", "paged"],
-    "spec": ["off", "ngram", "draft", "eagle"],
-}
 
 # Every lesson ends with a section under this heading, then the try-it block.
 TRY_IT_HEADINGS = {"zh": "动手试试", "en": "Try it"}

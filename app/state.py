@@ -31,7 +31,6 @@ MAX_BATCHED_TOKENS = 256  # token budget of one step: bounds the slowest (prefil
 MAX_PROMPT_CHARS = 4000  # a custom prompt longer than this is refused before tokenizing
 HISTORY_LIMIT = 400  # reports kept per run
 MAX_RUNS = 4  # engines one browser session keeps (each holds ~150 MB of fused weights + KV)
-SPEC_MODES = ("off", "ngram", "draft", "eagle")
 # the token inspector's alternatives per generated token (the engine's logprobs). Asked for
 # only when not speculating: a request that asks for logprobs is never drafted, and the
 # verifier's records carry the target's alternatives themselves.

@@ -32,7 +32,7 @@ from benchmarks.common import (  # decode_rate and run_engine: used here and by 
     write_json,
 )
 from benchmarks.workloads import Workload, get_workload, load_jsonl, with_arrivals
-from engine.config import WEIGHTS, EngineConfig
+from engine.config import DEVICES, DTYPES, WEIGHTS, EngineConfig
 
 
 def run_naive(workload: Workload, batch_size: int, dtype: torch.dtype, progress=None) -> dict:
@@ -80,11 +80,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="KV slots per block (8: longtail's requests are ~80 tokens)")
     ap.add_argument("--arrivals", default="all-at-once", choices=["all-at-once", "poisson"])
     ap.add_argument("--rate", type=float, default=2.0, help="Poisson arrivals per second")
-    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--dtype", default="auto", choices=DTYPES)
     ap.add_argument("--weights", default="auto", choices=WEIGHTS,
                     help="the engine's weights: dense tensors, the GGUF file's own blocks, or "
                          "those with int8 or int16 activations (gguf-q8, gguf-q16)")
-    ap.add_argument("--device", default="auto")
+    ap.add_argument("--device", default="auto", choices=DEVICES)
     ap.add_argument("--concurrency", default="1,4,16,32", help="decode scaling batch sizes")
     ap.add_argument("--skip-naive", action="store_true")
     ap.add_argument("--quick", action="store_true", help="a small run (about a minute)")

@@ -8,7 +8,7 @@ the same file, the same prompts and the same token counts:
    (`-m`), one slot per engine seat (`-np`, continuous batching `-cb`), each slot the engine's
    `max_model_len` of context (`-c seats * max_model_len`), and the engine's thread count
    (`-t`, `-tb`: the machine's cores). The engine starts the same way
-   (`python -m benchmarks.serve_config`, the app of `engine.serve` for any `EngineConfig`).
+   (`python -m engine.serve --engine-config JSON`: any `EngineConfig`, every field).
    Each waits for `/health` (bounded in time) and is stopped by its own process id.
 2. Both get the same requests through OpenAI's `/v1/completions` (`benchmarks/load.py`'s client:
    streamed, greedy `temperature=0`, `ignore_eos`, `cache_prompt=false` so llama.cpp recomputes
@@ -51,6 +51,7 @@ from pathlib import Path
 
 from benchmarks.common import cpu_description
 from benchmarks.workloads import LONG_ANSWER, WorkItem, chat, get_workload, load_jsonl
+from engine.config import DEVICES, DTYPES, WEIGHTS
 
 PEERS = ("llama-server",)
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,8 +109,17 @@ def llama_server_command(binary: str, gguf: str, port: int, seats: int, max_mode
             "-t", str(threads), "-tb", str(threads), *(extra or [])]
 
 
-def engine_server_command(config: dict, port: int) -> list[str]:
-    return [sys.executable, "-m", "benchmarks.serve_config", json.dumps(config),
+# the entry point an earlier checkout serves any EngineConfig with, before
+# `engine.serve --engine-config` replaced it (a --baseline-checkout may be one of those)
+OLD_SERVE_CONFIG = Path("benchmarks") / "serve_config.py"
+
+
+def engine_server_command(config: dict, port: int, root: Path = ROOT) -> list[str]:
+    """`engine.serve` for the EngineConfig fields in `config`, run from checkout `root`."""
+    if (root / OLD_SERVE_CONFIG).is_file():
+        return [sys.executable, "-m", "benchmarks.serve_config", json.dumps(config),
+                "--port", str(port)]
+    return [sys.executable, "-m", "engine.serve", "--engine-config", json.dumps(config),
             "--port", str(port)]
 
 
@@ -405,11 +415,11 @@ def measure_offline(config_dict: dict, workload, decode_tokens: int, threads: in
     import torch
 
     from benchmarks.common import decode_rate, run_engine
-    from benchmarks.serve_config import config_from_json
+    from engine.config import EngineConfig
     from engine.engine import LLMEngine
 
     torch.set_num_threads(threads)
-    config = config_from_json(json.dumps(config_dict))
+    config = EngineConfig.from_json(config_dict)
     engine = LLMEngine(config)
     steps = max(4, decode_tokens // 3)
     rate = decode_rate(engine, 1, steps=steps, windows=3)
@@ -530,15 +540,25 @@ def with_options(cfg: dict, options: list[str], flag: str) -> dict:
     return cfg
 
 
+def serves_engine_config(root: Path) -> bool:
+    """Does checkout `root` have `python -m engine.serve --engine-config`?"""
+    serve = root / "engine" / "serve.py"
+    config = root / "engine" / "config.py"
+    return (serve.is_file() and config.is_file()
+            and '"--engine-config"' in config.read_text(errors="replace"))
+
+
 def baseline_checkout(path: str | None) -> dict | None:
     """--baseline-checkout's directory, its commit and whether it has changes beside it;
     ValueError when it is not a checkout of this repository."""
     if path is None:
         return None
     root = Path(path).expanduser().resolve()
-    if not (root / "benchmarks" / "serve_config.py").is_file():
-        raise ValueError(f"--baseline-checkout {path}: no benchmarks/serve_config.py there "
-                         "(a checkout of this repository, e.g. `git worktree add DIR REV`)")
+    if not (serves_engine_config(root) or (root / OLD_SERVE_CONFIG).is_file()):
+        raise ValueError(f"--baseline-checkout {path}: no engine/serve.py with "
+                         "--engine-config there (nor an earlier checkout's "
+                         f"{OLD_SERVE_CONFIG}): a checkout of this repository, e.g. "
+                         "`git worktree add DIR REV`")
 
     def git(*cmd: str) -> str | None:
         try:
@@ -572,9 +592,11 @@ def build_parser() -> argparse.ArgumentParser:
     a("--rounds", type=int, default=3,
       help="turns of each server, alternating (batch 1: the best; the workload: the median)")
     a("--threads", type=int, default=None, help="both servers' threads (default: the cores)")
-    a("--dtype", default="auto")
-    a("--device", default="cpu", help="the peer runs on the CPU, so the engine does too")
-    a("--weights", default=None, help="EngineConfig(weights=...), where the engine has it")
+    a("--dtype", default="auto", choices=DTYPES)
+    a("--device", default="cpu", choices=DEVICES,
+      help="the peer runs on the CPU, so the engine does too")
+    a("--weights", default=None, choices=WEIGHTS,
+      help="EngineConfig(weights=...) (default: the engine's)")
     a("--engine-option", action="append", default=[], metavar="KEY=VALUE",
       help="any EngineConfig field (VALUE as JSON, or a bare string); repeatable")
     a("--baseline-option", action="append", default=[], metavar="KEY=VALUE",
@@ -635,12 +657,12 @@ def main(argv: list[str] | None = None) -> int:
         checkout = baseline_checkout(args.baseline_checkout)
         baseline = (with_options(config, args.baseline_option, "--baseline-option")
                     if args.baseline_option or checkout else None)
-        from benchmarks.serve_config import config_from_json
+        from engine.config import EngineConfig
 
         # a bad option fails here, not in the child (another checkout's server checks its own
         # fields: it may know one this one does not)
         for c in (config, baseline if baseline and not checkout else config):
-            config_from_json(json.dumps(c))
+            EngineConfig.from_json(c)
         wl = load_jsonl(args.workload_file) if args.workload_file else get_workload(
             args.workload, n=args.requests, max_tokens_scale=0.25 if args.quick else 1.0)
     except (ValueError, TypeError, OSError) as exc:
@@ -675,7 +697,7 @@ def main(argv: list[str] | None = None) -> int:
         if root != ROOT:  # its own packages first, whatever this one has installed
             child_env["PYTHONPATH"] = os.pathsep.join(
                 [str(root)] + [p for p in [env.get("PYTHONPATH")] if p])
-        return ServerProcess(name, engine_server_command(cfg, port), port,
+        return ServerProcess(name, engine_server_command(cfg, port, root), port,
                              log_dir / f"{name.replace(' ', '-')}.log", child_env,
                              args.startup_timeout, cwd=root)
 
@@ -742,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.common import write_json
     from engine.plan import plan_for
 
-    plan = plan_for(config_from_json(json.dumps(config)))
+    plan = plan_for(EngineConfig.from_json(config))
     write_json(args.out, "cpu", args, plan=plan,
                peer={"name": args.peer, "binary": binary, "version": version, "gguf": str(gguf)},
                kernel_paths=kernel_paths(plan, peer),

@@ -51,10 +51,18 @@ from benchmarks.common import (
     write_json,
 )
 from benchmarks.workloads import get_workload
-from engine.config import WEIGHTS, EngineConfig, SamplingParams, SpecConfig
+from engine.config import (
+    DEVICES,
+    DTYPES,
+    SPEC_MODES,
+    WEIGHTS,
+    EngineConfig,
+    SamplingParams,
+    SpecConfig,
+)
 from engine.metrics import RunMetrics
 
-METHODS = ("off", "ngram", "draft", "eagle")
+METHODS = SPEC_MODES
 ADAPTIVE = "+adaptive"  # "eagle+adaptive": the method with adaptive k (engine/spec/adaptive.py)
 LOOKUP = "+lookup"  # "eagle+lookup": prompt lookup first, the model where it finds no match
 CONFIDENCE = "@"  # "eagle@0.5": the head stops drafting below probability 0.5 (min_confidence)
@@ -232,10 +240,10 @@ def main(argv: list[str] | None = None) -> int:
                          "run (a batch-1 run lasts under a second: one busy moment of a shared "
                          "machine can decide it)")
     ap.add_argument("--max-model-len", type=int, default=256)
-    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--dtype", default="auto", choices=DTYPES)
     ap.add_argument("--weights", default="auto", choices=WEIGHTS,
                     help="EngineConfig(weights=...): gguf-q8 makes verification rows cheaper")
-    ap.add_argument("--device", default="auto")
+    ap.add_argument("--device", default="auto", choices=DEVICES)
     ap.add_argument("--threads", type=int, default=0,
                     help="torch CPU threads (0: torch's default). On a shared machine 1 thread "
                          "is steadier: two threads stall each other when a core is taken")

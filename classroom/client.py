@@ -48,15 +48,17 @@ from pathlib import Path
 
 import httpx
 
+from engine.config import SWITCHES, SpecConfig
+
 # the folder that holds these packages (a checkout, or site-packages once installed): the
 # child processes import the same ones
 IMPORT_ROOT = Path(__file__).resolve().parents[1]
-SWITCHES = {"batching": ("continuous", "static"), "kv_layout": ("paged", "contiguous"),
-            "spec": ("off", "ngram", "draft", "eagle")}
-# besides the three switches, the spec switch's two refinements (as in the sidebar): choose
-# k each step, and prompt lookup in front of a draft model (draft / eagle only)
+# besides the three switches (their values: `engine.config.SWITCHES`), the spec switch's
+# refinements (as in the sidebar): k, tokens drafted per step (at most, with adaptive k);
+# choose k each step; and prompt lookup in front of a draft model (draft / eagle only)
 DEFAULT_SWITCHES = {"batching": "continuous", "kv_layout": "paged", "spec": "off",
-                    "adaptive_k": False, "lookup_first": False}
+                    "k": SpecConfig().num_speculative_tokens, "adaptive_k": False,
+                    "lookup_first": False}
 HISTORY = 600  # steps the gauges' history keeps (every step: the stream loses none)
 # the class's KV pool: sized so that a class of thirty, sixteen seated at a time with short
 # answers, fills most of it (a pool sized for max_model_len on every seat would stay nearly
@@ -105,10 +107,12 @@ def qr_svg(text: str, scale: int = 6) -> str:
 
 
 def spec_of(switches: dict) -> dict | None:
-    """The spec switch as vLLM's --speculative-config object (None: off)."""
+    """The spec switch as a plain object of `SpecConfig` fields, what `--speculative-config`
+    and a flip's `changes` take (None: off)."""
     if switches["spec"] == "off":
         return None
-    spec = {"method": switches["spec"], "num_speculative_tokens": 4}
+    spec = {"method": switches["spec"],
+            "num_speculative_tokens": int(switches.get("k", DEFAULT_SWITCHES["k"]))}
     if switches.get("adaptive_k"):
         spec["adaptive_k"] = True
     if switches.get("lookup_first") and switches["spec"] in ("draft", "eagle"):
@@ -263,7 +267,8 @@ class ClassServer:
                kv_blocks: int | None = None) -> dict:
         """Ask the server to swap its engine for one with these switches (it keeps its
         address and join code); returns at once with the status. Raises with the server's
-        message when it refuses."""
+        message when it refuses. The changes are EngineConfig's fields as they are, `spec`
+        a plain object of SpecConfig's (k included), the shape the server reads back."""
         changes = {"batching": switches["batching"], "kv_layout": switches["kv_layout"],
                    "spec": spec_of(switches)}
         if kv_blocks:
@@ -316,7 +321,9 @@ def switches_of(config: dict) -> dict:
     """An engine configuration (as `GET /v1/servelab/config` gives it) as the class switches."""
     spec = config.get("spec") or {}
     return {"batching": config["batching"], "kv_layout": config["kv_layout"],
-            "spec": spec.get("method", "off"), "adaptive_k": bool(spec.get("adaptive_k")),
+            "spec": spec.get("method", "off"),
+            "k": spec.get("num_speculative_tokens", DEFAULT_SWITCHES["k"]),
+            "adaptive_k": bool(spec.get("adaptive_k")),
             "lookup_first": bool(spec.get("prompt_lookup_first"))}
 
 

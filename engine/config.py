@@ -4,21 +4,44 @@ The three switches the classroom flips are `batching`, `kv_layout` and `spec`
 (chapter 6.4: continuous batching, PagedAttention, speculative decoding).
 Field names follow vLLM so serving engineers feel at home. Every bad value
 raises `ValueError` naming the field and its allowed range.
+
+The values every switch and choice takes are declared here, once; the app, the classroom,
+the command lines and the benchmarks import them. The command lines' engine flags come from
+the fields too (`EngineConfig.add_cli_args` / `from_args`: a flag per field, vLLM's name, the
+field's default, its choices and its `help`), and one parser reads a whole configuration as
+plain data (`EngineConfig.from_json`: `dataclasses.asdict`'s shape, `spec` a plain object).
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import math
-from dataclasses import dataclass, field
+import typing
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
 
+# the three switches' values, in the order the chapter teaches them (the old way first)
 BATCHING = ("static", "continuous")
 KV_LAYOUTS = ("contiguous", "paged")
 SPEC_METHODS = ("ngram", "draft", "eagle")
+SPEC_MODES = ("off", *SPEC_METHODS)  # the spec switch: off (spec=None), or a method
+SWITCHES = {"batching": BATCHING, "kv_layout": KV_LAYOUTS, "spec": SPEC_MODES}
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
 WEIGHTS = ("auto", "dense", "gguf", "gguf-q8", "gguf-q16")
+
+
+def _arg(default=MISSING, help: str = "", *, choices=None, flag: str | None = None,
+         factory=None):
+    """A field with what its command-line flag needs: `help`, the allowed `choices`, and a
+    `flag` where the name is not `--` + the field's name with dashes (`spec`)."""
+    meta = {"help": help, "choices": choices, "flag": flag}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 def _choice(name: str, value, allowed) -> None:
@@ -77,32 +100,64 @@ class SpecConfig:
             raise ValueError("spec.prompt_lookup_first is for method 'draft' or 'eagle' (a "
                              "model behind the lookup); method 'ngram' is the lookup alone")
 
+    @classmethod
+    def from_dict(cls, obj) -> SpecConfig:
+        """A SpecConfig from a plain object (`dataclasses.asdict`'s shape, or vLLM's
+        --speculative-config: `model` for `draft_model`); ValueError naming a key it lacks."""
+        if isinstance(obj, SpecConfig):
+            return obj
+        if not isinstance(obj, dict):
+            raise ValueError("spec must be an object of SpecConfig fields (vLLM's "
+                             f"--speculative-config), or null; got {obj!r}")
+        obj = dict(obj)
+        if "model" in obj:
+            if "draft_model" in obj:
+                raise ValueError("spec: give `model` (vLLM's name) or `draft_model`, not both")
+            obj["draft_model"] = obj.pop("model")
+        known = [f.name for f in fields(cls)]
+        if unknown := sorted(set(obj) - set(known)):
+            raise ValueError(f"spec: unknown keys {unknown}; known: {sorted(known + ['model'])}")
+        return cls(**obj)
+
 
 @dataclass
 class EngineConfig:
     """Everything that shapes one engine. Defaults suit the bundled model on a CPU."""
 
-    model: str = "smollm2-135m"  # a bundled model name or a local Hugging Face folder
-    batching: str = "continuous"  # "static" (tour bus) or "continuous" (subway)
-    kv_layout: str = "paged"  # "contiguous" (banquet hall) or "paged" (blocks on demand)
-    spec: SpecConfig | None = None  # speculative decoding off (None) or on
-    max_num_seqs: int = 8  # seats: requests that can run in one step
-    block_size: int = 16  # KV slots per block
-    num_kv_blocks: int | None = None  # blocks in the pool; None = enough for max_num_seqs x max_model_len
-    max_model_len: int = 512  # prompt + output tokens per request
-    max_num_batched_tokens: int = 512  # token budget of one step (prefill chunks + decodes)
-    enable_prefix_caching: bool = False  # share full prompt blocks between requests (paged only)
-    device: str = "auto"  # "auto", "cpu" or "cuda"
+    model: str = _arg("smollm2-135m", "a bundled model name, a local Hugging Face folder or a "
+                      "GGUF file")
+    batching: str = _arg("continuous", "static (tour bus) or continuous (subway)",
+                         choices=BATCHING)
+    kv_layout: str = _arg("paged", "contiguous (banquet hall) or paged (blocks on demand)",
+                          choices=KV_LAYOUTS)
+    spec: SpecConfig | None = _arg(  # speculative decoding off (None) or on
+        None, 'speculative decoding as vLLM\'s JSON, e.g. {"method": "ngram", '
+        '"num_speculative_tokens": 4} (SpecConfig\'s fields; "model" for draft_model; default: off)',
+        flag="--speculative-config")
+    max_num_seqs: int = _arg(8, "seats: requests that can run in one step")
+    block_size: int = _arg(16, "KV slots per block")
+    num_kv_blocks: int | None = _arg(
+        None, "blocks in the KV pool (default: enough for max_num_seqs x max_model_len)")
+    max_model_len: int = _arg(512, "prompt + output tokens per request")
+    max_num_batched_tokens: int = _arg(
+        512, "token budget of one step (prefill chunks + decodes)")
+    enable_prefix_caching: bool = _arg(
+        False, "share full prompt blocks between requests (paged only)")
+    device: str = _arg("auto", "where the engine runs (auto: CUDA if there is one)", choices=DEVICES)
     # "auto": bfloat16 on CUDA and on CPUs with bf16 matrix units (AMX or AVX512-BF16), else
     # float32; float32 too where the weights are the GGUF blocks, whose matmul computes in fp32
     # (every CPU with the C++ kernels, by default; engine/plan.py decides)
-    dtype: str = "auto"
+    dtype: str = _arg("auto", "the activations' numbers (auto: by hardware, engine/plan.py)",
+                      choices=DTYPES)
     # the KV cache's numbers (vLLM's kv_cache_dtype). "auto": float16 on a CPU whose weights
     # are gguf-q8 / gguf-q16 with float32 activations (llama.cpp's default cache: half the
     # bytes each decode step reads), else `dtype`. A 16-bit cache may hold float32 activations' K and V (rounded to
     # nearest even when stored); any other cache takes `dtype` (engine/plan.py decides)
-    kv_cache_dtype: str = "auto"
-    attention_backend: str = "auto"  # "auto" (triton on CUDA, cpu on CPU), "torch", "cpu", "triton"
+    kv_cache_dtype: str = _arg("auto", "the KV cache's numbers (auto: by weights and hardware)",
+                               choices=DTYPES)
+    attention_backend: str = _arg(  # "auto" (triton on CUDA, cpu on CPU), "torch", "cpu", "triton"
+        "auto", "attention kernels (auto: triton on CUDA, cpu on a CPU)",
+        choices=ATTENTION_BACKENDS)
     # Which copy of the weights the linear layers multiply:
     #   "dense": the model's tensors in `dtype` (the bundled GGUF dequantized once), laid out
     #            for AMX or our AVX-512/AVX2/NEON matmul (pack_weights)
@@ -123,19 +178,24 @@ class EngineConfig:
     #            asked for (float32: the file's fp32 model exactly), but dense bf16 on AMX
     #            when bfloat16 is asked for or the int16 kernel has no AMX int8 tiles; else
     #            "dense" (engine/plan.py decides)
-    weights: str = "auto"
-    pack_weights: bool = True  # CPU + bf16: lay linear weights out for our matmuls (False: F.linear)
-    cpu_kernels: bool = True  # CPU: norms, rotary, SwiGLU, KV writes as C++ kernels if they build
+    weights: str = _arg("auto", "dense tensors, the GGUF file's own blocks, or those with int8 or "
+                        "int16 activations (gguf-q8, gguf-q16)", choices=WEIGHTS)
+    pack_weights: bool = _arg(  # CPU + bf16: lay linear weights out for our matmuls (False: F.linear)
+        True, "CPU: lay the linear weights out for our matmuls (no: F.linear)")
+    cpu_kernels: bool = _arg(  # CPU: norms, rotary, SwiGLU, KV writes as C++ kernels if they build
+        True, "CPU: norms, rotary, SwiGLU and KV writes as C++ kernels (if they build)")
     # CUDA: RMSNorm (with the residual add), rotary and SwiGLU as fused Triton kernels
     # (kernels/fused_ops.py: one launch each instead of several PyTorch ops); off: PyTorch's ops.
     # A CPU never runs them (the C++ kernels do this work there): True on a CPU is an error,
     # except under TRITON_INTERPRET=1 (tests). `python -m benchmarks.gpu.check` times both
-    fused_ops: bool = False
-    gpu_memory_utilization: float = 0.5  # CUDA: the most of the free memory the KV pool may take
+    fused_ops: bool = _arg(False, "CUDA: RMSNorm, rotary and SwiGLU as fused Triton kernels")
+    gpu_memory_utilization: float = _arg(
+        0.5, "CUDA: the most of the free memory the KV pool may take")
     # decode-only steps replay a captured CUDA graph (engine/graphs.py; vLLM's enforce_eager,
     # inverted). None = on for CUDA, off elsewhere; True on a CPU runs the same path with a
     # stand-in that calls the forward again (for tests: no speedup)
-    cuda_graphs: bool | None = None
+    cuda_graphs: bool | None = _arg(
+        None, "decode steps replay a captured CUDA graph (default: on for CUDA)")
     # async scheduling (vLLM's async scheduling, SGLang's overlap scheduler): step n + 1 is
     # scheduled and its forward started before step n's tokens are read back, its decode inputs
     # taken from step n's sampled ids where they lie (the device). What it hides is the host's
@@ -144,9 +204,12 @@ class EngineConfig:
     # speculation; a step whose requests need their last token on the host before sampling
     # (penalties, logit_bias, min_tokens, logprobs, n > 1) runs without overlap
     # (engine/engine.py `_step_overlapped`)
-    async_scheduling: bool = False
-    seed: int = 0  # default seed for requests that give none
-    extra: dict = field(default_factory=dict)  # free-form notes (e.g. workload name) for reports
+    async_scheduling: bool = _arg(
+        False, "launch each step before the last one's tokens are read back (GPU; continuous "
+               "batching, no speculation)")
+    seed: int = _arg(0, "the default seed of requests that give none")
+    extra: dict = _arg(  # free-form notes (e.g. workload name) for reports
+        help="free-form notes for reports, a JSON object", factory=dict)
 
     def __post_init__(self) -> None:
         _choice("batching", self.batching, BATCHING)
@@ -203,6 +266,81 @@ class EngineConfig:
         if self.num_kv_blocks is not None:
             return self.num_kv_blocks
         return self.max_num_seqs * self.blocks_per_seq
+
+    @classmethod
+    def from_json(cls, source: str | dict) -> EngineConfig:
+        """The one parser of a whole configuration: JSON text or a dict of EngineConfig fields,
+        `dataclasses.asdict`'s shape (`spec` a plain object of SpecConfig fields, or null);
+        fields left out keep their defaults. ValueError naming what was wrong."""
+        obj = source
+        if isinstance(source, (str, bytes)):
+            try:
+                obj = json.loads(source)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"engine config is not valid JSON ({exc.msg}, line "
+                                 f"{exc.lineno} column {exc.colno})") from None
+        if not isinstance(obj, dict):
+            raise ValueError("engine config must be a JSON object of EngineConfig fields, "
+                             f"got {type(obj).__name__}")
+        known = [f.name for f in fields(cls)]
+        if unknown := sorted(set(obj) - set(known)):
+            raise ValueError(f"EngineConfig has no field {', '.join(map(repr, unknown))} "
+                             f"(its fields: {', '.join(known)})")
+        obj = dict(obj)
+        if obj.get("spec") is not None:
+            obj["spec"] = SpecConfig.from_dict(obj["spec"])
+        return cls(**obj)
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+        """One flag per field, in vLLM's style (`max_num_seqs` is `--max-num-seqs`, `spec` is
+        vLLM's `--speculative-config` JSON, a bool is `--x` / `--no-x`), with the field's
+        choices and help, and `--engine-config JSON|PATH` (every field at once; a flag given
+        beside it wins). `skip`: fields (or "engine_config") the command leaves out.
+
+        A flag not given leaves no value behind (argparse.SUPPRESS): `from_args` then takes the
+        dataclass's default, so every command defaults alike and no flags give `cls()`."""
+        group = parser.add_argument_group("engine", "the engine's configuration (EngineConfig)")
+        hints = typing.get_type_hints(cls)
+        names = []
+        for f in fields(cls):
+            if f.name in skip:
+                continue
+            default = f.default if f.default is not MISSING else f.default_factory()
+            help = f.metadata["help"]
+            if default is not None:  # None's meaning is in the help
+                help += f" (default: {json.dumps(default) if isinstance(default, dict) else default})"
+            kw = {"dest": f.name, "default": argparse.SUPPRESS, "help": help.replace("%", "%%")}
+            kind = _flag_type(hints[f.name])
+            if kind is bool:
+                kw["action"] = argparse.BooleanOptionalAction
+            elif kind is SpecConfig:
+                kw.update(type=_spec_flag, metavar="JSON")
+            elif kind is dict:
+                kw.update(type=_object_flag, metavar="JSON")
+            else:
+                kw["type"] = kind
+            if f.metadata["choices"] is not None:
+                kw["choices"] = f.metadata["choices"]
+            group.add_argument(f.metadata["flag"] or "--" + f.name.replace("_", "-"), **kw)
+            names.append(f.name)
+        if "engine_config" not in skip:
+            group.add_argument(
+                "--engine-config", dest="engine_config", default=None, metavar="JSON|PATH",
+                type=_engine_config_flag,
+                help="the whole configuration as one JSON object of EngineConfig fields "
+                     "(text, or a file's path): dataclasses.asdict's shape, spec a plain "
+                     "object; fields left out keep their defaults, flags given beside it win")
+        parser.set_defaults(engine_fields=tuple(names))
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> EngineConfig:
+        """The configuration `add_cli_args`' flags describe: `--engine-config` (or the
+        defaults) with each flag given on top. ValueError naming a field the engine refuses."""
+        base = getattr(args, "engine_config", None) or cls()
+        given = {name: getattr(args, name) for name in getattr(args, "engine_fields", ())
+                 if hasattr(args, name)}
+        return dataclasses.replace(base, **given) if given else base
 
     def switches(self) -> dict:
         """The three classroom switches, as plain data."""
@@ -315,6 +453,22 @@ class SamplingParams:
         return not self.processes_logits and self.logprobs is None and self.n == 1
 
 
+def _flag_type(hint):
+    """The type a flag parses: the hint without its `| None`."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
+
+
+def _json_object(text: str, what: str) -> dict:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} is not valid JSON ({exc.msg})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{what} must be a JSON object")
+    return obj
+
+
 def spec_config(text: str | None) -> SpecConfig | None:
     """vLLM's --speculative-config JSON: {"method": "ngram" | "draft" | "eagle",
     "num_speculative_tokens": k, "model": <draft model>, "prompt_lookup_min/max": n}, plus
@@ -322,17 +476,37 @@ def spec_config(text: str | None) -> SpecConfig | None:
     "prompt_lookup_first": true (a draft or eagle model behind prompt lookup)."""
     if not text:
         return None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--speculative-config is not valid JSON ({exc.msg})") from None
-    if not isinstance(obj, dict):
-        raise ValueError("--speculative-config must be a JSON object")
-    known = {"method", "num_speculative_tokens", "model", "prompt_lookup_min",
-             "prompt_lookup_max", "adaptive_k", "min_confidence", "prompt_lookup_first"}
-    if unknown := set(obj) - known:
-        raise ValueError(f"--speculative-config: unknown keys {sorted(unknown)}; "
-                         f"known: {sorted(known)}")
-    if "model" in obj:
-        obj["draft_model"] = obj.pop("model")
-    return SpecConfig(**obj)
+    return SpecConfig.from_dict(_json_object(text, "--speculative-config"))
+
+
+def _flag_error(parse):
+    """An argparse type: a ValueError becomes argparse's message (exit 2), not a traceback."""
+    def flag(text: str):
+        try:
+            return parse(text)
+        except (ValueError, TypeError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    flag.__name__ = parse.__name__
+    return flag
+
+
+@_flag_error
+def _spec_flag(text: str) -> SpecConfig | None:
+    return spec_config(text)
+
+
+@_flag_error
+def _object_flag(text: str) -> dict:
+    return _json_object(text, "the value")
+
+
+@_flag_error
+def _engine_config_flag(text: str) -> EngineConfig:
+    """--engine-config: JSON text (it starts with "{"), else the path of a JSON file."""
+    if not text.lstrip().startswith("{"):
+        try:
+            text = Path(text).expanduser().read_text()
+        except OSError as exc:
+            raise ValueError(f"neither a JSON object nor a readable file: {text!r} "
+                             f"({exc.strerror})") from None
+    return EngineConfig.from_json(text)

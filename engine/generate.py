@@ -2,14 +2,20 @@
 
 Streams the answer as the engine steps. `--trace` prints one compact line per step instead
 (who sits in which seat, what each computed, blocks used): the text version of the app.
+
+The engine's flags are `engine.serve`'s, from `EngineConfig` (`EngineConfig.add_cli_args`:
+the same names, defaults and choices, `--engine-config` too), but for `--seed`, which here is
+the requests' own seed (`SamplingParams.seed`). `--spec METHOD --k N` is a short form of
+`--speculative-config '{"method": METHOD, "num_speculative_tokens": N}'`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
-from engine.config import EngineConfig, SamplingParams, SpecConfig
+from engine.config import SPEC_MODES, EngineConfig, SamplingParams, SpecConfig
 
 
 def trace_line(report) -> str:
@@ -28,39 +34,53 @@ def trace_line(report) -> str:
             f"  useful {kv.useful_frac:.0%}{extra}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    from engine.threads import spin_briefly
-
-    spin_briefly()  # before torch loads: this process runs one engine (engine/threads.py)
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine.generate", description=__doc__.split("\n")[0])
     ap.add_argument("prompt", nargs="+", help="one or more prompts (each runs as a request)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--top-k", type=int, default=0)
-    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=None, help="the requests' seed")
     ap.add_argument("--chat", action="store_true", help="apply the model's chat template")
     ap.add_argument("--trace", action="store_true", help="print one line per engine step")
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--batching", default="continuous", choices=["static", "continuous"])
-    ap.add_argument("--kv-layout", default="paged", choices=["contiguous", "paged"])
-    ap.add_argument("--spec", default="off", choices=["off", "ngram", "draft"])
-    ap.add_argument("--k", type=int, default=4, help="tokens drafted per step")
-    ap.add_argument("--max-num-seqs", type=int, default=8)
-    ap.add_argument("--max-model-len", type=int, default=512)
-    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--spec", dest="spec_mode", default=None, choices=SPEC_MODES,
+                    help="speculative decoding's method, drafting --k tokens a step "
+                         "(default: off; --speculative-config says more)")
+    ap.add_argument("--k", type=int, default=SpecConfig().num_speculative_tokens,
+                    help="tokens drafted per step, with --spec")
+    EngineConfig.add_cli_args(ap, skip=("seed",))  # --seed is the requests' (above)
+    return ap
+
+
+def config_of(args: argparse.Namespace) -> EngineConfig:
+    """The engine's configuration from the flags; ValueError naming a field it refuses."""
+    config = EngineConfig.from_args(args)
+    if args.spec_mode is not None:
+        if hasattr(args, "spec"):
+            raise ValueError("give --spec or --speculative-config, not both")
+        spec = None if args.spec_mode == "off" else SpecConfig(args.spec_mode, args.k)
+        config = dataclasses.replace(config, spec=spec)
+    return config
+
+
+def main(argv: list[str] | None = None) -> int:
+    from engine.threads import spin_briefly
+
+    spin_briefly()  # before torch loads: this process runs one engine (engine/threads.py)
+    ap = build_parser()
     args = ap.parse_args(argv)
+    try:  # a bad flag is refused before torch loads
+        config = config_of(args)
+        params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
+                                top_p=args.top_p, top_k=args.top_k, seed=args.seed)
+    except (ValueError, TypeError) as exc:
+        ap.error(str(exc))
 
     from engine.engine import LLMEngine
 
     try:
-        params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
-                                top_p=args.top_p, top_k=args.top_k, seed=args.seed)
-        spec = None if args.spec == "off" else SpecConfig(args.spec, args.k)
-        cfg = EngineConfig(model=args.model, batching=args.batching, kv_layout=args.kv_layout,
-                           spec=spec, max_num_seqs=args.max_num_seqs,
-                           max_model_len=args.max_model_len, dtype=args.dtype)
-        engine = LLMEngine(cfg)
+        engine = LLMEngine(config)
         rids = []
         for p in args.prompt:
             if args.chat:

@@ -3,13 +3,16 @@
     python -m engine.serve                                   # 127.0.0.1:8000, continuous + paged
     python -m engine.serve --batching static --kv-layout contiguous --max-num-seqs 16
     python -m engine.serve --host 0.0.0.0                    # needs a key: prints a join code
+    python -m engine.serve --engine-config '{"max_num_seqs": 16, "dtype": "bfloat16"}'
 
-Flags carry vLLM's names where vLLM has one (`--max-num-seqs`, `--block-size`,
-`--max-model-len`, `--enable-prefix-caching`, `--speculative-config` as JSON, `--host`,
-`--port`, `--api-key`), plus ServeLab's switches (`--batching`, `--kv-layout`,
-`--num-kv-blocks`) and the server's limits (`ServerSettings`, `engine/server/state.py`). One
-process runs one engine and one stepping loop: two engines never step at once on the same
-cores.
+The engine's flags are `EngineConfig`'s fields (`EngineConfig.add_cli_args`: a flag per
+field with vLLM's name where vLLM has one, `--max-num-seqs`, `--block-size`,
+`--max-model-len`, `--enable-prefix-caching`, `--speculative-config` as JSON; ServeLab's
+switches `--batching`, `--kv-layout`; the field's default and choices), and
+`--engine-config JSON|PATH` gives them all at once (a benchmark serving any configuration:
+`benchmarks/peer.py`). Beside them: `--host`, `--port`, `--api-key` and the server's limits
+(`ServerSettings`, `engine/server/state.py`). One process runs one engine and one stepping
+loop: two engines never step at once on the same cores.
 
 Binding anything but a loopback address needs an API key (the class's join code): given
 with `--api-key`, or generated and printed at start. With a join code the server is in class
@@ -29,7 +32,7 @@ import os
 import secrets
 import sys
 
-from engine.config import WEIGHTS, EngineConfig, SpecConfig, spec_config  # noqa: F401 (re-exported)
+from engine.config import EngineConfig, SpecConfig, spec_config  # noqa: F401 (re-exported)
 from engine.server.http import HEADER_TIMEOUT_S, SHUTDOWN_TIMEOUT_S
 
 CLASS_PER_CLIENT = 8  # class mode's default requests in flight per phone (or address)
@@ -54,27 +57,13 @@ def build_parser(prog: str = "python -m engine.serve",
     a("--api-key", default=None, help="clients send 'Authorization: Bearer <key>'")
     a("--admin-key", default=os.environ.get("SERVELAB_ADMIN_KEY"),
       help="the teacher's key for the step stream and /metrics (default: $SERVELAB_ADMIN_KEY)")
-    a("--model", default="smollm2-135m", help="bundled model name or local HF folder")
-    a("--served-model-name", default=None, help="the name clients put in `model`")
-    a("--batching", default="continuous", choices=["continuous", "static"])
-    a("--kv-layout", default="paged", choices=["paged", "contiguous"])
-    a("--max-num-seqs", type=int, default=16, help="seats")
-    a("--block-size", type=int, default=16)
-    a("--num-kv-blocks", type=int, default=None)
-    a("--max-model-len", type=int, default=512)
-    a("--max-num-batched-tokens", type=int, default=512)
-    a("--enable-prefix-caching", action="store_true")
-    a("--async-scheduling", action="store_true",
-      help="launch each step before the last one's tokens are read back (GPU; continuous "
-           "batching, no speculation)")
-    a("--speculative-config", default=None, help='JSON, e.g. {"method": "ngram", '
-                                                 '"num_speculative_tokens": 4}')
-    a("--dtype", default="auto")
-    a("--weights", default="auto", choices=WEIGHTS,
-      help="dense tensors, the GGUF file's own blocks, or those with int8 or int16 "
-           "activations (gguf-q8, gguf-q16)")
-    a("--device", default="auto")
-    a("--seed", type=int, default=0)
+    a("--served-model-name", default=None, help="the name clients put in `model` "
+                                                "(default: the model)")
+    # the engine's flags, defaults and choices are EngineConfig's own, the same as
+    # `engine.generate`'s: 8 seats by default here too. A server for a load says how many
+    # seats it wants (the class server passes --max-num-seqs 16, `classroom/client.py`; the
+    # benches their --seats), so no serve-only default disagrees with the offline engine's
+    EngineConfig.add_cli_args(ap)
     a("--max-queue", type=int, default=1024, help="requests in the server at once; then 429")
     a("--max-requests-per-user", type=int, default=None,
       help="per client, then 429 (default: no cap on loopback without a key, as vLLM; "
@@ -119,14 +108,7 @@ def main(argv: list[str] | None = None, routers=(), parser=None) -> int:
     if args.max_tokens_cap is not None and args.max_tokens_cap < 1:
         ap.error("--max-tokens-cap must be >= 1")
     try:
-        config = EngineConfig(
-            model=args.model, batching=args.batching, kv_layout=args.kv_layout,
-            spec=spec_config(args.speculative_config), max_num_seqs=args.max_num_seqs,
-            block_size=args.block_size, num_kv_blocks=args.num_kv_blocks,
-            max_model_len=args.max_model_len, max_num_batched_tokens=args.max_num_batched_tokens,
-            enable_prefix_caching=args.enable_prefix_caching, device=args.device,
-            dtype=args.dtype, weights=args.weights, seed=args.seed,
-            async_scheduling=args.async_scheduling)
+        config = EngineConfig.from_args(args)
     except (ValueError, TypeError) as exc:
         ap.error(str(exc))
     api_key = args.api_key
@@ -152,7 +134,7 @@ def main(argv: list[str] | None = None, routers=(), parser=None) -> int:
         per_client = per_client or CLASS_PER_CLIENT
         per_address = per_address or CLASS_PER_ADDRESS
     settings = ServerSettings(
-        model_name=args.served_model_name or args.model, api_key=api_key,
+        model_name=args.served_model_name or config.model, api_key=api_key,
         max_queue=args.max_queue, max_requests_per_user=per_client,
         max_requests_per_address=per_address, student_max_tokens=args.student_max_tokens,
         max_tokens_cap=args.max_tokens_cap, max_body_bytes=args.max_body_bytes,

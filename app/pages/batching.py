@@ -33,8 +33,7 @@ from app.live import (  # noqa: E402
     step_header,
 )
 from app.state import Run, Session  # noqa: E402
-
-MODES = ("static", "continuous")
+from engine.config import BATCHING as MODES  # noqa: E402
 
 
 def draw_run(run: Run) -> None:

@@ -50,6 +50,7 @@ from app.components.spec_strip import CSS as SPEC_CSS  # noqa: E402
 from app.components.spec_strip import strip_html  # noqa: E402
 from app.i18n import switch_label, t  # noqa: E402
 from app.predict import REVEALS  # noqa: E402
+from app.sidebar import KEEP, WIDGET_FOR  # noqa: E402
 from app.votes_panel import attach  # noqa: E402
 from app.votes_panel import projector as vote_projector  # noqa: E402
 from classroom.client import (  # noqa: E402
@@ -82,7 +83,8 @@ def classroom() -> ClassRoom:
 
 
 def switch_radios(current: dict, prefix: str) -> dict:
-    """The three switches, and under speculation its two refinements (as in the sidebar)."""
+    """The three switches, and under speculation its refinements (as in the sidebar): k,
+    adaptive k, prompt lookup in front of a draft model."""
     cols = st.columns(3)
     out = {}
     for col, (name, values) in zip(cols, offered_switches().items()):
@@ -92,6 +94,12 @@ def switch_radios(current: dict, prefix: str) -> dict:
                               format_func=labels.__getitem__, key=f"{prefix}_{name}",
                               horizontal=True)
     spec_col = cols[2]
+    # k reaches the server as the spec's num_speculative_tokens; with speculation off it
+    # stays the default (what the server reads back for an engine without a spec)
+    out["k"] = int(spec_col.slider(
+        t("side.k"), 1, 8, value=int(current.get("k", DEFAULT_SWITCHES["k"])),
+        help=t("side.k.help"), key=f"{prefix}_k")) if out["spec"] != "off" \
+        else DEFAULT_SWITCHES["k"]
     out["adaptive_k"] = out["spec"] != "off" and spec_col.checkbox(
         t("side.adaptive"), value=bool(current.get("adaptive_k")), help=t("side.adaptive.help"),
         key=f"{prefix}_adaptive_k")
@@ -107,7 +115,10 @@ def controls(room: ClassRoom) -> None:
         st.error(room.error)
     if srv is None:
         st.subheader(t("cls.start.title"))
-        switches = switch_radios(DEFAULT_SWITCHES, "cls_new")
+        # a new class starts with the k the teacher set in the sidebar on another page (the
+        # sidebar's kept copy: this page draws no sidebar switches), else the default
+        k = st.session_state.get(KEEP + WIDGET_FOR["k"], DEFAULT_SWITCHES["k"])
+        switches = switch_radios({**DEFAULT_SWITCHES, "k": k}, "cls_new")
         from app.components.model_choice import model_choice
 
         if model := model_choice():

@@ -34,8 +34,8 @@ from app.live import (  # noqa: E402
     step_header,
 )
 from app.state import Run, Session  # noqa: E402
+from engine.config import KV_LAYOUTS as LAYOUTS  # noqa: E402
 
-LAYOUTS = ("contiguous", "paged")
 SELECTED = "kv_selected"
 
 

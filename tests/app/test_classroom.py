@@ -121,17 +121,20 @@ def test_serve_args_carry_the_switches():
 
 
 def test_the_spec_refinements_reach_the_server_and_the_table():
-    """Adaptive k and prompt lookup in front (draft / eagle only) travel in the
+    """k, adaptive k and prompt lookup in front (draft / eagle only) travel in the
     --speculative-config the server parses, and name the configuration's table row."""
     from classroom.client import config_key
-    from engine.serve import build_parser, spec_config
+    from engine.config import EngineConfig
+    from engine.serve import build_parser
 
     def spec_of(**sw):
         args = serve_args({**DEFAULT_SWITCHES, **sw}, "127.0.0.1", 8123, None)
-        return spec_config(build_parser().parse_args(args[3:]).speculative_config)
+        return EngineConfig.from_args(build_parser().parse_args(args[3:])).spec
 
     s = spec_of(spec="eagle", adaptive_k=True, lookup_first=True)
     assert (s.method, s.adaptive_k, s.prompt_lookup_first) == ("eagle", True, True)
+    assert s.num_speculative_tokens == DEFAULT_SWITCHES["k"]
+    assert spec_of(spec="ngram", k=2).num_speculative_tokens == 2  # the class page's k
     s = spec_of(spec="ngram", adaptive_k=True, lookup_first=True)  # lookup is ngram itself
     assert (s.method, s.adaptive_k, s.prompt_lookup_first) == ("ngram", True, False)
     s = spec_of(spec="draft")

@@ -570,14 +570,16 @@ def test_the_speedup_bound_follows_its_sliders_and_the_recorded_costs():
 
 
 def test_the_class_page_offers_the_spec_refinements(app):
-    """Before the class starts: the spec switch's two boxes appear under speculation
+    """Before the class starts: the spec switch's k and two boxes appear under speculation
     (prompt lookup only for a draft model), as in the sidebar."""
     at = goto(app, "classroom")
     keys = {c.key for c in at.checkbox}
     assert "cls_new_adaptive_k" not in keys and "cls_new_lookup_first" not in keys
+    assert "cls_new_k" not in {s.key for s in at.slider}
     at.radio(key="cls_new_spec").set_value("ngram").run()
     keys = {c.key for c in at.checkbox}
     assert "cls_new_adaptive_k" in keys and "cls_new_lookup_first" not in keys
+    assert at.slider(key="cls_new_k").value == 4
     at.radio(key="cls_new_spec").set_value("draft").run()
     assert not at.exception, at.exception[0].value
     assert {"cls_new_adaptive_k", "cls_new_lookup_first"} <= {c.key for c in at.checkbox}

@@ -24,8 +24,8 @@ import pytest
 
 from benchmarks import peer
 from benchmarks.load import UserResult, summarize
-from benchmarks.serve_config import config_from_json
 from benchmarks.workloads import get_workload
+from engine.config import EngineConfig
 
 pytestmark = pytest.mark.heavy  # starts peer servers as child processes
 
@@ -142,7 +142,7 @@ def test_a_bad_peer_binary_or_engine_option_is_a_clear_error(tmp_path, capsys):
     assert exc.value.code == 2
     assert "--peer-binary" in capsys.readouterr().err
     with pytest.raises(ValueError, match="no_such_field"):
-        config_from_json(json.dumps({"no_such_field": 1}))
+        EngineConfig.from_json(json.dumps({"no_such_field": 1}))
     with pytest.raises(ValueError, match="KEY=VALUE"):
         peer.engine_config_dict(peer.build_parser().parse_args(["--engine-option", "x"]))
 
@@ -156,7 +156,7 @@ def test_engine_options_pass_through_to_the_config():
     assert cfg["weights"] == "gguf"  # whatever this checkout's EngineConfig makes of it
     assert cfg["pack_weights"] is False and cfg["attention_backend"] == "torch"
     del cfg["weights"]
-    assert config_from_json(json.dumps(cfg)).pack_weights is False
+    assert EngineConfig.from_json(json.dumps(cfg)).pack_weights is False
 
 
 def test_llama_server_gets_a_slot_per_seat_and_the_engines_threads():
@@ -308,10 +308,10 @@ def test_the_engine_and_the_peer_side_by_side_each_get_only_their_own_fields(
     for pkg in ("engine", "benchmarks", "lessons", "app"):
         shutil.copytree(peer.ROOT / pkg, other / pkg,
                         ignore=shutil.ignore_patterns("__pycache__"))
-    serve = other / "benchmarks" / "serve_config.py"
+    serve = other / "engine" / "serve.py"
     text = serve.read_text()
-    assert text.count("serving on http") == 1
-    serve.write_text(text.replace("serving on http", "the other checkout serving on http"))
+    assert text.count("seats; serving {") == 1
+    serve.write_text(text.replace("seats; serving {", "seats; the other checkout serving {"))
     out = tmp_path / "peer.json"
     rc = peer.main(["--peer-binary", fake_binary, "--model-file", str(model), "--quick",
                     "--skip-offline", "--seats", "4", "--max-model-len", "256", "--rounds", "1",
@@ -327,17 +327,28 @@ def test_the_engine_and_the_peer_side_by_side_each_get_only_their_own_fields(
     assert data["ratios"]["output_tok_per_s_engine_over_baseline"] is not None
     assert data["baseline_config"] == {**data["engine_config"], "kv_cache_dtype": "float32"}
     assert base["system"] == "engine.serve baseline"
-    assert "the other checkout serving on" in (tmp_path / "logs" / "engine.serve-baseline.log"
-                                                ).read_text()
+    assert "the other checkout serving" in (tmp_path / "logs" / "engine.serve-baseline.log"
+                                             ).read_text()
     assert "the other checkout" not in (tmp_path / "logs" / "engine.serve.log").read_text()
     assert data["baseline_checkout"]["path"] == str(other.resolve())
 
 
 def test_a_baseline_checkout_that_is_none_is_refused(tmp_path):
-    """--baseline-checkout names a directory without this repository's serve_config: the
-    command stops with a message naming it, before any server starts."""
-    with pytest.raises(ValueError, match="--baseline-checkout .*no benchmarks/serve_config.py"):
+    """--baseline-checkout names a directory without this repository's `engine.serve
+    --engine-config`: the command stops with a message naming it, before any server starts.
+    An earlier checkout, with `benchmarks/serve_config.py` instead, is served that way."""
+    with pytest.raises(ValueError, match="--baseline-checkout .*no engine/serve.py with "
+                                         "--engine-config"):
         peer.baseline_checkout(str(tmp_path))
+    cfg = {"max_num_seqs": 4}
+    cmd = peer.engine_server_command(cfg, 8123)
+    assert cmd[1:4] == ["-m", "engine.serve", "--engine-config"]
+    assert EngineConfig.from_json(cmd[4]) == EngineConfig(max_num_seqs=4)
+    old = tmp_path / "old"
+    (old / "benchmarks").mkdir(parents=True)
+    (old / "benchmarks" / "serve_config.py").write_text("")
+    assert peer.baseline_checkout(str(old))["path"] == str(old.resolve())
+    assert peer.engine_server_command(cfg, 8123, old)[1:3] == ["-m", "benchmarks.serve_config"]
     assert peer.baseline_checkout(None) is None
     here = peer.baseline_checkout(str(peer.ROOT))
     # a clone has its commit; a copy without .git (or a git that refuses it) says so

@@ -3,7 +3,9 @@
 Routes (under `/v1/servelab/`, so the teacher's admin key guards them):
 - `POST /v1/servelab/engine` with `{"changes": {<EngineConfig field>: value, ...},
   "abort": false, "drain_s": 60}`: build an engine with the current configuration changed
-  by `changes` (`spec` as vLLM's `--speculative-config` object, or null for off) and swap it
+  by `changes`, each field as `dataclasses.asdict` gives it (`spec` a plain object of
+  `SpecConfig` fields, vLLM's `--speculative-config` `model` accepted for `draft_model`, or
+  null for off; the same shape the GET reads back), and swap it
   in (`EngineLoop.swap`: drain up to `drain_s` seconds, or cut the answers in flight with
   `abort`). 202 at once with the status; a bad change is a 400 naming the field, a second
   flip while one runs a 409.
@@ -19,7 +21,7 @@ import dataclasses
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.config import EngineConfig
+from engine.config import EngineConfig, SpecConfig
 from engine.server.protocol import APIError
 from engine.server.state import ServerState
 
@@ -39,22 +41,16 @@ class SwitchBody(BaseModel):
 
 
 def new_config(current: EngineConfig, changes: dict) -> EngineConfig:
-    """`current` with `changes` applied, validated as the engine validates its own."""
-    from engine.config import spec_config
-
+    """`current` with `changes` applied, validated as the engine validates its own: the
+    changed fields as they are (`dataclasses.replace`), `spec` a plain object that
+    `SpecConfig` validates (no JSON text on the way)."""
     if unknown := set(changes) - set(CHANGEABLE):
         raise APIError(400, f"cannot change {sorted(unknown)} while serving; the switches "
                             f"are {list(CHANGEABLE)}", param="changes")
     changes = dict(changes)
-    if "spec" in changes:
-        spec = changes["spec"]
-        if spec is not None and not isinstance(spec, dict):
-            raise APIError(400, "spec must be an object like --speculative-config, or null",
-                           param="changes.spec")
+    if changes.get("spec") is not None:
         try:
-            import json
-
-            changes["spec"] = spec_config(json.dumps(spec)) if spec else None
+            changes["spec"] = SpecConfig.from_dict(changes["spec"])
         except (ValueError, TypeError) as exc:
             raise APIError(400, f"spec: {exc}", param="changes.spec") from None
     try:

@@ -4,7 +4,9 @@ outlives its connection.
 - A switch flip (`POST /v1/servelab/engine`) keeps the port and the join code: answers in
   flight finish (drain) or are cut with `engine_restarting` (abort), a question asked while
   the new engine is built waits for it instead of failing, and the step stream says
-  "restart" before it goes on with the new engine's steps.
+  "restart" before it goes on with the new engine's steps. The second flip goes the app's
+  way (`ClassServer.switch`): the class page's k reaches the new engine as
+  `num_speculative_tokens`, and the server reads back the shape it was sent.
 - A phone that loses its connection reattaches with its request id and its secret and reads
   the rest of its answer; another phone's secret gets 404.
 - A student's stream carries its own journey and nothing of anyone else's: over a class of
@@ -14,6 +16,7 @@ outlives its connection.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -21,6 +24,8 @@ import time
 import httpx
 import pytest
 
+from classroom.client import DEFAULT_SWITCHES, ClassServer, spec_of, switches_of
+from engine.config import SpecConfig
 from engine.server import ServerSettings
 from tests.conftest import running_server
 from tests.engine.server.test_student import join
@@ -97,11 +102,13 @@ def test_switch_flip_keeps_the_address_and_every_question(engine):
         vt = threading.Thread(target=viewer, daemon=True)
         vt.start()
         time.sleep(0.5)
+        # the second flip: what the class page sends, speculation with the teacher's k = 2
+        flip = {**DEFAULT_SWITCHES, "spec": "ngram", "k": 2}
+        teacher = ClassServer(url=url, join_code=JOIN, admin_key=ADMIN)
         for mode, changes, gen in (("drain", {"batching": "static",
                                               "kv_layout": "contiguous"}, 1),
                                    ("abort", {"batching": "continuous", "kv_layout": "paged",
-                                              "spec": {"method": "ngram",
-                                                       "num_speculative_tokens": 3}}, 2)):
+                                              "spec": spec_of(flip)}, 2)):
             results: dict[int, list] = {}
             started = threading.Barrier(4, timeout=120)
 
@@ -114,10 +121,12 @@ def test_switch_flip_keeps_the_address_and_every_question(engine):
                 p.start()
             started.wait()
             time.sleep(1.0)  # they are in the engine, mid-answer
-            r = c.post("/v1/servelab/engine", json={"changes": changes,
-                                                    "abort": mode == "abort",
-                                                    "drain_s": 60}, headers=TEACHER)
-            assert r.status_code == 202, r.text
+            if mode == "drain":
+                r = c.post("/v1/servelab/engine", json={"changes": changes, "abort": False,
+                                                        "drain_s": 60}, headers=TEACHER)
+                assert r.status_code == 202, r.text
+            else:  # the app's way: ClassServer.switch (it raises on anything but 202)
+                teacher.switch(flip, abort=True, drain_s=60)
             again = c.post("/v1/servelab/engine", json={"changes": changes}, headers=TEACHER)
             assert again.status_code in (409, 202)  # 202 only if the first already ended
             # a question asked during the change waits for the new engine and is answered
@@ -130,6 +139,10 @@ def test_switch_flip_keeps_the_address_and_every_question(engine):
                 got = st["config"][k]
                 assert (got["method"] if k == "spec" else got) == (
                     v["method"] if k == "spec" else v), (k, got)
+            if mode == "abort":  # k = 2 reached the new engine, and reads back as sent
+                assert app.state.loop.engine.config.spec == SpecConfig("ngram", 2)
+                assert st["config"]["spec"] == dataclasses.asdict(SpecConfig("ngram", 2))
+                assert switches_of(st["config"]) == flip
             for evs in results.values():
                 if mode == "drain":  # every answer finished on the old engine
                     assert evs[-1]["type"] == "done", evs[-3:]

@@ -1,11 +1,13 @@
 """`python -m engine.serve`'s flags: vLLM's speculative-config JSON, loopback detection (any
-other address needs a key), and bad flags refused with a message, before any model loads."""
+other address needs a key), and bad flags (`--engine-config` too) refused with a message
+naming what was wrong, before any model loads. The flags' match with `EngineConfig`:
+tests/engine/test_config_cli.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.config import SpecConfig
+from engine.config import EngineConfig, SpecConfig
 from engine.serve import build_parser, is_loopback, main, spec_config
 
 
@@ -42,6 +44,15 @@ def test_loopback():
     (["--enable-prefix-caching", "--kv-layout", "contiguous"], "enable_prefix_caching"),
     (["--weights", "int4"], "--weights"),
     (["--async-scheduling", "--batching", "static"], "async_scheduling"),
+    (["--dtype", "fp8"], "--dtype"),
+    (["--engine-config", '{"max_num_seqs": 8, "no_such_field": 1}'], "no_such_field"),
+    (["--engine-config", '{"max_num_seqs": 0}'], "max_num_seqs"),
+    (["--engine-config", '{"spec": {"method": "ngram", "k": 2}}'], "'k'"),
+    (["--engine-config", '{"max_num_seqs": 8,'], "not valid JSON"),
+    (["--engine-config", "[1]"], "--engine-config"),
+    (["--engine-config", "/no/such/config.json"], "/no/such/config.json"),
+    (["--engine-config", '{"spec": {"method": "ngram"}}', "--async-scheduling"],
+     "async_scheduling"),
 ])
 def test_bad_flags_exit_with_a_message(argv, needle, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -54,9 +65,10 @@ def test_bad_flags_exit_with_a_message(argv, needle, capsys):
 def test_weights_flag_takes_every_engine_choice():
     from engine.config import WEIGHTS
 
-    assert build_parser().parse_args([]).weights == "auto"
+    assert EngineConfig.from_args(build_parser().parse_args([])).weights == "auto"
     for name in WEIGHTS:
-        assert build_parser().parse_args(["--weights", name]).weights == name
+        args = build_parser().parse_args(["--weights", name])
+        assert EngineConfig.from_args(args).weights == name
 
 
 def test_record_and_no_step_stream_flags():
