@@ -215,13 +215,31 @@ def test_readme_names_commands():
     assert {"app", "test"} <= set(_readme_make_targets())
 
 
-@pytest.mark.parametrize("module", _readme_modules())
-def test_every_python_command_in_readme_answers_help(module):
+@pytest.fixture(scope="module")
+def helps() -> dict[str, tuple[int, str, str]]:
+    """`python -m MODULE --help` of every module README names, started all at once (each child
+    spends seconds importing torch: side by side they share the cores' idle time), as
+    module -> (exit code, stdout, stderr)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, f"python -m {module} --help: {proc.returncode}\n{proc.stderr[-2000:]}"
-    assert "usage" in proc.stdout.lower(), proc.stdout[-1000:]
+    procs = {m: subprocess.Popen([sys.executable, "-m", m, "--help"], cwd=ROOT, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for m in _readme_modules()}
+    out = {}
+    for m, proc in procs.items():
+        try:
+            stdout, stderr = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        out[m] = (proc.returncode, stdout, stderr)
+    return out
+
+
+@pytest.mark.parametrize("module", _readme_modules())
+def test_every_python_command_in_readme_answers_help(module, helps):
+    code, stdout, stderr = helps[module]
+    assert code == 0, f"python -m {module} --help: {code}\n{stderr[-2000:]}"
+    assert "usage" in stdout.lower(), stdout[-1000:]
 
 
 @pytest.mark.parametrize("target", _readme_make_targets())
