@@ -37,6 +37,16 @@ def pytest_configure(config):
         manifest_scanner.scan_component_manifests = functools.lru_cache(maxsize=1)(scan)
 
 
+def pytest_runtest_logreport(report):
+    """With SERVELAB_TIMELOG=PATH, each test phase's seconds are appended to PATH as it ends
+    (a long run can be read while it goes; the JUnit XML is written only at the end)."""
+    path = os.environ.get("SERVELAB_TIMELOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"{report.duration:8.2f} {report.when:8s} {report.outcome:7s} "
+                    f"{report.nodeid}\n")
+
+
 def require(present: bool, missing: str) -> None:
     """A system tool a test needs (`missing` says what to install): skip without it on a
     developer's machine, fail under CI (CI set), whose .ci/run installs every such tool, so a
