@@ -84,8 +84,14 @@ def test_every_page_loads(app, slug):
         assert at.button(key="ctl_step"), "the sidebar is missing"
 
 
-COMBOS = list(itertools.product(("static", "continuous"), ("contiguous", "paged"),
-                                ("off", "ngram", "draft")))
+# every pair of switch values meets in make test's six (pairwise: each batching with each
+# layout, each with each speculation method); make test-soak runs the other six as well
+PAIRWISE = {("static", "contiguous", "off"), ("continuous", "paged", "off"),
+            ("static", "paged", "ngram"), ("continuous", "contiguous", "ngram"),
+            ("static", "contiguous", "draft"), ("continuous", "paged", "draft")}
+COMBOS = [c if c in PAIRWISE else pytest.param(*c, marks=pytest.mark.soak)
+          for c in itertools.product(("static", "continuous"), ("contiguous", "paged"),
+                                     ("off", "ngram", "draft"))]
 
 
 @pytest.mark.parametrize("batching,kv_layout,spec", COMBOS)
