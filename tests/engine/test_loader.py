@@ -78,6 +78,16 @@ def test_pickle_only_folder_is_refused(tmp_path):
         hf_folder(str(tmp_path))
 
 
+def test_the_bundled_gguf_is_readable_on_a_fresh_machine():
+    """The bundled model's first start converts its GGUF file with transformers, which refuses
+    a GGUF file unless accelerate and gguf are installed. A warm cache never converts, so a
+    missing one shows only on a fresh machine (every engine there fails): check it here."""
+    from transformers.utils import is_accelerate_available, is_gguf_available
+
+    assert is_accelerate_available(), "pyproject.toml must depend on accelerate (GGUF reading)"
+    assert is_gguf_available(), "pyproject.toml must depend on gguf (GGUF reading)"
+
+
 def test_cache_is_a_plain_hf_folder():
     folder = hf_folder("smollm2-135m")
     assert (folder / "model.safetensors").is_file() and (folder / "config.json").is_file()
