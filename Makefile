@@ -33,9 +33,12 @@ serve: $(STAMP)
 
 # every behaviour, each long run at its small size (under 12 minutes on 2 cores); the JUnit
 # XML stays in build/ (gitignored) for `python tests/slowest.py`, which .ci/run prints.
-# --maxfail: a broken install fails every engine test; stop early and print why
+# Two xdist workers, each a module at a time (tests/conftest.py groups them; the browser
+# modules last); --maxfail: a broken install fails every engine test, so stop early, say why
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(VPY) -m pytest -q --maxfail=30 --junitxml=build/junit.xml
+	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
+	  --maxfail=30 --junitxml=build/junit.xml
 
 # the long runs at full size (marker soak: 1,000 simulated users, a class of sixty, forty
 # voting phones, the whole conformance budget, 64 guidellm streams); their figures come from

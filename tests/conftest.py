@@ -23,6 +23,16 @@ from benchmarks.workloads import PROBE_PROMPTS as PROMPTS  # noqa: F401  (tests 
 
 
 def pytest_configure(config):
+    """An xdist worker (make test runs two) takes its share of the cores for torch's threads
+    and its children's: two workers of two threads each on two cores would spin in each
+    other's OpenMP barriers."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+    _scan_streamlit_manifests_once()
+
+
+def _scan_streamlit_manifests_once():
     """Every AppTest scans all installed packages for streamlit "v2" component manifests
     (importlib.metadata over the whole venv, on a thread pool), once per AppTest: ~0.4 s alone,
     and many times that late in a full run. The installed packages do not change during a test
@@ -62,8 +72,29 @@ def require(present: bool, missing: str) -> None:
 def pytest_collection_modifyitems(config, items):
     """The browser tests run last, in their order: the session's chromium (playwright's sync
     API, `chromium` below) holds an event loop on the main thread while it is open, and
-    `asyncio.run` refuses to start under one (tests/browsing.py)."""
+    `asyncio.run` refuses to start under one (tests/browsing.py).
+
+    Under pytest-xdist (make test: `-n 2 --dist loadgroup --no-loadscope-reorder`) each test
+    gets a group, the unit one worker runs in order: its module (whose fixtures, a server or
+    an engine, start once), the Triton interpreter's modules together (one child process,
+    tests/kernels/conftest.py), and the browser modules in one group per worker, scheduled
+    last like the browser tests here, so a worker that opened chromium runs nothing after."""
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    browser_modules = sorted({item.path for item in items if item.get_closest_marker("browser")})
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        if item.get_closest_marker("browser"):
+            group = f"browser-{browser_modules.index(item.path) % workers}"
+        elif item.path.parent.name == "kernels":
+            group = "triton-interpreter"
+        else:
+            group = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
 
 
 @pytest.fixture(scope="session")

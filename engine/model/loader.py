@@ -11,6 +11,7 @@ Supported architectures: Llama / SmolLM, Qwen2 / Qwen2.5 (q/k/v bias), Qwen3 (q/
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -121,6 +122,25 @@ def _bundled_gguf(name: str) -> Path:
 _convert_lock = threading.Lock()
 
 
+@contextlib.contextmanager
+def _converting(out: Path):
+    """Held while `out` is converted: by one thread of this process, and (an flock on a file
+    beside it) by one process of this machine, so two processes that start on an empty cache
+    (the test workers, two servers) convert once and never replace a folder the other reads."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _convert_lock, open(out.parent / f".{out.name}.lock", "w") as f:
+        try:
+            import fcntl
+        except ImportError:  # no flock (Windows): one process at a time is the caller's to keep
+            yield
+            return
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def _convert_gguf(gguf: Path, out: Path, progress: Progress | None) -> None:
     """Dequantize a GGUF file once into a Hugging Face folder (safetensors + tokenizer)."""
     from safetensors.torch import save_file
@@ -165,9 +185,8 @@ def hf_folder(name: str, progress: Progress | None = None) -> Path:
     if name in BUNDLED_MODELS:
         out = cache_root() / name
         if not (out / "model.safetensors").is_file():
-            with _convert_lock:
+            with _converting(out):
                 if not (out / "model.safetensors").is_file():
-                    out.parent.mkdir(parents=True, exist_ok=True)
                     _convert_gguf(_bundled_gguf(name), out, progress)
         return out
     path = Path(name).expanduser()
@@ -178,9 +197,8 @@ def hf_folder(name: str, progress: Progress | None = None) -> Path:
         key = hashlib.sha1(f"{path.resolve()}:{path.stat().st_size}".encode()).hexdigest()[:12]
         out = cache_root() / f"gguf-{path.stem}-{key}"
         if not (out / "model.safetensors").is_file():
-            with _convert_lock:
+            with _converting(out):
                 if not (out / "model.safetensors").is_file():
-                    out.parent.mkdir(parents=True, exist_ok=True)
                     _convert_gguf(path, out, progress)
         return out
     if not path.exists():

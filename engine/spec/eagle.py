@@ -56,6 +56,8 @@ guesses, not from the target's features).
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,10 +127,16 @@ def save_weights(weights: dict[str, Tensor], path: Path, meta: dict | None = Non
     from safetensors.torch import save_file
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp),
-              metadata={k: str(v) for k, v in (meta or {}).items()})
-    tmp.replace(path)
+    # a name of its own, then one rename: two writers never share a half-written file
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp),
+                  metadata={k: str(v) for k, v in (meta or {}).items()})
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def load_weights(path: Path) -> tuple[dict[str, Tensor], dict]:

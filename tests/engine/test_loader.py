@@ -7,12 +7,15 @@ transformers, and our forward must give transformers' greedy tokens exactly.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.model.loader import ModelLoadError, hf_folder
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tiny(kind: str, path, tokenizer_src):
@@ -86,6 +89,22 @@ def test_the_bundled_gguf_is_readable_on_a_fresh_machine():
 
     assert is_accelerate_available(), "pyproject.toml must depend on accelerate (GGUF reading)"
     assert is_gguf_available(), "pyproject.toml must depend on gguf (GGUF reading)"
+
+
+def test_two_processes_convert_one_at_a_time(tmp_path):
+    """The conversion's lock holds across processes (two test workers or two servers starting
+    on an empty cache): the second waits for the first, then finds the folder made."""
+    import subprocess
+    import sys
+
+    code = ("import sys, time; from pathlib import Path; from engine.model import loader\n"
+            "with loader._converting(Path(sys.argv[1]) / 'm'):\n"
+            "    print(time.time(), flush=True); time.sleep(1.0); print(time.time())\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    spans = sorted(tuple(map(float, p.communicate(timeout=120)[0].split())) for p in procs)
+    assert all(p.returncode == 0 for p in procs)
+    assert spans[0][1] <= spans[1][0], f"both held the lock at once: {spans}"
 
 
 def test_cache_is_a_plain_hf_folder():
