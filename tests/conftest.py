@@ -51,7 +51,7 @@ def pytest_runtest_logreport(report):
     """With SERVELAB_TIMELOG=PATH, each test phase's seconds are appended to PATH as it ends
     (a long run can be read while it goes; the JUnit XML is written only at the end)."""
     path = os.environ.get("SERVELAB_TIMELOG")
-    if path:
+    if path and getattr(report, "node", None) is None:  # (xdist's controller: a worker's copy)
         with open(path, "a", encoding="utf-8") as f:
             f.write(f"{report.duration:8.2f} {report.when:8s} {report.outcome:7s} "
                     f"{report.nodeid}\n")
