@@ -28,7 +28,7 @@ from classroom.client import DEFAULT_SWITCHES, ClassServer, spec_of, switches_of
 from engine.config import SpecConfig
 from engine.server import ServerSettings
 from tests.conftest import running_server
-from tests.engine.server.test_student import join
+from tests.classroom.test_student import join
 
 JOIN, ADMIN = "join-code", "admin-key"
 STUDENT = {"Authorization": f"Bearer {JOIN}"}
