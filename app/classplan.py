@@ -405,10 +405,10 @@ STOPS: tuple[Stop, ...] = (
          Prediction(
              _T("TPOT：开投机 ÷ 不开？", "TPOT with speculation ÷ without?"),
              _LATENCY_CHOICES, (0.9, 1.1), tpot_ratio, expect=(0.95, math.inf),
-             why=_T("章节：满载时一步已经算满，验证的额外 token 不再免费，投机的收益缩水甚至变负。"
+             why=_T("章节：满载时一步已经算满，验证的额外 token 不再免费，投机的收益缩水，甚至倒亏。"
                     "在 CPU 上这一点来得更早（一次前向本来就受算力限制）；在 GPU 上要到大批量时才出现。",
                     "The chapter: at full load a step is already compute-bound, the extra verified "
-                    "tokens are no longer free, and speculation's gain shrinks or turns negative. "
+                    "tokens are no longer free, and speculation's gain shrinks or becomes a slowdown. "
                     "On a CPU this comes sooner (a pass is compute-bound already); on a GPU only at "
                     "large batches."),
              detail=latency_detail)),
@@ -443,10 +443,10 @@ SUMMARY: tuple[tuple[Text, tuple[str, ...]], ...] = (
         "verify them in one pass; with the acceptance rule the output follows the big "
         "model's own distribution."),
      ("draft",)),
-    (_T("前两招提吞吐，服务器越满越值；投机解码降单个请求的延迟，机器越闲越值，满载时收益会缩水甚至变负。",
+    (_T("前两招提吞吐，服务器越满越值；投机解码降单个请求的延迟，机器越闲越值，满载时收益会缩水，甚至倒亏。",
         "The first two fixes raise throughput and pay most on a full server; speculation "
-        "cuts one request's latency and pays most on an idle one, shrinking or turning "
-        "negative at full load."),
+        "cuts one request's latency and pays most on an idle one; at full load its gain "
+        "shrinks or becomes a slowdown."),
      ("draft", "quiet", "load")),
 )
 
