@@ -386,13 +386,16 @@ STOPS: tuple[Stop, ...] = (
              _T("TPOT：开投机 ÷ 不开？", "TPOT with speculation ÷ without?"),
              _LATENCY_CHOICES, (0.9, 1.1), tpot_ratio, expect=(0.0, 0.9),
              why=_T("章节：投机解码降的是单个请求的延迟，机器越闲越值。在 GPU 上，低负载时一步解码受内存带宽"
-                    "限制，多验证几个 token 几乎不加时间。CPU 上不是这样：录制的基准里（Zen 4），验证 4 个要花单 "
-                    f"token 步的 {figure_text('verify_4', 'zh')}，只有几乎不花时间、又多半猜对的草稿才赚得回来：n-gram 在照抄型回答上正是如此，"
+                    "限制，多验证几个 token 几乎不加时间。CPU 上不是这样：录制的基准里（Zen 4），k = 4 时一次验证要算 "
+                    f"5 个 token，约是单 token 步的 {figure_text('verify_5', 'zh')}（实测 4 个是 "
+                    f"{figure_text('verify_4', 'zh')}，8 个是 {figure_text('verify_8', 'zh')}），只有几乎不花时间、又多半猜对的草稿才赚得回来：n-gram 在照抄型回答上正是如此，"
                     "所以 TPOT 下降；TTFT（预填充）不受影响。",
                     "The chapter: speculation cuts one request's latency and pays most on an idle "
                     "machine. On a GPU at low load a decode step is bound by memory bandwidth and "
                     "verifying a few more tokens adds little time. Not on a CPU: in the recorded bench "
-                    f"(Zen 4) verifying 4 costs {figure_text('verify_4', 'en')} a one-token step, "
+                    "(Zen 4) with k = 4 a verification covers 5 tokens and costs about "
+                    f"{figure_text('verify_5', 'en')} a one-token step ({figure_text('verify_4', 'en')} "
+                    f"measured for 4, {figure_text('verify_8', 'en')} for 8), "
                     "so only drafts that cost almost nothing and are mostly right pay, as n-gram's are on answers that copy the prompt: "
                     "TPOT falls; TTFT (the prefill) does not change."),
              detail=latency_detail)),

@@ -308,6 +308,8 @@ def test_the_arithmetic_figures_are_right():
     assert figs["hall_ratio"] == figs["hall_paged_fit"] / figs["hall_contiguous_fit"]
     assert figs["hall_more"] == figs["hall_ratio"] - 1
     assert figs["alpha_08_k4"] == round((1 - 0.8 ** 5) / 0.2, 2)
+    # k = 4 verifies 5 tokens: the cost between the recorded 4 and 8
+    assert figs["verify_5"] == round(figs["verify_4"] + (figs["verify_8"] - figs["verify_4"]) / 4, 1)
     assert figs["alpha_03_k4"] == round((1 - 0.3 ** 5) / 0.7, 2)
     assert figs["smollm2_kv_per_token"] == 2 * 30 * 3 * 64 * 2 / 1024
     assert figs["llama2_kv_per_token"] == 2 * 32 * 32 * 128 * 2 / 2 ** 20
