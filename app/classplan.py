@@ -342,7 +342,7 @@ STOPS: tuple[Stop, ...] = (
                     "early at EOS, and paged holds only the blocks written, so the same budget "
                     "fits many more requests at once."))),
     Stop("waste", 5, "paging",
-         _T("预留了，却没写进 token", "Reserved, never written"),
+         _T("预留了，还没写进 token", "Reserved, not yet written"),
          _T("整块预留时，占着的显存里有多少真的存着 token？",
             "With contiguous reservations, how much of the held memory holds real tokens?"),
          _knobs(batching="continuous", kv_layout="contiguous", workload="chat",
@@ -353,14 +353,19 @@ STOPS: tuple[Stop, ...] = (
              (_T("不到 40%", "Under 40%"), _T("40% 到 75%", "40% to 75%"),
               _T("75% 以上", "75% or more")),
              (0.40, 0.75), contiguous_useful, "{:.0%}", expect=(0.0, 0.5),
-             why=_T("回答在 EOS 处结束，远不到 max_tokens：每段预留里，一部分在等以后的 token（预留未用），"
-                    "大半永远不会被写入（内部碎片）——章节说的“60% 以上被浪费”就是这类浪费，"
-                    "只是分母不同（见下）。分页只剩每个请求最后一块没写满的部分。",
-                    "Answers end at EOS far below max_tokens: of each reservation, some waits for "
-                    "tokens still to come (reserved) and most is never written (internal "
-                    "fragmentation), the kind of waste behind the chapter's \"60%+ wasted\", "
-                    "though counted over another divisor (below). Paged leaves only each "
-                    "request's last, partly filled block."),
+             why=_T("回答在 EOS 处结束，远不到 max_tokens。请求还在跑时，预留里的斜纹部分只是「还没写」："
+                    "有的在等以后的 token（预留未用），有的等回答在 EOS 处停下就再也不会写入（内部碎片）；"
+                    "哪些属于哪种，要到请求结束、整段预留一起释放时才知道。这种占着却空着的空间，"
+                    "就是章节说的“60% 以上被浪费”那类浪费，只是分母不同（见下）。"
+                    "分页只剩每个请求最后一块没写满的部分。",
+                    "Answers end at EOS far below max_tokens. While a request runs, the hatched "
+                    "part of its reservation is not yet written: some of it waits for tokens still "
+                    "to come (reserved), the rest will never be written once the answer stops at "
+                    "EOS (internal fragmentation), and which is which is known only when the "
+                    "request ends and its whole reservation is freed. Room held but empty is the "
+                    "kind of waste behind the chapter's \"60%+ wasted\", though counted over "
+                    "another divisor (below). Paged leaves only each request's last, partly "
+                    "filled block."),
              detail=waste_detail)),
     Stop("draft", 5, "speculation",
          _T("先起草，后验证", "Draft, then verify"),
