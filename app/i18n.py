@@ -999,10 +999,10 @@ STRINGS.update({
     "beyond.acc.header": {"zh": "接受规则：两组柱子的重叠就是接受概率",
                           "en": "The acceptance rule: the overlap of the two bar charts is the acceptance probability"},
     "beyond.acc.source": {
-        "zh": "目标分布 p（实测）：{model} 在「{prompt}」之后下一个 token 概率最高的 {n} 个，"
+        "zh": "目标分布 p（录制的模型输出）：{model} 在「{prompt}」之后下一个 token 概率最高的 {n} 个，"
               "只在这 {n} 个里重新归一化（相当于 top-k = {n} 采样真正采样的分布）；"
               "命令 `{command}`，机器：{machine}，{date}。草稿分布 q 由 p 变形而来（计算所得），用下面的滑块拖动。",
-        "en": "Target p (measured): {model}'s {n} most likely next tokens after \"{prompt}\", "
+        "en": "Target p (recorded model output): {model}'s {n} most likely next tokens after \"{prompt}\", "
               "renormalised over those {n} (the distribution top-k = {n} sampling really samples); "
               "`{command}` on {machine}, {date}. The draft q is made from p (computed): drag it "
               "with the sliders."},
@@ -1056,7 +1056,7 @@ STRINGS.update({
               "（{{source:h100-datasheet}}）；H200 SXM：{{figure:h200_bandwidth}}、{{figure:h200_bf16_tflops}}、"
               "{{figure:h200_memory}}（{{source:h200-datasheet}}）。每步：字节 = 权重 + 批内每个请求读一遍它的 KV；"
               "FLOPs ≈ 2 × 参数量 × 新 token 数 + 注意力（每层 4 × d_model × 上下文 × 新 token 数）；"
-              "时间 = max(字节 ÷ 带宽, FLOPs ÷ 峰值算力)。真实内核达不到峰值，这里给的是上限。",
+              "时间 = max(字节 ÷ 带宽, FLOPs ÷ 峰值算力)。真实内核达不到峰值：这里的步时是下限（实际只会更慢），加速比是理想值。",
         "en": "Computed, not measured. Model: Llama-2-7B's shape, {{figure:llama2_7b_params}} "
               "parameters ({{source:llama2}}), bf16 weights and KV, {{figure:llama2_kv_per_token}} "
               "of KV per token. H100 SXM: {{figure:h100_bandwidth}}, dense BF16 "
@@ -1065,7 +1065,8 @@ STRINGS.update({
               "{{figure:h200_memory}} ({{source:h200-datasheet}}). Per step: bytes = weights + each "
               "request's KV read once; FLOPs ≈ 2 × parameters × new tokens + attention (per layer "
               "4 × d_model × context × new tokens); time = max(bytes ÷ bandwidth, FLOPs ÷ peak). "
-              "Real kernels reach neither peak: these are bounds."},
+              "Real kernels reach neither peak: the step times are lower bounds (real ones are "
+              "slower) and the speedups are ideal."},
     "beyond.roof.gpu": {"zh": "GPU", "en": "GPU"},
     "beyond.roof.context": {"zh": "每个请求已有的上下文（token）", "en": "Context already cached per request (tokens)"},
     "beyond.roof.k": {"zh": "每轮起草的 token 数 k", "en": "Tokens drafted per round, k"},
