@@ -294,6 +294,7 @@ def test_q4_1_bits_come_from_the_engines_block_size():
     figs = load_figures()["figures"]
     assert figs["q4_1_bits"]["value"] == BLOCK_BYTES["q4_1"] * 8 / 32 == 5.0
     assert figs["q4_0_bits"]["value"] == 18 * 8 / 32 == 4.5  # ggml's Q4_0: fp16 scale + 16 bytes
+    assert figs["q8_0_bits"]["value"] == BLOCK_BYTES["q8_0"] * 8 / 32 == 8.5  # the embedding's
     for lang in LANGS:
         text = load_lesson("beyond", lang)
         assert "Q4_1" in text and f"{figure_text('q4_1_bits', lang)}" in text
