@@ -906,7 +906,7 @@ STRINGS.update({
                          "en": " (no network address found: this computer only)"},
     "cls.kv.knob": {"zh": "KV 块数（全班共用的池）", "en": "KV blocks (the class's pool)"},
     "cls.kv.knob.help": {
-        "zh": "全班共用的 KV 池有多少块（每块 16 个词元）。默认大小让三十人的班级能明显填满它；"
+        "zh": "全班共用的 KV 池有多少块（每块 16 个 token）。默认大小让三十人的班级能明显填满它；"
               "调小就能看到请求因 KV 已满而在门口等待。",
         "en": "How many blocks (16 tokens each) the class's KV pool holds. The default is "
               "sized so a class of thirty visibly fills it; make it smaller to see requests "
@@ -973,15 +973,15 @@ STRINGS.update({
     "cls.door": {"zh": "门口等待：{n}", "en": "At the door: {n}"},
     "cls.door.more": {"zh": "另有 {n} 名学生", "en": "+{n} students"},
     "cls.door.sims": {"zh": "{n} 个模拟用户", "en": "{n} simulated"},
-    "cls.student.row": {"zh": "座位 {seat}，{blocks} 个块，{tokens} 个词元 · {state}",
+    "cls.student.row": {"zh": "座位 {seat}，{blocks} 个块，{tokens} 个 token · {state}",
                         "en": "seat {seat}, {blocks} blocks, {tokens} tokens · {state}"},
     "cls.state.waiting": {"zh": "等待中", "en": "waiting"},
     "cls.state.seated": {"zh": "已就座", "en": "seated"},
     "cls.state.answered": {"zh": "已答完", "en": "answered"},
     "seats.state.answered": {"zh": "已答完", "en": "answered"},
-    "cls.kv.block": {"zh": "块 #{n} · {who} · {tokens}/{size} 个词元",
+    "cls.kv.block": {"zh": "块 #{n} · {who} · {tokens}/{size} 个 token",
                      "en": "block #{n} · {who} · {tokens}/{size} tokens"},
-    "cls.kv.size": {"zh": "KV 池：已用 {used} / {total} 块（{pct}%），每块 {bs} 个词元",
+    "cls.kv.size": {"zh": "KV 池：已用 {used} / {total} 块（{pct}%），每块 {bs} 个 token",
                     "en": "KV pool: {used} of {total} blocks in use ({pct}%), {bs} tokens each"},
 })
 
