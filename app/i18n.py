@@ -336,14 +336,14 @@ STRINGS: dict[str, dict[str, str]] = {
                           "en": "Step {step}: the engine chose k = {k}, the draft length it "
                                 "expects to give the most tokens per second."},
     "spec.adaptive_explored": {
-        "zh": "第 {step} 步：测量绕行，用了 k = {k}（当前最佳估计是 k = {best}）；"
+        "zh": "第 {step} 步：试探一步，用了 k = {k}（当前最佳估计是 k = {best}）；"
               "每 {every} 步换一个 k 试一次，好让每个 k 的耗时都有实测值。",
         "en": "Step {step}: a measuring detour at k = {k} (the best estimate is k = {best}); "
               "one step in {every} tries another k so that each k's cost is measured."},
     "spec.adaptive_title": {"zh": "这一步各 k 预计的 token/秒",
                             "en": "Expected tokens/s by k, this step"},
     "spec.adaptive_y": {"zh": "预计 token/秒", "en": "expected tokens/s"},
-    "spec.k_history_title": {"zh": "每步的 k（橙点：测量绕行）",
+    "spec.k_history_title": {"zh": "每步的 k（橙点：试探的步）",
                              "en": "k at each step (orange: detours)"},
     "spec.step_axis": {"zh": "步", "en": "step"},
     "spec.adaptive_caption": {
