@@ -607,12 +607,14 @@ STRINGS: dict[str, dict[str, str]] = {
     "gauge.itl": {"zh": "ITL 中位数", "en": "ITL p50"},
     "gauge.itl.help": {"zh": "token 间延迟：同一请求相邻两次收到 token 的间隔，每次交付算一个样本。"
                              "和 TPOT 不是同一个量：投机一次交付好几个 token，TPOT 把这段时间摊到每个 token 上，比 ITL 低；"
-                             "ITL 则约等于一轮投机（起草 + 验证）的时间。",
+                             "ITL 则约等于一轮投机（起草 + 验证）的时间。叫法各处不一：vLLM 的投机解码文档说的"
+                             "「token 间延迟」，指的是这里的 TPOT。",
                        "en": "Inter-token latency: the gap between two deliveries of a "
                              "request's tokens, one sample per delivery. Not the same as TPOT: "
                              "speculation delivers several tokens at once, so TPOT (the time spread "
                              "over the tokens) is lower than ITL, which is about one speculative "
-                             "round (draft + verify)."},
+                             "round (draft + verify). Names vary: vLLM's speculative decoding docs "
+                             "say \"inter-token latency\" for what this app calls TPOT."},
     "gauge.tokens_per_pass": {"zh": "每次目标前向的 token", "en": "Tokens per target pass"},
     "gauge.tokens_per_pass.help": {"zh": "每次验证产出的 token（接受的草稿 + 目标自己的 1 个）；"
                                          "不投机时为 —。",
