@@ -342,7 +342,7 @@ STOPS: tuple[Stop, ...] = (
                     "early at EOS, and paged holds only the blocks written, so the same budget "
                     "fits many more requests at once."))),
     Stop("waste", 5, "paging",
-         _T("预留了，却没写进 token", "Reserved, never written"),
+         _T("预留了，还没写进 token", "Reserved, not yet written"),
          _T("整块预留时，占着的显存里有多少真的存着 token？",
             "With contiguous reservations, how much of the held memory holds real tokens?"),
          _knobs(batching="continuous", kv_layout="contiguous", workload="chat",
@@ -353,14 +353,19 @@ STOPS: tuple[Stop, ...] = (
              (_T("不到 40%", "Under 40%"), _T("40% 到 75%", "40% to 75%"),
               _T("75% 以上", "75% or more")),
              (0.40, 0.75), contiguous_useful, "{:.0%}", expect=(0.0, 0.5),
-             why=_T("回答在 EOS 处结束，远不到 max_tokens：每段预留里，一部分在等以后的 token（预留未用），"
-                    "大半永远不会被写入（内部碎片）——章节说的“60% 以上被浪费”就是这类浪费，"
-                    "只是分母不同（见下）。分页只剩每个请求最后一块没写满的部分。",
-                    "Answers end at EOS far below max_tokens: of each reservation, some waits for "
-                    "tokens still to come (reserved) and most is never written (internal "
-                    "fragmentation), the kind of waste behind the chapter's \"60%+ wasted\", "
-                    "though counted over another divisor (below). Paged leaves only each "
-                    "request's last, partly filled block."),
+             why=_T("回答在 EOS 处结束，远不到 max_tokens。请求还在跑时，预留里的斜纹部分只是「还没写」："
+                    "有的在等以后的 token（预留未用），有的等回答在 EOS 处停下就再也不会写入（内部碎片）；"
+                    "哪些属于哪种，要到请求结束、整段预留一起释放时才知道。这种占着却空着的空间，"
+                    "就是章节说的“60% 以上被浪费”那类浪费，只是分母不同（见下）。"
+                    "分页只剩每个请求最后一块没写满的部分。",
+                    "Answers end at EOS far below max_tokens. While a request runs, the hatched "
+                    "part of its reservation is not yet written: some of it waits for tokens still "
+                    "to come (reserved), the rest will never be written once the answer stops at "
+                    "EOS (internal fragmentation), and which is which is known only when the "
+                    "request ends and its whole reservation is freed. Room held but empty is the "
+                    "kind of waste behind the chapter's \"60%+ wasted\", though counted over "
+                    "another divisor (below). Paged leaves only each request's last, partly "
+                    "filled block."),
              detail=waste_detail)),
     Stop("draft", 5, "speculation",
          _T("先起草，后验证", "Draft, then verify"),
@@ -386,13 +391,16 @@ STOPS: tuple[Stop, ...] = (
              _T("TPOT：开投机 ÷ 不开？", "TPOT with speculation ÷ without?"),
              _LATENCY_CHOICES, (0.9, 1.1), tpot_ratio, expect=(0.0, 0.9),
              why=_T("章节：投机解码降的是单个请求的延迟，机器越闲越值。在 GPU 上，低负载时一步解码受内存带宽"
-                    "限制，多验证几个 token 几乎不加时间。CPU 上不是这样：录制的基准里（Zen 4），验证 4 个要花单 "
-                    f"token 步的 {figure_text('verify_4', 'zh')}，只有几乎不花时间、又多半猜对的草稿才赚得回来：n-gram 在照抄型回答上正是如此，"
+                    "限制，多验证几个 token 几乎不加时间。CPU 上不是这样：录制的基准里（Zen 4），k = 4 时一次验证要算 "
+                    f"5 个 token，约是单 token 步的 {figure_text('verify_5', 'zh')}（实测 4 个是 "
+                    f"{figure_text('verify_4', 'zh')}，8 个是 {figure_text('verify_8', 'zh')}），只有几乎不花时间、又多半猜对的草稿才赚得回来：n-gram 在照抄型回答上正是如此，"
                     "所以 TPOT 下降；TTFT（预填充）不受影响。",
                     "The chapter: speculation cuts one request's latency and pays most on an idle "
                     "machine. On a GPU at low load a decode step is bound by memory bandwidth and "
                     "verifying a few more tokens adds little time. Not on a CPU: in the recorded bench "
-                    f"(Zen 4) verifying 4 costs {figure_text('verify_4', 'en')} a one-token step, "
+                    "(Zen 4) with k = 4 a verification covers 5 tokens and costs about "
+                    f"{figure_text('verify_5', 'en')} a one-token step ({figure_text('verify_4', 'en')} "
+                    f"measured for 4, {figure_text('verify_8', 'en')} for 8), "
                     "so only drafts that cost almost nothing and are mostly right pay, as n-gram's are on answers that copy the prompt: "
                     "TPOT falls; TTFT (the prefill) does not change."),
              detail=latency_detail)),
@@ -405,10 +413,10 @@ STOPS: tuple[Stop, ...] = (
          Prediction(
              _T("TPOT：开投机 ÷ 不开？", "TPOT with speculation ÷ without?"),
              _LATENCY_CHOICES, (0.9, 1.1), tpot_ratio, expect=(0.95, math.inf),
-             why=_T("章节：满载时一步已经算满，验证的额外 token 不再免费，投机的收益缩水甚至变负。"
+             why=_T("章节：满载时一步已经算满，验证的额外 token 不再免费，投机的收益缩水，甚至倒亏。"
                     "在 CPU 上这一点来得更早（一次前向本来就受算力限制）；在 GPU 上要到大批量时才出现。",
                     "The chapter: at full load a step is already compute-bound, the extra verified "
-                    "tokens are no longer free, and speculation's gain shrinks or turns negative. "
+                    "tokens are no longer free, and speculation's gain shrinks or becomes a slowdown. "
                     "On a CPU this comes sooner (a pass is compute-bound already); on a GPU only at "
                     "large batches."),
              detail=latency_detail)),
@@ -443,10 +451,10 @@ SUMMARY: tuple[tuple[Text, tuple[str, ...]], ...] = (
         "verify them in one pass; with the acceptance rule the output follows the big "
         "model's own distribution."),
      ("draft",)),
-    (_T("前两招提吞吐，服务器越满越值；投机解码降单个请求的延迟，机器越闲越值，满载时收益会缩水甚至变负。",
+    (_T("前两招提吞吐，服务器越满越值；投机解码降单个请求的延迟，机器越闲越值，满载时收益会缩水，甚至倒亏。",
         "The first two fixes raise throughput and pay most on a full server; speculation "
-        "cuts one request's latency and pays most on an idle one, shrinking or turning "
-        "negative at full load."),
+        "cuts one request's latency and pays most on an idle one; at full load its gain "
+        "shrinks or becomes a slowdown."),
      ("draft", "quiet", "load")),
 )
 

@@ -336,14 +336,14 @@ STRINGS: dict[str, dict[str, str]] = {
                           "en": "Step {step}: the engine chose k = {k}, the draft length it "
                                 "expects to give the most tokens per second."},
     "spec.adaptive_explored": {
-        "zh": "第 {step} 步：测量绕行，用了 k = {k}（当前最佳估计是 k = {best}）；"
+        "zh": "第 {step} 步：试探一步，用了 k = {k}（当前最佳估计是 k = {best}）；"
               "每 {every} 步换一个 k 试一次，好让每个 k 的耗时都有实测值。",
         "en": "Step {step}: a measuring detour at k = {k} (the best estimate is k = {best}); "
               "one step in {every} tries another k so that each k's cost is measured."},
     "spec.adaptive_title": {"zh": "这一步各 k 预计的 token/秒",
                             "en": "Expected tokens/s by k, this step"},
     "spec.adaptive_y": {"zh": "预计 token/秒", "en": "expected tokens/s"},
-    "spec.k_history_title": {"zh": "每步的 k（橙点：测量绕行）",
+    "spec.k_history_title": {"zh": "每步的 k（橙点：试探的步）",
                              "en": "k at each step (orange: detours)"},
     "spec.step_axis": {"zh": "步", "en": "step"},
     "spec.adaptive_caption": {
@@ -607,12 +607,14 @@ STRINGS: dict[str, dict[str, str]] = {
     "gauge.itl": {"zh": "ITL 中位数", "en": "ITL p50"},
     "gauge.itl.help": {"zh": "token 间延迟：同一请求相邻两次收到 token 的间隔，每次交付算一个样本。"
                              "和 TPOT 不是同一个量：投机一次交付好几个 token，TPOT 把这段时间摊到每个 token 上，比 ITL 低；"
-                             "ITL 则约等于一轮投机（起草 + 验证）的时间。",
+                             "ITL 则约等于一轮投机（起草 + 验证）的时间。叫法各处不一：vLLM 的投机解码文档说的"
+                             "「token 间延迟」，指的是这里的 TPOT。",
                        "en": "Inter-token latency: the gap between two deliveries of a "
                              "request's tokens, one sample per delivery. Not the same as TPOT: "
                              "speculation delivers several tokens at once, so TPOT (the time spread "
                              "over the tokens) is lower than ITL, which is about one speculative "
-                             "round (draft + verify)."},
+                             "round (draft + verify). Names vary: vLLM's speculative decoding docs "
+                             "say \"inter-token latency\" for what this app calls TPOT."},
     "gauge.tokens_per_pass": {"zh": "每次目标前向的 token", "en": "Tokens per target pass"},
     "gauge.tokens_per_pass.help": {"zh": "每次验证产出的 token（接受的草稿 + 目标自己的 1 个）；"
                                          "不投机时为 —。",
@@ -906,7 +908,7 @@ STRINGS.update({
                          "en": " (no network address found: this computer only)"},
     "cls.kv.knob": {"zh": "KV 块数（全班共用的池）", "en": "KV blocks (the class's pool)"},
     "cls.kv.knob.help": {
-        "zh": "全班共用的 KV 池有多少块（每块 16 个词元）。默认大小让三十人的班级能明显填满它；"
+        "zh": "全班共用的 KV 池有多少块（每块 16 个 token）。默认大小让三十人的班级能明显填满它；"
               "调小就能看到请求因 KV 已满而在门口等待。",
         "en": "How many blocks (16 tokens each) the class's KV pool holds. The default is "
               "sized so a class of thirty visibly fills it; make it smaller to see requests "
@@ -973,15 +975,15 @@ STRINGS.update({
     "cls.door": {"zh": "门口等待：{n}", "en": "At the door: {n}"},
     "cls.door.more": {"zh": "另有 {n} 名学生", "en": "+{n} students"},
     "cls.door.sims": {"zh": "{n} 个模拟用户", "en": "{n} simulated"},
-    "cls.student.row": {"zh": "座位 {seat}，{blocks} 个块，{tokens} 个词元 · {state}",
+    "cls.student.row": {"zh": "座位 {seat}，{blocks} 个块，{tokens} 个 token · {state}",
                         "en": "seat {seat}, {blocks} blocks, {tokens} tokens · {state}"},
     "cls.state.waiting": {"zh": "等待中", "en": "waiting"},
     "cls.state.seated": {"zh": "已就座", "en": "seated"},
     "cls.state.answered": {"zh": "已答完", "en": "answered"},
     "seats.state.answered": {"zh": "已答完", "en": "answered"},
-    "cls.kv.block": {"zh": "块 #{n} · {who} · {tokens}/{size} 个词元",
+    "cls.kv.block": {"zh": "块 #{n} · {who} · {tokens}/{size} 个 token",
                      "en": "block #{n} · {who} · {tokens}/{size} tokens"},
-    "cls.kv.size": {"zh": "KV 池：已用 {used} / {total} 块（{pct}%），每块 {bs} 个词元",
+    "cls.kv.size": {"zh": "KV 池：已用 {used} / {total} 块（{pct}%），每块 {bs} 个 token",
                     "en": "KV pool: {used} of {total} blocks in use ({pct}%), {bs} tokens each"},
 })
 
@@ -999,10 +1001,10 @@ STRINGS.update({
     "beyond.acc.header": {"zh": "接受规则：两组柱子的重叠就是接受概率",
                           "en": "The acceptance rule: the overlap of the two bar charts is the acceptance probability"},
     "beyond.acc.source": {
-        "zh": "目标分布 p（实测）：{model} 在「{prompt}」之后下一个 token 概率最高的 {n} 个，"
+        "zh": "目标分布 p（录制的模型输出）：{model} 在「{prompt}」之后下一个 token 概率最高的 {n} 个，"
               "只在这 {n} 个里重新归一化（相当于 top-k = {n} 采样真正采样的分布）；"
               "命令 `{command}`，机器：{machine}，{date}。草稿分布 q 由 p 变形而来（计算所得），用下面的滑块拖动。",
-        "en": "Target p (measured): {model}'s {n} most likely next tokens after \"{prompt}\", "
+        "en": "Target p (recorded model output): {model}'s {n} most likely next tokens after \"{prompt}\", "
               "renormalised over those {n} (the distribution top-k = {n} sampling really samples); "
               "`{command}` on {machine}, {date}. The draft q is made from p (computed): drag it "
               "with the sliders."},
@@ -1056,7 +1058,7 @@ STRINGS.update({
               "（{{source:h100-datasheet}}）；H200 SXM：{{figure:h200_bandwidth}}、{{figure:h200_bf16_tflops}}、"
               "{{figure:h200_memory}}（{{source:h200-datasheet}}）。每步：字节 = 权重 + 批内每个请求读一遍它的 KV；"
               "FLOPs ≈ 2 × 参数量 × 新 token 数 + 注意力（每层 4 × d_model × 上下文 × 新 token 数）；"
-              "时间 = max(字节 ÷ 带宽, FLOPs ÷ 峰值算力)。真实内核达不到峰值，这里给的是上限。",
+              "时间 = max(字节 ÷ 带宽, FLOPs ÷ 峰值算力)。真实内核达不到峰值：这里的步时是下限（实际只会更慢），加速比是理想值。",
         "en": "Computed, not measured. Model: Llama-2-7B's shape, {{figure:llama2_7b_params}} "
               "parameters ({{source:llama2}}), bf16 weights and KV, {{figure:llama2_kv_per_token}} "
               "of KV per token. H100 SXM: {{figure:h100_bandwidth}}, dense BF16 "
@@ -1065,7 +1067,8 @@ STRINGS.update({
               "{{figure:h200_memory}} ({{source:h200-datasheet}}). Per step: bytes = weights + each "
               "request's KV read once; FLOPs ≈ 2 × parameters × new tokens + attention (per layer "
               "4 × d_model × context × new tokens); time = max(bytes ÷ bandwidth, FLOPs ÷ peak). "
-              "Real kernels reach neither peak: these are bounds."},
+              "Real kernels reach neither peak: the step times are lower bounds (real ones are "
+              "slower) and the speedups are ideal."},
     "beyond.roof.gpu": {"zh": "GPU", "en": "GPU"},
     "beyond.roof.context": {"zh": "每个请求已有的上下文（token）", "en": "Context already cached per request (tokens)"},
     "beyond.roof.k": {"zh": "每轮起草的 token 数 k", "en": "Tokens drafted per round, k"},

@@ -254,7 +254,7 @@ def test_measured_figures_match_their_recorded_runs():
         if "json" not in fig:
             continue
         recorded = json.loads((ROOT / src["file"]).read_text(encoding="utf-8"))
-        got = _json_value(recorded, fig["json"])
+        got = _json_value(recorded, fig["json"]) * fig.get("scale", 1)  # e.g. seconds -> ms
         assert round(got, fig["decimals"]) == pytest.approx(fig["value"]), (name, got)
         checked += 1
     assert checked >= 10
@@ -294,6 +294,7 @@ def test_q4_1_bits_come_from_the_engines_block_size():
     figs = load_figures()["figures"]
     assert figs["q4_1_bits"]["value"] == BLOCK_BYTES["q4_1"] * 8 / 32 == 5.0
     assert figs["q4_0_bits"]["value"] == 18 * 8 / 32 == 4.5  # ggml's Q4_0: fp16 scale + 16 bytes
+    assert figs["q8_0_bits"]["value"] == BLOCK_BYTES["q8_0"] * 8 / 32 == 8.5  # the embedding's
     for lang in LANGS:
         text = load_lesson("beyond", lang)
         assert "Q4_1" in text and f"{figure_text('q4_1_bits', lang)}" in text
@@ -308,6 +309,8 @@ def test_the_arithmetic_figures_are_right():
     assert figs["hall_ratio"] == figs["hall_paged_fit"] / figs["hall_contiguous_fit"]
     assert figs["hall_more"] == figs["hall_ratio"] - 1
     assert figs["alpha_08_k4"] == round((1 - 0.8 ** 5) / 0.2, 2)
+    # k = 4 verifies 5 tokens: the cost between the recorded 4 and 8
+    assert figs["verify_5"] == round(figs["verify_4"] + (figs["verify_8"] - figs["verify_4"]) / 4, 1)
     assert figs["alpha_03_k4"] == round((1 - 0.3 ** 5) / 0.7, 2)
     assert figs["smollm2_kv_per_token"] == 2 * 30 * 3 * 64 * 2 / 1024
     assert figs["llama2_kv_per_token"] == 2 * 32 * 32 * 128 * 2 / 2 ** 20

@@ -27,6 +27,7 @@ from app.lessons import (  # noqa: E402
     parse_quiz,
     search_terms,
 )
+from app.figures import fill_figures  # noqa: E402
 from app.pagelist import PAGE_TABLE  # noqa: E402
 
 # the chapter sits in shared/ beside the repository (CI lays it there), else at /work/shared
@@ -252,6 +253,63 @@ def test_the_length_and_why_checks_can_fail():
     for lang in LANGS:
         assert len(_right_is_longest(broken, lang)) == len(broken.questions)
     assert _choices_without_why(broken) == [f"{last['id']} choice {wrong}"]
+
+
+# ---------------------------------------------------------------- the pre- and post-test
+
+MAX_KEY_LONGEST = 2  # items of a form whose key may be the strictly longest choice
+MAX_LENGTH_RATIO = 1.25  # an item's longest choice over its shortest
+
+
+def _test_forms(pretest: dict, quiz: dict) -> dict[str, list[tuple[str, list[dict], int]]]:
+    """lessons/pretest.json's two forms: for each item, (pair id, its four choices, the key's
+    index); form A's items are self-test questions of quiz.json, form B's their twins."""
+    questions = {q["id"]: q for q in quiz["questions"]}
+    forms: dict[str, list] = {"A": [], "B": []}
+    for pair in pretest["pairs"]:
+        for form, choices in (("A", questions[pair["A"]["quiz"]]["choices"]),
+                              ("B", pair["B"]["choices"])):
+            key = next(i for i, c in enumerate(choices) if c.get("correct"))
+            forms[form].append((pair["id"], choices, key))
+    return forms
+
+
+def _length_tells(forms: dict) -> list[str]:
+    """What lets a test-wise student guess by length, per form and language: the key strictly
+    longest in more than MAX_KEY_LONGEST items, or a choice over MAX_LENGTH_RATIO times the
+    shortest of its item (characters, figures filled in as the student reads them)."""
+    tells = []
+    for form, items in forms.items():
+        for lang in LANGS:
+            key_longest = []
+            for pid, choices, key in items:
+                lengths = [len(fill_figures(c[lang], lang)) for c in choices]
+                if lengths[key] > max(n for i, n in enumerate(lengths) if i != key):
+                    key_longest.append(pid)
+                if max(lengths) > MAX_LENGTH_RATIO * min(lengths):
+                    tells.append(f"{form} {lang} {pid}: lengths {lengths}")
+            if len(key_longest) > MAX_KEY_LONGEST:
+                tells.append(f"{form} {lang}: the key is the longest choice in {key_longest}")
+    return tells
+
+
+def test_the_pre_and_post_tests_keys_are_not_told_by_length():
+    """Both forms feed the class's gain (Hake's g, d_z): in neither form, in neither language,
+    may the right choice stand out by its length."""
+    pretest = json.loads((LESSONS_DIR / "pretest.json").read_text(encoding="utf-8"))
+    tells = _length_tells(_test_forms(pretest, quiz_data()))
+    assert not tells, "choices guessable by length:\n" + "\n".join(tells)
+
+
+def test_the_test_forms_length_check_can_fail():
+    pretest = json.loads((LESSONS_DIR / "pretest.json").read_text(encoding="utf-8"))
+    for pair in pretest["pairs"]:
+        key = next(c for c in pair["B"]["choices"] if c.get("correct"))
+        key.update(zh=key["zh"] + "甲" * 60, en=key["en"] + " a" * 60)
+    tells = _length_tells(_test_forms(pretest, quiz_data()))
+    for lang in LANGS:
+        assert f"B {lang}: the key is the longest choice in" in "\n".join(tells)
+        assert any(t.startswith(f"B {lang} static-waste: lengths") for t in tells)
 
 
 def test_the_quiz_uses_the_apps_chinese_terms():

@@ -24,7 +24,7 @@ STRINGS.update({
     "mp.kv": {"zh": "KV 缓存占用", "en": "KV cache used"},
     "mp.tok_s": {"zh": "输出 token/秒", "en": "Output tok/s"},
     "mp.ttft": {"zh": "首 token 延迟（TTFT）", "en": "Time to first token (TTFT)"},
-    "mp.itl": {"zh": "token 间隔（ITL）", "en": "Inter-token latency (ITL)"},
+    "mp.itl": {"zh": "token 间延迟（ITL）", "en": "Inter-token latency (ITL)"},
     "mp.p50_p99": {"zh": "p50 {p50} · p99 {p99} · {n} 次", "en": "p50 {p50} · p99 {p99} · {n} observed"},
     "mp.none": {"zh": "还没有观测值", "en": "nothing observed yet"},
     "mp.bucket": {"zh": "区间（秒）", "en": "bucket (s)"},

@@ -28,11 +28,11 @@ const STR = {
     question: "问题", ask: "提问", other: "English",
     journey: "你的请求的旅程",
     pages: "你的页表（逻辑块 → 物理块）",
-    tokens: "你的词元，按到达顺序（上方是步数）",
+    tokens: "你的 token，按到达顺序（上方是步数）",
     model: "全班的引擎运行一个小型英文模型（SmolLM2-135M）：它展示推理服务如何运作，而不是大模型答得多好。中文问题的回答可能较弱。",
-    seat0: "座位：-", ttft0: "首个词元：-", rate0: "词元/秒：-",
+    seat0: "座位：-", ttft0: "首 token 延迟：-", rate0: "token/秒：-",
     seat: (s, b) => "座位 " + s + "，" + b + " 个块",
-    ttft: (x) => "首个词元：" + x + " 秒", rate: (x) => "词元/秒：" + x,
+    ttft: (x) => "首 token 延迟：" + x + " 秒", rate: (x) => "token/秒：" + x,
     needCode: "请输入投影上显示的加入码。",
     wrongCode: "加入码不对：请核对投影上的加入码。",
     said: (n) => "服务器返回 " + n,
@@ -45,9 +45,9 @@ const STR = {
     seated: (i, st, ws, wsec) => "座位 " + i + "，第 " + st + " 步上车，在门口等了 " + ws +
       " 步（" + wsec + " 秒）",
     shared: (n) => "与他人共享的前缀块：" + n,
-    pct: (p, n) => "你的首词元时间位于全班 " + n + " 个回答的第 " + p + " 百分位（越低越快）。",
+    pct: (p, n) => "你的首 token 延迟位于全班 " + n + " 个回答的第 " + p + " 百分位（越低越快）。",
     pct1: "你是全班第一个得到回答的。",
-    reasons: {seats: "座位已满", kv: "KV 缓存已满", static: "静态批处理的大巴还在跑", budget: "本步的词元预算已用完", other: "繁忙"}}
+    reasons: {seats: "座位已满", kv: "KV 缓存已满", static: "静态批处理的大巴还在跑", budget: "本步的 token 预算已用完", other: "繁忙"}}
 };
 const $ = (id) => document.getElementById(id);
 let lang = localStorage.getItem("servelab-lang") ||

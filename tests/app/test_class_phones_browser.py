@@ -60,7 +60,7 @@ def test_the_students_page_speaks_the_phones_language(chromium, class_server):
         assert zh.inner_text("#answer").strip()
         assert "\ufffd" not in zh.inner_text("#answer")
         assert zh.inner_text("#seat").startswith("座位 ")
-        assert "首个词元" in zh.inner_text("#ttft")
+        assert "首 token 延迟" in zh.inner_text("#ttft")
         assert "第" in zh.inner_text("#j-seat") and "步上车" in zh.inner_text("#j-seat")
         assert zh.locator("#pages span").count() >= 1
         assert zh.locator("#pages span").first.inner_text().startswith("0 → ")
