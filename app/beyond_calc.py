@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from app.calculators import tokens_per_pass
-from app.figures import load_figures
+from lessons.figures import load_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 NEXT_TOKEN_FILE = ROOT / "assets" / "beyond" / "next_token.json"

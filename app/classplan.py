@@ -23,7 +23,7 @@ from app.components.gauges import history_frame, summary
 from app.components.kvmap import kv_stats
 from app.components.seats import seat_use
 from app.components.spec_strip import spec_summary
-from app.figures import figure_text
+from lessons.figures import figure_text
 from app.lessons import Text
 from app.pagelist import page_info
 from app.state import Settings

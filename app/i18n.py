@@ -11,7 +11,7 @@ from __future__ import annotations
 import streamlit as st
 from streamlit.errors import StreamlitDuplicateElementId, StreamlitDuplicateElementKey
 
-from app.figures import fill_figures
+from lessons.figures import fill_figures
 
 LANGS = ("zh", "en")
 LANG_LABELS = {"zh": "中文", "en": "English"}

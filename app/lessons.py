@@ -10,7 +10,7 @@ Pure Python, no streamlit: the pages draw what this module loads and validates.
   `lesson_try_it(slug, lang)`: that block, a fenced ```try-it JSON list of demo links.
 - `load_quiz()` / `parse_quiz(data)`: `lessons/quiz.json` -> `Quiz`; `ValueError` on bad data.
 - `load_glossary()` / `search_terms(terms, query)`: `lessons/glossary.json` -> `Term`s.
-- `load_figures()` / `fill_figures(text, lang)` (from app/figures.py): `lessons/figures.json`,
+- `load_figures()` / `fill_figures(text, lang)` (from lessons/figures.py): `lessons/figures.json`,
   filled into the lessons, quiz and glossary as they load.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from app import pagelist
-from app.figures import (  # noqa: F401  (re-exported: the lessons' one home of numbers)
+from lessons.figures import (  # noqa: F401  (re-exported: the lessons' one home of numbers)
     FIGURE_REF,
     check_figures,
     figure_names,

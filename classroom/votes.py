@@ -280,7 +280,9 @@ def load_misconceptions(lessons: Lessons | None = None) -> dict[str, dict]:
 
 def quiz_question(q: dict, kind: str = "selftest", qid: str | None = None,
                   misconceptions: list | None = None) -> Question:
-    """A question of lessons/quiz.json (its own shape) as a round's Question."""
+    """A question of lessons/quiz.json (its own shape) as a round's Question, its figures
+    filled in (a phone shows "about 3.36", never "{{figure:alpha_08_k4}}")."""
+    q = _filled(q)
     ch = q["choices"]
     correct = next(i for i, c in enumerate(ch) if c.get("correct"))
     mis = misconceptions or [None] * len(ch)
@@ -288,6 +290,18 @@ def quiz_question(q: dict, kind: str = "selftest", qid: str | None = None,
         "id": qid or q["id"], "kind": kind, "question": q["question"], "correct": correct,
         "explanation": q.get("explanation"),
         "choices": [{**c, "misconception": m} for c, m in zip(ch, mis)]})
+
+
+def _filled(node):
+    """`node` (a quiz question's JSON) with every zh or en text's figures filled."""
+    from lessons.figures import fill_figures
+
+    if isinstance(node, dict):
+        return {k: (fill_figures(v, k) if k in ("zh", "en") and isinstance(v, str)
+                    else _filled(v)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_filled(v) for v in node]
+    return node
 
 
 def load_test_forms(lessons: Lessons | None = None) -> TestForm:

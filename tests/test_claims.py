@@ -420,7 +420,7 @@ def test_the_chapters_five_questions_are_open_prompts_too():
 
 
 def test_figures_module_speaks_the_apps_languages():
-    import app.figures
+    import lessons.figures
 
-    assert app.figures.LANGS == LANGS
-    assert app.figures.LESSONS_DIR == LESSONS_DIR
+    assert lessons.figures.LANGS == LANGS
+    assert lessons.figures.LESSONS_DIR == LESSONS_DIR

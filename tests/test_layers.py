@@ -2,6 +2,8 @@
 
 Every package of the project, bottom up:
 
+  lessons           the course as data, and figures.py (the reader that fills a text's
+                    figures): nothing of the project
   servelab_kernels  the Triton kernels (the folder kernels/, imported under this name, see
                     servelab_kernels/__init__.py): torch, triton, the standard library and
                     each other, nothing of the project
@@ -47,13 +49,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # (folder, import name) of every package
-PACKAGES = (("kernels", "servelab_kernels"), ("servelab_kernels", "servelab_kernels"),
+PACKAGES = (("lessons", "lessons"), ("kernels", "servelab_kernels"),
+            ("servelab_kernels", "servelab_kernels"),
             ("engine", "engine"), ("benchmarks", "benchmarks"), ("app", "app"),
             ("classroom", "classroom"))
 
 # package -> the top-level names it must never import (rule 1). `kernels` inside the kernels
 # would be PyPI's package, not a sibling: siblings are `servelab_kernels.<name>`
 FORBIDDEN = {
+    "lessons": ("servelab_kernels", "engine", "benchmarks", "app", "classroom", "streamlit"),
     "servelab_kernels": ("engine", "benchmarks", "app", "classroom", "streamlit", "kernels"),
     "engine": ("benchmarks", "app", "classroom", "streamlit"),
     "classroom": ("app", "streamlit"),

@@ -27,7 +27,7 @@ from app.lessons import (  # noqa: E402
     parse_quiz,
     search_terms,
 )
-from app.figures import fill_figures  # noqa: E402
+from lessons.figures import fill_figures  # noqa: E402
 from app.pagelist import PAGE_TABLE  # noqa: E402
 
 # the chapter sits in shared/ beside the repository (CI lays it there), else at /work/shared

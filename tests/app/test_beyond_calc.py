@@ -14,7 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from app import beyond_calc as bc  # noqa: E402
-from app.figures import load_figures  # noqa: E402
+from lessons.figures import load_figures  # noqa: E402
 
 P = torch.tensor([0.5, 0.2, 0.15, 0.1, 0.05], dtype=torch.float64)
 

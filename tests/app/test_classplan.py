@@ -117,7 +117,7 @@ def test_the_waste_detail_sets_the_papers_ratio_beside_ours():
     cont = view("static_contiguous", batching="static", kv_layout="contiguous")
     paged = view("continuous_paged_prefix", batching="continuous", kv_layout="paged")
     text = classplan.waste_detail([cont, paged], {})
-    from app.figures import figure_text  # the paper's figure, read from lessons/figures.json
+    from lessons.figures import figure_text  # the paper's figure, read from lessons/figures.json
 
     assert figure_text("paper_useful_kv", "en") in text.en
     assert figure_text("paper_useful_kv", "zh") in text.zh

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -264,3 +265,21 @@ def test_the_flood_rule_is_a_setting_and_its_window_ends():
     clock.t = 5.1
     c.vote(p, r.rid, 1)
     assert r.ballots[p] == 1 and r.voters() == 1
+
+
+def test_a_round_on_a_self_test_question_shows_its_figures_filled():
+    """A self-test question whose text quotes a figure ({{figure:NAME}}, lessons/figures.json)
+    reaches the phones with the number, in both languages, never the placeholder."""
+    from classroom.votes import packaged_lessons, quiz_question
+    from lessons.figures import figure_text
+
+    quiz = packaged_lessons().questions
+    quoting = [qid for qid, q in quiz.items() if "{{figure:" in json.dumps(q, ensure_ascii=False)]
+    assert {"acceptance", "shelf-life"} <= set(quoting)
+    for qid in quoting:
+        shown = json.dumps(dataclasses.asdict(quiz_question(quiz[qid])), ensure_ascii=False)
+        assert "{{" not in shown, qid
+    acceptance = dataclasses.asdict(quiz_question(quiz["acceptance"]))
+    for lang in ("zh", "en"):
+        assert figure_text("alpha_08_k4", lang) in json.dumps(acceptance, ensure_ascii=False)
+        assert "{{" not in json.dumps(quiz_question(quiz["acceptance"]).for_phone(lang))

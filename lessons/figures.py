@@ -4,7 +4,8 @@ command and its machine, or the arithmetic that gives it).
 
 Texts write `{{figure:NAME}}` for a figure and `{{source:NAME}}` for a source;
 `fill_figures(text, lang)` replaces them, and an unknown name is a ValueError naming where.
-Imports nothing from the app, so both app/lessons.py and app/i18n.py can use it.
+It lives beside the data it reads and imports nothing of the project, so the app (lessons,
+page strings) and the classroom (a self-test question sent to the phones) fill the same way.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-LESSONS_DIR = Path(__file__).resolve().parents[1] / "lessons"
+LESSONS_DIR = Path(__file__).resolve().parent  # the package's data, in a checkout or a wheel
 LANGS = ("zh", "en")  # app.i18n.LANGS (tests/test_claims.py checks they agree)
 
 
