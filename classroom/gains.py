@@ -14,8 +14,14 @@ The measures (what the summary page and the CSV show):
   two matched students or when every student moved by the same amount.
 - right-to-wrong rate: of the (student, item) pairs right on the pre-test, the share wrong
   on the post-test.
-- per item: pre%, post%, g and right-to-wrong; per misconception: the share of answers that
-  fell into it before and after (of the answers to items that can catch it).
+- per item: pre%, post%, g and right-to-wrong.
+- per misconception, for each test: the share of the matched students' answers that fell into
+  it, out of the (student, item) answers whose item, on the form that student took, offers it
+  as a choice (a blank answer to such an item counts, as not falling into it). Which form each
+  student took decides which items could catch it: a misconception offered only by form B's
+  item 1 is counted over the students who took form B, and an item that could catch it where
+  nobody picked it still counts. None for a test where no answer could catch it. Listed for
+  the misconceptions some matched answer fell into.
 Hand counts give pre%, post% and g; d and right-to-wrong need matched students and are None.
 """
 
@@ -49,9 +55,13 @@ def _pct(xs) -> float:
 
 
 def class_gains(pre: dict[str, dict[int, bool]], post: dict[str, dict[int, bool]],
-                tags: dict | None = None) -> dict:
+                tags: dict | None = None, offers: dict | None = None) -> dict:
     """All the measures above from matched students; `tags[(phase, student, item)]` names the
-    misconception a wrong answer fell into (None for a right or blank answer)."""
+    misconception a wrong answer fell into (None for a right or blank answer) and
+    `offers[(phase, student, item)]` the misconceptions that item of the student's form offers
+    (the denominator of the per-misconception shares: needed with `tags`)."""
+    if tags and offers is None:
+        raise ValueError("offers: which misconceptions each student's item offers, with tags")
     matched = sorted(set(pre) & set(post))
     unmatched = len(set(pre) ^ set(post))
     items = sorted({i for s in matched for i in pre[s]} | {i for s in matched for i in post[s]})
@@ -74,18 +84,20 @@ def class_gains(pre: dict[str, dict[int, bool]], post: dict[str, dict[int, bool]
                                           / len(right)) if right else None}
     per_mis: dict[str, dict] = {}
     if tags:
-        for ph in ("pre", "post"):
-            for s in matched:
-                for i in items:
-                    m = tags.get((ph, s, i))
-                    if m:
-                        per_mis.setdefault(m, {"pre": 0, "post": 0, "items": set()})
-                        per_mis[m][ph] += 1
-                        per_mis[m]["items"].add(i)
-        for v in per_mis.values():
-            n = len(matched) * len(v["items"])
-            v["pre"], v["post"] = 100.0 * v["pre"] / n, 100.0 * v["post"] / n
+        picked = {m for (ph, s, i), m in tags.items() if m and s in matched}
+        for m in picked:
+            v = {"pre": 0, "post": 0, "n_pre": 0, "n_post": 0, "items": set()}
+            for ph in ("pre", "post"):
+                for s in matched:
+                    for i in items:
+                        if m in (offers.get((ph, s, i)) or ()):
+                            v["n_" + ph] += 1
+                            v["items"].add(i)
+                            v[ph] += tags.get((ph, s, i)) == m
+            for ph in ("pre", "post"):
+                v[ph] = 100.0 * v[ph] / v["n_" + ph] if v["n_" + ph] else None
             v["items"] = sorted(v["items"])
+            per_mis[m] = v
     return {"matched": len(matched), "unmatched": unmatched, "pre": pre_pct, "post": post_pct,
             "g": hake_g(pre_pct, post_pct),
             "d": cohen_dz([score["post"][s] - score["pre"][s] for s in matched]),
@@ -120,7 +132,8 @@ def revisit_sentence(result: dict, item_names: dict[int, dict],
             if (v["g"] is not None and v["g"] < REVISIT_G)
             or (v["right_to_wrong"] or 0) > 0.2]
     stuck = sorted(((m, v) for m, v in result.get("misconceptions", {}).items()
-                    if v["post"] >= v["pre"] and v["post"] > 0), key=lambda mv: -mv[1]["post"])
+                    if v["pre"] is not None and v["post"] is not None
+                    and v["post"] >= v["pre"] and v["post"] > 0), key=lambda mv: -mv[1]["post"])
     if result.get("g") is None and not weak:
         return {"zh": "还没有可比较的前测和后测。", "en": "No matched pre- and post-test yet."}
     if not weak and not stuck:

@@ -32,6 +32,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from functools import cache
+from typing import NamedTuple
 
 LANGS = ("zh", "en")
 KINDS = ("prediction", "selftest", "test")
@@ -310,6 +311,15 @@ def load_test_forms(lessons: Lessons | None = None) -> TestForm:
                                      f"(and the right choice none), got {m!r}")
         pairs.append((a, b))
     return TestForm(pairs, data.get("minutes", 3))
+
+
+class TestTables(NamedTuple):
+    """What `classroom.gains.class_gains` reads of a class's tests (its keyword arguments)."""
+
+    pre: dict  # student -> item -> right (a blank is not right)
+    post: dict
+    tags: dict  # (phase, student, item) -> the misconception the answer fell into, or None
+    offers: dict  # (phase, student, item) -> the misconceptions that item of its form offers
 
 
 @dataclass
@@ -666,12 +676,14 @@ class Classroom:
             w.writerow(row)
         return buf.getvalue()
 
-    def test_tables(self) -> tuple[dict, dict, dict]:
-        """(pre, post, misconceptions) for gains: student -> item -> right, and the tags."""
+    def test_tables(self) -> TestTables:
+        """For gains: student -> item -> right, the misconception each answer fell into, and
+        the misconceptions each student's item offers (its form's, the shares' denominator)."""
         out: dict[str, dict] = {"pre": {}, "post": {}}
         tags: dict[tuple, str | None] = {}
+        offers: dict[tuple, frozenset] = {}
         if self.forms is None:
-            return out["pre"], out["post"], tags
+            return TestTables(out["pre"], out["post"], tags, offers)
         n = len(self.forms.pairs)
         for phase, t in self.tests.items():
             for pid, ans in t.answers.items():
@@ -679,4 +691,5 @@ class Classroom:
                 out[phase][pid] = {i: (i in ans and ans[i] == items[i].correct) for i in range(n)}
                 for i in range(n):
                     tags[(phase, pid, i)] = items[i].misconceptions[ans[i]] if i in ans else None
-        return out["pre"], out["post"], tags
+                    offers[(phase, pid, i)] = frozenset(m for m in items[i].misconceptions if m)
+        return TestTables(out["pre"], out["post"], tags, offers)
