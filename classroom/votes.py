@@ -320,6 +320,7 @@ class TestTables(NamedTuple):
     post: dict
     tags: dict  # (phase, student, item) -> the misconception the answer fell into, or None
     offers: dict  # (phase, student, item) -> the misconceptions that item of its form offers
+    blanks: frozenset  # the (phase, student, item) answers left blank
 
 
 @dataclass
@@ -641,7 +642,9 @@ class Classroom:
 
     # --- export -----------------------------------------------------------------------------
     def records(self) -> list[dict]:
-        """One row a student an item: rounds' ballots and both tests' answers, pseudonymous."""
+        """One row a student an item: rounds' ballots and both tests' answers, pseudonymous.
+        A test's item a student left blank (of a test it answered) has its row too, `blank` 1,
+        no choice, `correct` 0: the gains count it wrong, so the CSV agrees with them."""
         rows = []
         for r in self.rounds:
             q = r.question
@@ -650,23 +653,25 @@ class Classroom:
                              "form": "", "choice": c,
                              "correct": "" if q.correct is None else int(c == q.correct),
                              "misconception": (q.misconceptions[c] if c < len(q.misconceptions)
-                                               else None) or ""})
+                                               else None) or "", "blank": 0})
         for phase, t in self.tests.items():
             for pid, ans in t.answers.items():
                 form = self.form_of(pid, phase)
                 items = self.forms.form(form)
-                for i, c in sorted(ans.items()):
-                    q = items[i]
+                for i, q in enumerate(items):
+                    c = ans.get(i)
                     rows.append({"student": pid, "source": phase, "item": self.forms.pairs[i][0]
-                                 .qid.split(":")[0], "form": form, "choice": c,
+                                 .qid.split(":")[0], "form": form,
+                                 "choice": "" if c is None else c,
                                  "correct": int(c == q.correct),
-                                 "misconception": q.misconceptions[c] or ""})
+                                 "misconception": "" if c is None else q.misconceptions[c] or "",
+                                 "blank": int(c is None)})
         return rows
 
     def export_csv(self, with_nicknames: bool = False) -> str:
         """CSV of `records()`; the nickname column only in the teacher's export."""
         cols = ["student"] + (["nickname"] if with_nicknames else []) + [
-            "source", "item", "form", "choice", "correct", "misconception"]
+            "source", "item", "form", "choice", "correct", "misconception", "blank"]
         buf = io.StringIO()
         w = csv.DictWriter(buf, cols, extrasaction="ignore")
         w.writeheader()
@@ -677,13 +682,14 @@ class Classroom:
         return buf.getvalue()
 
     def test_tables(self) -> TestTables:
-        """For gains: student -> item -> right, the misconception each answer fell into, and
-        the misconceptions each student's item offers (its form's, the shares' denominator)."""
+        """For gains: student -> item -> right, the misconception each answer fell into, the
+        misconceptions each student's item offers (its form's, the shares' denominator) and
+        the answers left blank. A student is in a test once it answered one of its items."""
         out: dict[str, dict] = {"pre": {}, "post": {}}
         tags: dict[tuple, str | None] = {}
         offers: dict[tuple, frozenset] = {}
         if self.forms is None:
-            return TestTables(out["pre"], out["post"], tags, offers)
+            return TestTables(out["pre"], out["post"], tags, offers, frozenset())
         n = len(self.forms.pairs)
         for phase, t in self.tests.items():
             for pid, ans in t.answers.items():
@@ -692,4 +698,6 @@ class Classroom:
                 for i in range(n):
                     tags[(phase, pid, i)] = items[i].misconceptions[ans[i]] if i in ans else None
                     offers[(phase, pid, i)] = frozenset(m for m in items[i].misconceptions if m)
-        return TestTables(out["pre"], out["post"], tags, offers)
+        blanks = frozenset((ph, pid, i) for ph, t in self.tests.items() for pid, ans in
+                           t.answers.items() for i in range(n) if i not in ans)
+        return TestTables(out["pre"], out["post"], tags, offers, blanks)

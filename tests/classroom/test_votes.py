@@ -328,3 +328,55 @@ def test_a_misconception_only_one_form_offers_shows_its_real_share():
     assert m["pre"] == 100.0 and m["post"] == 0.0 and m["n_pre"] == m["n_post"] == 3
     name = rep["misconception_names"]["paging-shrinks-weights"]
     assert f"| {name} | 100% | 0% |" in rep["summary"]
+
+
+def test_blank_answers_have_csv_rows_and_the_csv_agrees_with_the_gains():
+    """Blanks count as wrong in the gains, so each has its CSV row (blank 1, no choice,
+    correct 0); recomputing pre%, post%, matched, left out and blanks from the CSV alone
+    gives the app's numbers."""
+    import csv
+    import io
+
+    from classroom.gains import matched_line
+    from classroom.vote_routes import gains_report
+
+    c = Classroom("cls", forms=load_test_forms())
+    ph = [c.join().pid for _ in range(6)]
+    n = len(c.forms.pairs)
+    skip = {("pre", 0): {2, 3}, ("pre", 1): {0}, ("post", 2): {6}}  # left blank
+    for phase in ("pre", "post"):
+        c.start_test(phase)
+        for s, p in enumerate(ph):
+            if phase == "post" and s == 5:
+                continue  # took the pre-test only: left out
+            items = c.forms.form(c.form_of(p, phase))
+            for i, q in enumerate(items):
+                if i not in skip.get((phase, s), ()):
+                    c.answer_test(p, i, q.correct if (s + i) % 3 else (q.correct + 1) % 4)
+        c.stop_test()
+    rep = gains_report(c, "en")
+    res = rep["result"]
+    assert (res["matched"], res["unmatched"], res["blank"]) == (5, 1, 4)
+    rows = [r for r in csv.DictReader(io.StringIO(c.export_csv()))
+            if r["source"] in ("pre", "post")]
+    blank = [r for r in rows if r["blank"] == "1"]
+    assert len(rows) == (6 + 5) * n and len(blank) == 4
+    assert all(r["choice"] == "" and r["correct"] == "0" and r["misconception"] == ""
+               for r in blank)
+    assert {r["student"] for r in blank} == {ph[0], ph[1], ph[2]}
+    # the re-analysis: students in both tests, each one's score a share of its form's items
+    took = {ph_: {r["student"] for r in rows if r["source"] == ph_} for ph_ in ("pre", "post")}
+    both = took["pre"] & took["post"]
+    score = {(ph_, s): 100 * sum(int(r["correct"]) for r in rows
+                                 if r["source"] == ph_ and r["student"] == s) / n
+             for ph_ in ("pre", "post") for s in both}
+    for ph_ in ("pre", "post"):
+        assert res[ph_] == pytest.approx(sum(score[(ph_, s)] for s in both) / len(both))
+    assert len(both) == res["matched"] and len(took["pre"] ^ took["post"]) == res["unmatched"]
+    assert sum(r["student"] in both for r in blank) == res["blank"]
+    line = {"en": "Matched students: 5; left out: 1 (took only one test); "
+                  "blank answers: 4 (counted as wrong)",
+            "zh": "匹配的学生 5 人；未计入 1 人（只做了前测或后测中的一次）；留空未答 4 处（按答错计）"}
+    for lang in ("zh", "en"):
+        assert matched_line(res, lang) == line[lang]
+        assert line[lang] in gains_report(c, lang)["summary"]
