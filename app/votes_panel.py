@@ -50,6 +50,9 @@ S = {
     "csv": {"zh": "导出 CSV（化名）", "en": "Export CSV (pseudonymous)"},
     "csv_nick": {"zh": "导出 CSV（含昵称，仅限教师）", "en": "Export CSV with nicknames (teacher only)"},
     "summary": {"zh": "导出一页总结", "en": "Export the one-page summary"},
+    "no_gains_yet": {"zh": "现在已经可以导出作答记录（CSV）；做完后测，这里会显示全班的学习收获。",
+                     "en": "The answers can be exported (CSV) now; after the post-test, the "
+                           "class's gains show here."},
     "feel": {"zh": "学生的自我感受与学到了多少不是一回事，这里不显示为结果。",
              "en": "How students feel about a lesson is not what they learned; it is never shown as the result."},
     "error": {"zh": "课堂服务器拒绝了：{m}", "en": "The class server refused: {m}"},
@@ -219,23 +222,30 @@ def _words() -> None:
 
 
 def gains_section() -> None:
-    """The class's gain after the post-test, and the exports."""
+    """The class's gain after the post-test, and the exports: the CSV as soon as it holds a
+    row (a pre-test's answer, a round's ballot), the one-page summary once there are gains."""
     if not attached():
         return
     lang = get_lang()
     report = call("GET", "gains")
-    if not isinstance(report, dict) or report["result"].get("pre") is None:
+    csv_text = call("GET", "export.csv")
+    has_gains = isinstance(report, dict) and report["result"].get("pre") is not None
+    has_rows = isinstance(csv_text, str) and len(csv_text.strip().splitlines()) > 1
+    if not (has_gains or has_rows):
         return
     st.subheader(tr("gains"))
-    st.html(gains_html(report, lang))
-    st.caption(tr("feel"))
+    if has_gains:
+        st.html(gains_html(report, lang))
+        st.caption(tr("feel"))
+    else:
+        st.caption(tr("no_gains_yet"))
     a, b, c = st.columns(3)
-    csv_text = call("GET", "export.csv")
-    if isinstance(csv_text, str):
+    if has_rows:
         a.download_button(tr("csv"), csv_text, "class-votes.csv", "text/csv", key="vote_csv")
-    b.download_button(tr("summary"), report["summary"], "class-summary.md", "text/markdown",
-                      key="vote_summary")
-    if c.toggle(tr("csv_nick"), key="vote_csv_nick_on"):
+    if has_gains:
+        b.download_button(tr("summary"), report["summary"], "class-summary.md", "text/markdown",
+                          key="vote_summary")
+    if has_rows and c.toggle(tr("csv_nick"), key="vote_csv_nick_on"):
         r = httpx.get(f"{_SERVER['url']}/v1/servelab/votes/export.csv",
                       params={"nicknames": 1}, headers=_SERVER["headers"], timeout=5)
         if r.status_code == 200:

@@ -215,3 +215,47 @@ def test_a_prediction_round_reveals_the_measured_range_and_value(router_server):
     shown = stop.prediction.value_fmt.format(value)
     page = "".join(h.proto.body for h in at.get("html"))
     assert f"引擎测得：{shown}" in page and room.phone_view(pid, "en")["round"]["measured"] == shown
+
+
+def _gains_script():
+    from app.votes_panel import gains_section
+
+    gains_section()
+
+
+def test_the_csv_exports_once_the_pre_test_has_answers_and_gains_say_who_counts(
+        router_server):
+    """The CSV is there as soon as the pre-test has answers (no gains yet); after the
+    post-test the gains say how many students matched, were left out and left blanks."""
+    room = router_server
+    room.rounds.clear()  # this test's own class: no ballots of the tests above
+    room.current, room.open_test = None, None
+    room.tests.clear()
+    at = AppTest.from_function(_gains_script, default_timeout=60)
+    at.session_state["lang"] = "zh"
+    at.run()
+    assert not at.exception and not at.download_button  # nothing to export yet
+    ph = [room.join().pid for _ in range(3)]
+    room.start_test("pre")
+    for p in ph:
+        room.answer_test(p, 0, 1)  # one item each: six blanks each
+    room.stop_test()
+    at.run()
+    assert not at.exception
+    assert [b.key for b in at.download_button] == ["vote_csv"]  # no summary without gains
+    assert any("做完后测" in c.value for c in at.caption)
+    room.start_test("post")
+    for p in ph[:2]:  # the third took the pre-test only
+        room.answer_test(p, 0, 1)
+        room.answer_test(p, 1, 1)
+    room.stop_test()
+    for lang, line in (("zh", "匹配的学生 2 人；未计入 1 人（只做了前测或后测中的一次）；"
+                              "留空未答 22 处（按答错计）"),
+                       ("en", "Matched students: 2; left out: 1 (took only one test); "
+                              "blank answers: 22 (counted as wrong)")):
+        at.session_state["lang"] = lang
+        at.run()
+        assert not at.exception
+        page = "".join(h.proto.body for h in at.get("html"))
+        assert line in page
+        assert {b.key for b in at.download_button} == {"vote_csv", "vote_summary"}
