@@ -263,6 +263,10 @@ class Lessons:
         """The self-test's questions by id."""
         return {q["id"]: q for q in self.quiz["questions"]}
 
+    def test_quiz_ids(self) -> list[str]:
+        """The self-test items the pre/post test uses as form A, in the test's order."""
+        return [p["A"]["quiz"] for p in self.pretest["pairs"]]
+
     def item_names(self) -> dict[int, dict]:
         """Each pre/post test pair's idea ({zh, en}), by its index."""
         return {i: p["idea"] for i, p in enumerate(self.pretest["pairs"])}
