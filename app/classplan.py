@@ -23,11 +23,11 @@ from app.components.gauges import history_frame, summary
 from app.components.kvmap import kv_stats
 from app.components.seats import seat_use
 from app.components.spec_strip import spec_summary
-from lessons.figures import figure_text
 from app.lessons import Text
 from app.pagelist import page_info
 from app.state import Settings
 from engine.config import BATCHING, KV_LAYOUTS
+from lessons.figures import figure_text
 
 CLASS_MINUTES = 45  # one class; the stops take about 40 of it, the rest is slack
 

@@ -6,6 +6,11 @@ teacher routes (/v1/servelab/votes/..., with the teacher's admin key) and draws 
 return with app/components/votes.py. The Classroom page `attach`es its running server here
 (one class per app process, like the Classroom page's own state), so the class plan and the
 self-test pages can open a round on the same server.
+
+The pre/post test's form A is made of self-test items: the Classroom page's picker marks
+them, never preselects one, and warns (as does opening one from any page) while the class is
+between the pre-test and the post-test, when a round on one shows half the class its own
+post-test question answered.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import streamlit as st
 
 from app.components.votes import count_html, gains_html, reveal_html
 from app.i18n import get_lang
+from classroom.votes import packaged_lessons
 
 _SERVER = {"url": None, "headers": {}}
 
@@ -27,6 +33,20 @@ S = {
     "no_class": {"zh": "先在课堂页启动课堂服务器，才能在手机上投票。",
                  "en": "Start the class server on the Classroom page to vote from phones."},
     "pick": {"zh": "自测题", "en": "Self-test item"},
+    "test_mark": {"zh": "（前后测题）", "en": "(pre/post item) "},
+    "test_item_now": {"zh": "这是前后测题，而现在正处在前测和后测之间：一半学生会在后测里遇到这道原题。"
+                            "现在用它开一轮投票，后测就被污染了，算出的学习收获会偏高。"
+                            "请换一道没有「前后测题」标记的题，或等后测结束后再用它。",
+                      "en": "This is a pre/post item, and the class is between the pre-test and "
+                            "the post-test: half the class will meet this very question on the "
+                            "post-test. A round on it now contaminates the post-test, and the "
+                            "gains will read too high. Pick an item without the mark, or use "
+                            "this one after the post-test."},
+    "contaminated": {"zh": "你在前测和后测之间用前后测题开了一轮投票：这道题的后测已被污染"
+                           "（一半学生会在后测里再次遇到它），它的学习收获会偏高。",
+                     "en": "You opened a round on a pre/post item between the pre-test and the "
+                           "post-test: the post-test is now contaminated on this item (half the "
+                           "class will meet it again there), and its gain will read too high."},
     "seconds": {"zh": "时长（秒）", "en": "Time (s)"},
     "lock": {"zh": "锁定", "en": "Lock"},
     "extend": {"zh": "再给 30 秒", "en": "30 s more"},
@@ -50,6 +70,9 @@ S = {
     "csv": {"zh": "导出 CSV（化名）", "en": "Export CSV (pseudonymous)"},
     "csv_nick": {"zh": "导出 CSV（含昵称，仅限教师）", "en": "Export CSV with nicknames (teacher only)"},
     "summary": {"zh": "导出一页总结", "en": "Export the one-page summary"},
+    "no_gains_yet": {"zh": "现在已经可以导出作答记录（CSV）；做完后测，这里会显示全班的学习收获。",
+                     "en": "The answers can be exported (CSV) now; after the post-test, the "
+                           "class's gains show here."},
     "feel": {"zh": "学生的自我感受与学到了多少不是一回事，这里不显示为结果。",
              "en": "How students feel about a lesson is not what they learned; it is never shown as the result."},
     "error": {"zh": "课堂服务器拒绝了：{m}", "en": "The class server refused: {m}"},
@@ -117,9 +140,25 @@ def open_button(payload: dict, key: str, seconds: int = 90) -> None:
     st.button(tr("open"), key=f"vote_open_{key}", on_click=_open, args=(payload, seconds))
 
 
+def test_item_ids() -> set[str]:
+    """The self-test items that are on the pre/post test (its form A)."""
+    return set(packaged_lessons().test_quiz_ids())
+
+
+def between_tests(test: dict | None) -> bool:
+    """The class server's test status says the pre-test was given and the post-test is not
+    over: a round on a pre/post item now shows the half of the class that takes form A
+    after its own post-test question, answered."""
+    answered = (test or {}).get("answered") or {}
+    return "pre" in answered and ("post" not in answered or test.get("open") == "post")
+
+
 def _open(payload: dict, seconds: int) -> None:
-    if call("POST", "open", question=payload, seconds=seconds) is not None:
+    state = call("POST", "open", question=payload, seconds=seconds)
+    if state is not None:
         st.toast(tr("opened"))
+        if payload["id"] in test_item_ids() and between_tests(state.get("test")):
+            st.warning(tr("contaminated"))
 
 
 def projector(measured: dict | None = None) -> None:
@@ -168,12 +207,20 @@ def projector(measured: dict | None = None) -> None:
 
     quiz = load_quiz()
     qs = {q.id: q for q in quiz.questions}
+    # the pre/post test's items are marked, and the first item off the test is the default
+    # (none when every item is on it)
+    tests, ids, mark = test_item_ids(), list(qs), tr("test_mark")
+    free = [i for i in ids if i not in tests]
     a, b, c = st.columns([3, 1, 1])
-    pick = a.selectbox(tr("pick"), list(qs), format_func=lambda i: qs[i].question.get(lang),
-                       key="vote_pick")
+    pick = a.selectbox(tr("pick"), ids, index=ids.index(free[0]) if free else None,
+                       format_func=lambda i: (mark if i in tests else "")
+                       + qs[i].question.get(lang), key="vote_pick")
     secs = b.number_input(tr("seconds"), 10, 600, 90, step=10, key="vote_secs")
-    c.button(tr("open"), key="vote_open_pick", on_click=_open,
-             args=(quiz_payload(qs[pick]), int(secs)))
+    c.button(tr("open"), key="vote_open_pick", on_click=_open, disabled=pick is None,
+             args=(quiz_payload(qs[pick]) if pick else None, int(secs)))
+    state = call("GET", "state")
+    if pick in tests and isinstance(state, dict) and between_tests(state.get("test")):
+        st.warning(tr("test_item_now"))
     with st.form("vote_hand_form"):
         st.text_input(tr("hand"), key="vote_hand")
         st.form_submit_button(tr("hand_save"), on_click=_hand, key="vote_hand_save")
@@ -185,7 +232,6 @@ def projector(measured: dict | None = None) -> None:
                  args=("POST", "test/start"), kwargs={"phase": "post"})
         c.button(tr("stop_test"), key="vote_stop_test", on_click=call,
                  args=("POST", "test/stop"))
-        state = call("GET", "state")
         if isinstance(state, dict):
             st.caption(tr("answered", a=state["test"]["answered"]))
         words = call("GET", "words")
@@ -219,23 +265,30 @@ def _words() -> None:
 
 
 def gains_section() -> None:
-    """The class's gain after the post-test, and the exports."""
+    """The class's gain after the post-test, and the exports: the CSV as soon as it holds a
+    row (a pre-test's answer, a round's ballot), the one-page summary once there are gains."""
     if not attached():
         return
     lang = get_lang()
     report = call("GET", "gains")
-    if not isinstance(report, dict) or report["result"].get("pre") is None:
+    csv_text = call("GET", "export.csv")
+    has_gains = isinstance(report, dict) and report["result"].get("pre") is not None
+    has_rows = isinstance(csv_text, str) and len(csv_text.strip().splitlines()) > 1
+    if not (has_gains or has_rows):
         return
     st.subheader(tr("gains"))
-    st.html(gains_html(report, lang))
-    st.caption(tr("feel"))
+    if has_gains:
+        st.html(gains_html(report, lang))
+        st.caption(tr("feel"))
+    else:
+        st.caption(tr("no_gains_yet"))
     a, b, c = st.columns(3)
-    csv_text = call("GET", "export.csv")
-    if isinstance(csv_text, str):
+    if has_rows:
         a.download_button(tr("csv"), csv_text, "class-votes.csv", "text/csv", key="vote_csv")
-    b.download_button(tr("summary"), report["summary"], "class-summary.md", "text/markdown",
-                      key="vote_summary")
-    if c.toggle(tr("csv_nick"), key="vote_csv_nick_on"):
+    if has_gains:
+        b.download_button(tr("summary"), report["summary"], "class-summary.md", "text/markdown",
+                          key="vote_summary")
+    if has_rows and c.toggle(tr("csv_nick"), key="vote_csv_nick_on"):
         r = httpx.get(f"{_SERVER['url']}/v1/servelab/votes/export.csv",
                       params={"nicknames": 1}, headers=_SERVER["headers"], timeout=5)
         if r.status_code == 200:

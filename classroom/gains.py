@@ -6,7 +6,8 @@ blank counts as not right). Or, for a class without phones, hand counts per item
 
 The measures (what the summary page and the CSV show):
 - pre% and post%: the class's average score on the students matched across both tests (a
-  student who took only one test is left out of every measure and counted in `unmatched`).
+  student who took only one test is left out of every measure and counted in `unmatched`);
+  `blank`: how many of the matched students' answers were left blank (each counted as wrong).
 - Hake's normalized gain g = (post% - pre%) / (100% - pre%), on those class averages; None
   when pre% is 100 (nothing left to gain).
 - Cohen's d for matched pairs, d_z = mean(post - pre) / SD(post - pre), SD with n - 1. This
@@ -14,8 +15,14 @@ The measures (what the summary page and the CSV show):
   two matched students or when every student moved by the same amount.
 - right-to-wrong rate: of the (student, item) pairs right on the pre-test, the share wrong
   on the post-test.
-- per item: pre%, post%, g and right-to-wrong; per misconception: the share of answers that
-  fell into it before and after (of the answers to items that can catch it).
+- per item: pre%, post%, g and right-to-wrong.
+- per misconception, for each test: the share of the matched students' answers that fell into
+  it, out of the (student, item) answers whose item, on the form that student took, offers it
+  as a choice (a blank answer to such an item counts, as not falling into it). Which form each
+  student took decides which items could catch it: a misconception offered only by form B's
+  item 1 is counted over the students who took form B, and an item that could catch it where
+  nobody picked it still counts. None for a test where no answer could catch it. Listed for
+  the misconceptions some matched answer fell into.
 Hand counts give pre%, post% and g; d and right-to-wrong need matched students and are None.
 """
 
@@ -49,15 +56,21 @@ def _pct(xs) -> float:
 
 
 def class_gains(pre: dict[str, dict[int, bool]], post: dict[str, dict[int, bool]],
-                tags: dict | None = None) -> dict:
+                tags: dict | None = None, offers: dict | None = None,
+                blanks: set | frozenset = frozenset()) -> dict:
     """All the measures above from matched students; `tags[(phase, student, item)]` names the
-    misconception a wrong answer fell into (None for a right or blank answer)."""
+    misconception a wrong answer fell into (None for a right or blank answer) and
+    `offers[(phase, student, item)]` the misconceptions that item of the student's form offers
+    (the denominator of the per-misconception shares: needed with `tags`); `blanks` holds the
+    (phase, student, item) answers left blank."""
+    if tags and offers is None:
+        raise ValueError("offers: which misconceptions each student's item offers, with tags")
     matched = sorted(set(pre) & set(post))
     unmatched = len(set(pre) ^ set(post))
     items = sorted({i for s in matched for i in pre[s]} | {i for s in matched for i in post[s]})
     if not matched:
-        return {"matched": 0, "unmatched": unmatched, "pre": None, "post": None, "g": None,
-                "d": None, "right_to_wrong": None, "items": {}, "misconceptions": {}}
+        return {"matched": 0, "unmatched": unmatched, "blank": 0, "pre": None, "post": None,
+                "g": None, "d": None, "right_to_wrong": None, "items": {}, "misconceptions": {}}
     score = {ph: {s: _pct(tab[s].get(i, False) for i in items) for s in matched}
              for ph, tab in (("pre", pre), ("post", post))}
     pre_pct, post_pct = mean(score["pre"].values()), mean(score["post"].values())
@@ -74,20 +87,23 @@ def class_gains(pre: dict[str, dict[int, bool]], post: dict[str, dict[int, bool]
                                           / len(right)) if right else None}
     per_mis: dict[str, dict] = {}
     if tags:
-        for ph in ("pre", "post"):
-            for s in matched:
-                for i in items:
-                    m = tags.get((ph, s, i))
-                    if m:
-                        per_mis.setdefault(m, {"pre": 0, "post": 0, "items": set()})
-                        per_mis[m][ph] += 1
-                        per_mis[m]["items"].add(i)
-        for v in per_mis.values():
-            n = len(matched) * len(v["items"])
-            v["pre"], v["post"] = 100.0 * v["pre"] / n, 100.0 * v["post"] / n
+        picked = {m for (ph, s, i), m in tags.items() if m and s in matched}
+        for m in picked:
+            v = {"pre": 0, "post": 0, "n_pre": 0, "n_post": 0, "items": set()}
+            for ph in ("pre", "post"):
+                for s in matched:
+                    for i in items:
+                        if m in (offers.get((ph, s, i)) or ()):
+                            v["n_" + ph] += 1
+                            v["items"].add(i)
+                            v[ph] += tags.get((ph, s, i)) == m
+            for ph in ("pre", "post"):
+                v[ph] = 100.0 * v[ph] / v["n_" + ph] if v["n_" + ph] else None
             v["items"] = sorted(v["items"])
-    return {"matched": len(matched), "unmatched": unmatched, "pre": pre_pct, "post": post_pct,
-            "g": hake_g(pre_pct, post_pct),
+            per_mis[m] = v
+    blank = sum(1 for ph, s, _ in blanks if s in pre and s in post)
+    return {"matched": len(matched), "unmatched": unmatched, "blank": blank, "pre": pre_pct,
+            "post": post_pct, "g": hake_g(pre_pct, post_pct),
             "d": cohen_dz([score["post"][s] - score["pre"][s] for s in matched]),
             "right_to_wrong": r2w, "items": per_item, "misconceptions": per_mis}
 
@@ -95,7 +111,7 @@ def class_gains(pre: dict[str, dict[int, bool]], post: dict[str, dict[int, bool]
 def hand_gains(pre_counts: dict[int, tuple[int, int]],
                post_counts: dict[int, tuple[int, int]]) -> dict:
     """From hand counts: item -> (right, answered), for each test. d and right-to-wrong need
-    matched students, so they are None."""
+    matched students, so they are None, and so is `blank` (a count has no blank answers)."""
     items = sorted(set(pre_counts) & set(post_counts))
 
     def pct(counts):
@@ -109,8 +125,8 @@ def hand_gains(pre_counts: dict[int, tuple[int, int]],
         b = 100.0 * post_counts[i][0] / post_counts[i][1] if post_counts[i][1] else 0.0
         per_item[i] = {"pre": a, "post": b, "g": hake_g(a, b), "right_to_wrong": None}
     a, b = pct(pre_counts), pct(post_counts)
-    return {"matched": 0, "unmatched": 0, "pre": a, "post": b, "g": hake_g(a, b), "d": None,
-            "right_to_wrong": None, "items": per_item, "misconceptions": {}}
+    return {"matched": 0, "unmatched": 0, "blank": None, "pre": a, "post": b, "g": hake_g(a, b),
+            "d": None, "right_to_wrong": None, "items": per_item, "misconceptions": {}}
 
 
 def revisit_sentence(result: dict, item_names: dict[int, dict],
@@ -120,7 +136,8 @@ def revisit_sentence(result: dict, item_names: dict[int, dict],
             if (v["g"] is not None and v["g"] < REVISIT_G)
             or (v["right_to_wrong"] or 0) > 0.2]
     stuck = sorted(((m, v) for m, v in result.get("misconceptions", {}).items()
-                    if v["post"] >= v["pre"] and v["post"] > 0), key=lambda mv: -mv[1]["post"])
+                    if v["pre"] is not None and v["post"] is not None
+                    and v["post"] >= v["pre"] and v["post"] > 0), key=lambda mv: -mv[1]["post"])
     if result.get("g") is None and not weak:
         return {"zh": "还没有可比较的前测和后测。", "en": "No matched pre- and post-test yet."}
     if not weak and not stuck:
@@ -138,6 +155,20 @@ def revisit_sentence(result: dict, item_names: dict[int, dict],
     return out
 
 
+MATCHED = {"zh": "匹配的学生 {n} 人；未计入 {m} 人（只做了前测或后测中的一次）；"
+                 "留空未答 {k} 处（按答错计）",
+           "en": "Matched students: {n}; left out: {m} (took only one test); "
+                 "blank answers: {k} (counted as wrong)"}
+
+
+def matched_line(result: dict, lang: str) -> str:
+    """Who the gains are computed on: matched, left out, blanks (zh or en); hand counts say so."""
+    if result.get("blank") is None:
+        return "（来自手动计数）" if lang == "zh" else "(from hand counts)"
+    return MATCHED[lang].format(n=result["matched"], m=result["unmatched"],
+                                k=result.get("blank", 0))
+
+
 def summary_markdown(result: dict, sentence: dict, item_names: dict[int, dict],
                      misconceptions: dict[str, dict], lang: str) -> str:
     """The one-page summary (markdown) the teacher exports."""
@@ -147,7 +178,7 @@ def summary_markdown(result: dict, sentence: dict, item_names: dict[int, dict],
         return "-" if x is None else (f"{x:.0f}%" if pct else f"{x:.2f}")
 
     lines = ["# " + ("课堂学习收获" if zh else "What the class gained"), "",
-             ("匹配的学生" if zh else "Matched students") + f": {result['matched']}", "",
+             matched_line(result, lang), "",
              "| " + " | ".join(["前测" if zh else "Pre", "后测" if zh else "Post",
                                 "g (Hake)", "d_z", "对→错" if zh else "right→wrong"]) + " |",
              "|---|---|---|---|---|",

@@ -292,8 +292,7 @@ def gains_report(room: Classroom, lang: str, lessons: Lessons | None = None) -> 
     names the test's items and the misconceptions (default: the packaged `lessons`)."""
     import math
 
-    pre, post, tags = room.test_tables()
-    result = class_gains(pre, post, tags)
+    result = class_gains(**room.test_tables()._asdict())
     source = "phones"
     if not result["matched"] and room.forms is not None:
         hp, hq = room.tests.get("pre"), room.tests.get("post")

@@ -32,6 +32,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from functools import cache
+from typing import NamedTuple
 
 LANGS = ("zh", "en")
 KINDS = ("prediction", "selftest", "test")
@@ -262,6 +263,10 @@ class Lessons:
         """The self-test's questions by id."""
         return {q["id"]: q for q in self.quiz["questions"]}
 
+    def test_quiz_ids(self) -> list[str]:
+        """The self-test items the pre/post test uses as form A, in the test's order."""
+        return [p["A"]["quiz"] for p in self.pretest["pairs"]]
+
     def item_names(self) -> dict[int, dict]:
         """Each pre/post test pair's idea ({zh, en}), by its index."""
         return {i: p["idea"] for i, p in enumerate(self.pretest["pairs"])}
@@ -324,6 +329,16 @@ def load_test_forms(lessons: Lessons | None = None) -> TestForm:
                                      f"(and the right choice none), got {m!r}")
         pairs.append((a, b))
     return TestForm(pairs, data.get("minutes", 3))
+
+
+class TestTables(NamedTuple):
+    """What `classroom.gains.class_gains` reads of a class's tests (its keyword arguments)."""
+
+    pre: dict  # student -> item -> right (a blank is not right)
+    post: dict
+    tags: dict  # (phase, student, item) -> the misconception the answer fell into, or None
+    offers: dict  # (phase, student, item) -> the misconceptions that item of its form offers
+    blanks: frozenset  # the (phase, student, item) answers left blank
 
 
 @dataclass
@@ -645,7 +660,9 @@ class Classroom:
 
     # --- export -----------------------------------------------------------------------------
     def records(self) -> list[dict]:
-        """One row a student an item: rounds' ballots and both tests' answers, pseudonymous."""
+        """One row a student an item: rounds' ballots and both tests' answers, pseudonymous.
+        A test's item a student left blank (of a test it answered) has its row too, `blank` 1,
+        no choice, `correct` 0: the gains count it wrong, so the CSV agrees with them."""
         rows = []
         for r in self.rounds:
             q = r.question
@@ -654,23 +671,25 @@ class Classroom:
                              "form": "", "choice": c,
                              "correct": "" if q.correct is None else int(c == q.correct),
                              "misconception": (q.misconceptions[c] if c < len(q.misconceptions)
-                                               else None) or ""})
+                                               else None) or "", "blank": 0})
         for phase, t in self.tests.items():
             for pid, ans in t.answers.items():
                 form = self.form_of(pid, phase)
                 items = self.forms.form(form)
-                for i, c in sorted(ans.items()):
-                    q = items[i]
+                for i, q in enumerate(items):
+                    c = ans.get(i)
                     rows.append({"student": pid, "source": phase, "item": self.forms.pairs[i][0]
-                                 .qid.split(":")[0], "form": form, "choice": c,
+                                 .qid.split(":")[0], "form": form,
+                                 "choice": "" if c is None else c,
                                  "correct": int(c == q.correct),
-                                 "misconception": q.misconceptions[c] or ""})
+                                 "misconception": "" if c is None else q.misconceptions[c] or "",
+                                 "blank": int(c is None)})
         return rows
 
     def export_csv(self, with_nicknames: bool = False) -> str:
         """CSV of `records()`; the nickname column only in the teacher's export."""
         cols = ["student"] + (["nickname"] if with_nicknames else []) + [
-            "source", "item", "form", "choice", "correct", "misconception"]
+            "source", "item", "form", "choice", "correct", "misconception", "blank"]
         buf = io.StringIO()
         w = csv.DictWriter(buf, cols, extrasaction="ignore")
         w.writeheader()
@@ -680,12 +699,15 @@ class Classroom:
             w.writerow(row)
         return buf.getvalue()
 
-    def test_tables(self) -> tuple[dict, dict, dict]:
-        """(pre, post, misconceptions) for gains: student -> item -> right, and the tags."""
+    def test_tables(self) -> TestTables:
+        """For gains: student -> item -> right, the misconception each answer fell into, the
+        misconceptions each student's item offers (its form's, the shares' denominator) and
+        the answers left blank. A student is in a test once it answered one of its items."""
         out: dict[str, dict] = {"pre": {}, "post": {}}
         tags: dict[tuple, str | None] = {}
+        offers: dict[tuple, frozenset] = {}
         if self.forms is None:
-            return out["pre"], out["post"], tags
+            return TestTables(out["pre"], out["post"], tags, offers, frozenset())
         n = len(self.forms.pairs)
         for phase, t in self.tests.items():
             for pid, ans in t.answers.items():
@@ -693,4 +715,7 @@ class Classroom:
                 out[phase][pid] = {i: (i in ans and ans[i] == items[i].correct) for i in range(n)}
                 for i in range(n):
                     tags[(phase, pid, i)] = items[i].misconceptions[ans[i]] if i in ans else None
-        return out["pre"], out["post"], tags
+                    offers[(phase, pid, i)] = frozenset(m for m in items[i].misconceptions if m)
+        blanks = frozenset((ph, pid, i) for ph, t in self.tests.items() for pid, ans in
+                           t.answers.items() for i in range(n) if i not in ans)
+        return TestTables(out["pre"], out["post"], tags, offers, blanks)

@@ -4,13 +4,17 @@
 how). `reveal_html(state, lang)`: from lock on: the histogram of each round side by side
 (the first vote's only after the revote, so it cannot pull the second toward the majority),
 the suggested next move, and at the reveal the right choice, the shift of the phones that
-voted twice and the reason for every choice. `gains_html(report, lang)`: the class's gain.
+voted twice and the reason for every choice. `gains_html(report, lang)`: the class's gain,
+and who it is computed on (matched students, those left out for taking one test only, blank
+answers).
 Every string from the server or a student is escaped; every label exists in zh and en.
 """
 
 from __future__ import annotations
 
 import html
+
+from classroom.gains import matched_line
 
 STRINGS = {
     "voted": {"zh": "已投票：{n} / {phones} 部手机", "en": "Voted: {n} of {phones} phones"},
@@ -33,7 +37,6 @@ STRINGS = {
     "g": {"zh": "归一化增益 g", "en": "normalized gain g"},
     "d": {"zh": "配对效应量 d_z", "en": "paired effect size d_z"},
     "r2w": {"zh": "对→错比例", "en": "right→wrong rate"},
-    "matched": {"zh": "匹配的学生：{n}", "en": "Matched students: {n}"},
     "hand_source": {"zh": "（来自手动计数：d 和对→错需要匹配的手机）",
                     "en": "(from hand counts: d and right→wrong need matched phones)"},
     "item": {"zh": "概念", "en": "Idea"},
@@ -159,8 +162,9 @@ def gains_html(report: dict, lang: str) -> str:
     mis = "".join(f"<tr><td>{html.escape(mnames.get(m, m))}</td><td>{_f(v['pre'], True)}</td>"
                   f"<td>{_f(v['post'], True)}</td></tr>"
                   for m, v in sorted(res["misconceptions"].items()))
-    source = vt("hand_source", lang) if report.get("source") == "hand" else vt(
-        "matched", lang, n=res["matched"])
+    # who the numbers are computed on: matched, left out (one test only), blanks (wrong)
+    source = (vt("hand_source", lang) if report.get("source") == "hand" else
+              matched_line(res, lang))
     return (f"{CSS}<div class='vt-note'>{html.escape(source)}</div>{head}"
             f"<table class='vt-tab' style='margin-top:10px'><tr><th>{vt('item', lang)}</th>"
             f"<th>{vt('pre', lang)}</th><th>{vt('post', lang)}</th><th>g</th>"

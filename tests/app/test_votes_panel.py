@@ -215,3 +215,134 @@ def test_a_prediction_round_reveals_the_measured_range_and_value(router_server):
     shown = stop.prediction.value_fmt.format(value)
     page = "".join(h.proto.body for h in at.get("html"))
     assert f"引擎测得：{shown}" in page and room.phone_view(pid, "en")["round"]["measured"] == shown
+
+
+def _fresh(room: Classroom) -> Classroom:
+    """The shared server's class with no rounds and no tests (its phones stay)."""
+    room.rounds.clear()
+    room.current, room.open_test = None, None
+    room.tests.clear()
+    return room
+
+
+def _gains_script():
+    from app.votes_panel import gains_section
+
+    gains_section()
+
+
+def test_the_csv_exports_once_the_pre_test_has_answers_and_gains_say_who_counts(
+        router_server):
+    """The CSV is there as soon as the pre-test has answers (no gains yet); after the
+    post-test the gains say how many students matched, were left out and left blanks."""
+    room = _fresh(router_server)
+    at = AppTest.from_function(_gains_script, default_timeout=60)
+    at.session_state["lang"] = "zh"
+    at.run()
+    assert not at.exception and not at.download_button  # nothing to export yet
+    ph = [room.join().pid for _ in range(3)]
+    room.start_test("pre")
+    for p in ph:
+        room.answer_test(p, 0, 1)  # one item each: six blanks each
+    room.stop_test()
+    at.run()
+    assert not at.exception
+    assert [b.key for b in at.download_button] == ["vote_csv"]  # no summary without gains
+    assert any("做完后测" in c.value for c in at.caption)
+    room.start_test("post")
+    for p in ph[:2]:  # the third took the pre-test only
+        room.answer_test(p, 0, 1)
+        room.answer_test(p, 1, 1)
+    room.stop_test()
+    for lang, line in (("zh", "匹配的学生 2 人；未计入 1 人（只做了前测或后测中的一次）；"
+                              "留空未答 22 处（按答错计）"),
+                       ("en", "Matched students: 2; left out: 1 (took only one test); "
+                              "blank answers: 22 (counted as wrong)")):
+        at.session_state["lang"] = lang
+        at.run()
+        assert not at.exception
+        page = "".join(h.proto.body for h in at.get("html"))
+        assert line in page
+        assert {b.key for b in at.download_button} == {"vote_csv", "vote_summary"}
+
+
+def _form_a_ids() -> set[str]:
+    """The self-test items on the pre/post test, read from lessons/pretest.json here."""
+    from classroom.votes import packaged_lessons
+
+    return {p["A"]["quiz"] for p in packaged_lessons().pretest["pairs"]}
+
+
+def test_the_round_picker_marks_test_items_and_defaults_to_one_off_the_test(router_server):
+    from app.lessons import load_quiz
+
+    _fresh(router_server)
+    tests = _form_a_ids()
+    assert tests == {"ch1", "ch3", "ch4", "internal-frag", "prefix-sharing", "bonus-token",
+                     "lone-request"}
+    ids = [q.id for q in load_quiz().questions]
+    first_free = next(i for i in ids if i not in tests)
+    for lang, mark in (("zh", "（前后测题）"), ("en", "(pre/post item) ")):
+        at = AppTest.from_function(_projector_script, default_timeout=60)
+        at.session_state["lang"] = lang
+        at.run()
+        assert not at.exception
+        box = at.selectbox(key="vote_pick")
+        assert box.value == first_free == "ch2"  # not ch1, form A's first item
+        labels = dict(zip(ids, box.options))
+        assert all(labels[i].startswith(mark) == (i in tests) for i in ids), labels
+        assert not at.warning  # no test given yet: nothing to warn of
+
+
+def test_the_round_picker_preselects_nothing_when_every_item_is_on_the_test(
+        router_server, monkeypatch):
+    from app.lessons import load_quiz
+    from classroom.votes import Lessons, packaged_lessons
+
+    _fresh(router_server)
+    real = packaged_lessons()
+    every = {"pairs": [{"A": {"quiz": q.id}} for q in load_quiz().questions]}
+    monkeypatch.setattr(votes_panel, "packaged_lessons",
+                        lambda: Lessons(real.quiz, every, real.misconceptions), raising=False)
+    at = AppTest.from_function(_projector_script, default_timeout=60)
+    at.session_state["lang"] = "en"
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="vote_pick").value is None
+    assert at.button(key="vote_open_pick").disabled
+
+
+def test_between_the_tests_a_round_on_a_test_item_is_warned_of(router_server):
+    room = _fresh(router_server)
+    pid = room.join().pid
+    warn = {"zh": ("一半学生会在后测里遇到这道原题", "这道题的后测已被污染"),
+            "en": ("A round on it now contaminates the post-test",
+                   "the post-test is now contaminated on this item")}
+    room.start_test("pre")
+    room.answer_test(pid, 0, 1)
+    room.stop_test()
+    for lang, (before, after) in warn.items():
+        at = AppTest.from_function(_projector_script, default_timeout=60)
+        at.session_state["lang"] = lang
+        at.run()
+        at.selectbox(key="vote_pick").set_value("ch2").run()
+        assert not at.warning  # an item off the test
+        at.selectbox(key="vote_pick").set_value("ch1").run()
+        assert [w.value for w in at.warning if before in w.value], at.warning
+        at.button(key="vote_open_pick").click().run()
+        assert room.current.question.qid == "ch1"
+        assert any(after in w.value for w in at.warning), at.warning
+        room.lock()
+    assert votes_panel.between_tests(room.test_status())
+    room.start_test("post")
+    assert votes_panel.between_tests(room.test_status())  # while the post-test is open
+    room.answer_test(pid, 0, 1)
+    room.stop_test()
+    assert not votes_panel.between_tests(room.test_status())
+    at = AppTest.from_function(_projector_script, default_timeout=60)
+    at.session_state["lang"] = "en"
+    at.run()
+    at.selectbox(key="vote_pick").set_value("ch1").run()
+    at.button(key="vote_open_pick").click().run()
+    assert room.current.question.qid == "ch1" and not at.warning  # after the post-test
+    assert not votes_panel.between_tests({"open": None, "answered": {}})

@@ -283,3 +283,119 @@ def test_a_round_on_a_self_test_question_shows_its_figures_filled():
     for lang in ("zh", "en"):
         assert figure_text("alpha_08_k4", lang) in json.dumps(acceptance, ensure_ascii=False)
         assert "{{" not in json.dumps(quiz_question(quiz["acceptance"]).for_phone(lang))
+
+
+def test_misconception_shares_count_the_answers_whose_form_could_catch_it():
+    """By hand: two forms of two items; s1, s2 take A then B, s3, s4 B then A.
+    Form A: item 0 offers {w, z}, item 1 {y, z, w}; form B: item 0 {w}, item 1 {x, y}.
+    A share's denominator is the (student, item) answers whose own form's item offers the
+    tag, whether anyone picked it there or not, blanks included."""
+    offer = {"A": [{"w", "z"}, {"y", "z", "w"}], "B": [{"w"}, {"x", "y"}]}
+    form = {("pre", "s1"): "A", ("pre", "s2"): "A", ("pre", "s3"): "B", ("pre", "s4"): "B",
+            ("post", "s1"): "B", ("post", "s2"): "B", ("post", "s3"): "A", ("post", "s4"): "A"}
+    picks = {  # (phase, student) -> item -> the misconception picked, "" right, None blank
+        ("pre", "s1"): ["z", "y"], ("pre", "s2"): ["", None],
+        ("pre", "s3"): ["w", "x"], ("pre", "s4"): ["", "x"],
+        ("post", "s1"): ["", "x"], ("post", "s2"): ["", ""],
+        ("post", "s3"): ["", ""], ("post", "s4"): ["z", ""]}
+    tabs: dict = {"pre": {}, "post": {}}
+    tags, offers = {}, {}
+    for (ph, s), got in picks.items():
+        tabs[ph][s] = {i: m == "" for i, m in enumerate(got)}
+        for i, m in enumerate(got):
+            tags[(ph, s, i)] = m or None
+            offers[(ph, s, i)] = frozenset(offer[form[(ph, s)]][i])
+    r = class_gains(tabs["pre"], tabs["post"], tags, offers)
+    mis = r["misconceptions"]
+    # x is on form B's item 1 only: both who took B before picked it (100%, not 2 of 4 = 50%);
+    # one of the two who took B after did (50%, not 25%)
+    assert mis["x"] == {"pre": 100.0, "post": 50.0, "n_pre": 2, "n_post": 2, "items": [1]}
+    # w: A's two items and B's item 0, so before 2 x 2 + 2 x 1 = 6 answers could catch it,
+    # though nobody picked it on item 1 (1 of 6, not 1 of 4)
+    assert mis["w"]["n_pre"] == mis["w"]["n_post"] == 6 and mis["w"]["items"] == [0, 1]
+    assert mis["w"]["pre"] == pytest.approx(100 / 6) and mis["w"]["post"] == 0.0
+    # y on item 1 of both forms: s2's blank counts in the denominator
+    assert (mis["y"]["pre"], mis["y"]["n_pre"], mis["y"]["post"]) == (25.0, 4, 0.0)
+    # z on A's two items: 2 takers x 2 items each time
+    assert (mis["z"]["pre"], mis["z"]["n_pre"], mis["z"]["post"], mis["z"]["n_post"]) == (
+        25.0, 4, 25.0, 4)
+    assert set(mis) == {"w", "x", "y", "z"}
+    with pytest.raises(ValueError, match="offers"):
+        class_gains(tabs["pre"], tabs["post"], tags)
+
+
+def test_a_misconception_only_one_form_offers_shows_its_real_share():
+    """The review's case in a class: paging-shrinks-weights is offered by form B's item 1
+    only; every phone that took form B as its pre-test picked it, so the share is 100%."""
+    from classroom.vote_routes import gains_report
+
+    c = Classroom("cls", forms=load_test_forms())
+    ph = [c.join().pid for _ in range(6)]
+    b1 = c.forms.form("B")[1]
+    trap = b1.misconceptions.index("paging-shrinks-weights")
+    assert all("paging-shrinks-weights" not in q.misconceptions for q in c.forms.form("A"))
+    for phase in ("pre", "post"):
+        c.start_test(phase)
+        for p in ph:
+            form = c.form_of(p, phase)
+            for i, q in enumerate(c.forms.form(form)):
+                wrong = phase == "pre" and form == "B" and i == 1
+                c.answer_test(p, i, trap if wrong else q.correct)
+        c.stop_test()
+    rep = gains_report(c, "en")
+    m = rep["result"]["misconceptions"]["paging-shrinks-weights"]
+    assert m["pre"] == 100.0 and m["post"] == 0.0 and m["n_pre"] == m["n_post"] == 3
+    name = rep["misconception_names"]["paging-shrinks-weights"]
+    assert f"| {name} | 100% | 0% |" in rep["summary"]
+
+
+def test_blank_answers_have_csv_rows_and_the_csv_agrees_with_the_gains():
+    """Blanks count as wrong in the gains, so each has its CSV row (blank 1, no choice,
+    correct 0); recomputing pre%, post%, matched, left out and blanks from the CSV alone
+    gives the app's numbers."""
+    import csv
+    import io
+
+    from classroom.gains import matched_line
+    from classroom.vote_routes import gains_report
+
+    c = Classroom("cls", forms=load_test_forms())
+    ph = [c.join().pid for _ in range(6)]
+    n = len(c.forms.pairs)
+    skip = {("pre", 0): {2, 3}, ("pre", 1): {0}, ("post", 2): {6}}  # left blank
+    for phase in ("pre", "post"):
+        c.start_test(phase)
+        for s, p in enumerate(ph):
+            if phase == "post" and s == 5:
+                continue  # took the pre-test only: left out
+            items = c.forms.form(c.form_of(p, phase))
+            for i, q in enumerate(items):
+                if i not in skip.get((phase, s), ()):
+                    c.answer_test(p, i, q.correct if (s + i) % 3 else (q.correct + 1) % 4)
+        c.stop_test()
+    rep = gains_report(c, "en")
+    res = rep["result"]
+    assert (res["matched"], res["unmatched"], res["blank"]) == (5, 1, 4)
+    rows = [r for r in csv.DictReader(io.StringIO(c.export_csv()))
+            if r["source"] in ("pre", "post")]
+    blank = [r for r in rows if r["blank"] == "1"]
+    assert len(rows) == (6 + 5) * n and len(blank) == 4
+    assert all(r["choice"] == "" and r["correct"] == "0" and r["misconception"] == ""
+               for r in blank)
+    assert {r["student"] for r in blank} == {ph[0], ph[1], ph[2]}
+    # the re-analysis: students in both tests, each one's score a share of its form's items
+    took = {ph_: {r["student"] for r in rows if r["source"] == ph_} for ph_ in ("pre", "post")}
+    both = took["pre"] & took["post"]
+    score = {(ph_, s): 100 * sum(int(r["correct"]) for r in rows
+                                 if r["source"] == ph_ and r["student"] == s) / n
+             for ph_ in ("pre", "post") for s in both}
+    for ph_ in ("pre", "post"):
+        assert res[ph_] == pytest.approx(sum(score[(ph_, s)] for s in both) / len(both))
+    assert len(both) == res["matched"] and len(took["pre"] ^ took["post"]) == res["unmatched"]
+    assert sum(r["student"] in both for r in blank) == res["blank"]
+    line = {"en": "Matched students: 5; left out: 1 (took only one test); "
+                  "blank answers: 4 (counted as wrong)",
+            "zh": "匹配的学生 5 人；未计入 1 人（只做了前测或后测中的一次）；留空未答 4 处（按答错计）"}
+    for lang in ("zh", "en"):
+        assert matched_line(res, lang) == line[lang]
+        assert line[lang] in gains_report(c, lang)["summary"]
