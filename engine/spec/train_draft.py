@@ -240,6 +240,19 @@ def ridge_fc(target, seqs: list[list[int]], feats: list[torch.Tensor], lam: floa
     return a.T.float().contiguous()
 
 
+def low_precision():
+    """bf16 autocast for the head's training where the CPU has bf16 units (AMX, AVX512-BF16);
+    elsewhere fp32: without them bf16 matmuls are emulated, many times slower than fp32 for the
+    head's small matrices, and the same training's numbers differ only in rounding."""
+    import contextlib
+
+    from engine.plan import machine_facts
+
+    if machine_facts().bf16_units:
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def train(target, seqs: list[list[int]], feats: list[torch.Tensor], labels: list[torch.Tensor],
           vocab: torch.Tensor, steps: int, seed: int = 0, lr: float = 3e-4,
           batch_tokens: int = 2048, noise: float = 0.05, reg_weight: float = 1.0,
@@ -306,7 +319,7 @@ def train(target, seqs: list[list[int]], feats: list[torch.Tensor], labels: list
             g["lr"] = scale
         if noise:
             f_in = f_in + torch.randn(f_in.shape, generator=gen) * noise * f_in.std()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with low_precision():
             preds = unrolled_forward(params, cfg, f_in, [embed[nxt[r]] for r in range(depth)],
                                      cos[:t + depth], sin[:t + depth])
         loss = torch.zeros(())
@@ -314,7 +327,7 @@ def train(target, seqs: list[list[int]], feats: list[torch.Tensor], labels: list
         for r, pred_all in enumerate(preds):
             m = mask[r]
             pred = pred_all[m]
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with low_precision():
                 logits = pred @ readout.T  # [N, V']
             true = f_out[r][m]
             if soft:
