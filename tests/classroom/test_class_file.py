@@ -148,3 +148,51 @@ def test_the_file_is_always_whole_while_votes_go_in(tmp_path):
     data = json.loads(path.read_text("utf-8"))
     assert {p: (i + 39) % 4 for i, p in enumerate(ph)} == data["rounds"][0]["ballots"]
     assert not [f for f in tmp_path.iterdir() if f.name != "cls.json"]  # no temporary left
+
+
+def test_the_class_server_refuses_a_bad_class_file_by_name(tmp_path, capsys):
+    from classroom.serve import main
+
+    bad = tmp_path / "cls.json"
+    bad.write_text('{"format": 1, "class": "cls", "phones": [{"id": "p', "utf-8")
+    assert main(["--state", str(bad)]) == 2  # before any engine is built
+    err = capsys.readouterr().err
+    assert str(bad) in err and "truncated" in err and "Traceback" not in err
+    assert bad.read_text("utf-8").endswith('"p')  # left as it was
+
+
+def test_a_restarted_class_server_with_the_same_class_id_picks_its_class_up(tmp_path,
+                                                                             monkeypatch):
+    from classroom.serve import add_class_args, load_class
+    from classroom.votes import Lessons
+    from engine.serve import build_parser
+
+    monkeypatch.setenv("SERVELAB_CACHE", str(tmp_path))
+    ap = build_parser()
+    add_class_args(ap)
+    lessons = Lessons.load()
+    room = load_class(ap.parse_args(["--class-id", "mon-9am"]), lessons)
+    pid = room.join().pid
+    room.start_test("pre")
+    room.answer_test(pid, 0, 1)
+    room.file.close()
+    assert (tmp_path / "class" / "mon-9am.json").is_file()
+    again = load_class(ap.parse_args(["--class-id", "mon-9am"]), lessons)
+    assert again.class_id == "mon-9am" and again.tests["pre"].answers == {pid: {0: 1}}
+    assert load_class(ap.parse_args([]), lessons).phones == {}  # no id: a new class
+    none = load_class(ap.parse_args(["--class-id", "mon-9am", "--state", "none"]), lessons)
+    assert none.file is None and none.phones == {}
+
+
+def test_the_app_starts_its_class_server_with_its_class_and_file():
+    from classroom.client import DEFAULT_SWITCHES, ClassRoom, serve_args
+    from classroom.serve import add_class_args
+    from engine.serve import build_parser
+
+    room = ClassRoom()
+    args = serve_args(DEFAULT_SWITCHES, "127.0.0.1", 8123, None, class_id=room.class_id,
+                      state="/tmp/x.json")
+    ap = build_parser()
+    add_class_args(ap)
+    parsed = ap.parse_args(args[3:])
+    assert parsed.class_id == room.class_id and parsed.state == "/tmp/x.json"
