@@ -87,6 +87,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
 def join_url(base_url: str, join_code: str | None) -> str:
     """What the QR code opens: the students' page, the join code in the URL fragment (a
     fragment stays in the browser: it is never sent to the server nor logged)."""
@@ -491,6 +500,9 @@ class ClassRoom:
         # file (<ServeLab cache>/class/<class_id>.json, or $SERVELAB_CLASS_STATE)
         self.class_id = time.strftime("class-%Y%m%d-%H%M-") + secrets.token_hex(2)
         self.state_path = os.environ.get("SERVELAB_CLASS_STATE") or None
+        # and the same port when it is free: the same origin, so each phone's page keeps the
+        # id it stored (localStorage is per origin) and its ballots and test stay its own
+        self.port: int | None = None
 
     @property
     def status(self) -> str:
@@ -504,9 +516,12 @@ class ClassRoom:
     def start(self, switches: dict, on_network: bool, kv_blocks: int | None = None) -> None:
         self.on_network = on_network
         self.kv_blocks = kv_blocks or self.kv_blocks
-        self.attach(ClassServer.start(switches, on_network=on_network,
+        host = (lan_address() or "127.0.0.1") if on_network else "127.0.0.1"
+        port = self.port if self.port and port_is_free(host, self.port) else None
+        self.attach(ClassServer.start(switches, on_network=on_network, port=port,
                                       kv_blocks=self.kv_blocks, class_id=self.class_id,
                                       state=self.state_path))
+        self.port = int(self.server.url.rsplit(":", 1)[1])
 
     def stop(self, abort: bool = False) -> None:
         if self.load is not None:

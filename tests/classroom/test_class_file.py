@@ -196,3 +196,32 @@ def test_the_app_starts_its_class_server_with_its_class_and_file():
     add_class_args(ap)
     parsed = ap.parse_args(args[3:])
     assert parsed.class_id == room.class_id and parsed.state == "/tmp/x.json"
+
+
+def test_the_apps_class_restarts_on_its_class_and_its_port(monkeypatch):
+    """Stop and Start again: the same class id (its class file) and, when free, the same
+    port (the same origin: each phone's page keeps the id it stored)."""
+    import classroom.client as client
+
+    calls = []
+
+    class Fake:
+        def __init__(self, port):
+            self.url, self.headers = f"http://127.0.0.1:{port}", {}
+
+        def stop(self, abort=False):
+            pass
+
+    def start(switches, on_network=False, port=None, kv_blocks=None, class_id=None,
+              state=None):
+        calls.append((port, class_id))
+        return Fake(port or client.free_port())
+
+    monkeypatch.setattr(client.ClassServer, "start", staticmethod(start))
+    monkeypatch.setattr(client, "StepStream", lambda *a: type("S", (), {"close": lambda self: None})())
+    room = client.ClassRoom()
+    room.start(client.DEFAULT_SWITCHES, False)
+    room.stop()
+    room.start(client.DEFAULT_SWITCHES, False)
+    assert calls[0] == (None, room.class_id) and calls[1] == (room.port, room.class_id)
+    assert client.port_is_free("127.0.0.1", room.port)
