@@ -87,6 +87,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
 def join_url(base_url: str, join_code: str | None) -> str:
     """What the QR code opens: the students' page, the join code in the URL fragment (a
     fragment stays in the browser: it is never sent to the server nor logged)."""
@@ -122,8 +131,10 @@ def spec_of(switches: dict) -> dict | None:
 
 def serve_args(switches: dict, host: str, port: int, join_code: str | None,
                seats: int = 16, max_tokens_cap: int = 128,
-               kv_blocks: int | None = DEFAULT_KV_BLOCKS) -> list[str]:
-    """The `python -m classroom.serve` command line for the class switches."""
+               kv_blocks: int | None = DEFAULT_KV_BLOCKS, class_id: str | None = None,
+               state: str | None = None) -> list[str]:
+    """The `python -m classroom.serve` command line for the class switches. `class_id`,
+    `state`: the class and its class file (`--class-id`, `--state`: classroom/serve.py)."""
     args = [sys.executable, "-m", "classroom.serve", "--host", host, "--port", str(port),
             "--batching", switches["batching"], "--kv-layout", switches["kv_layout"],
             "--max-num-seqs", str(seats), "--max-tokens-cap", str(max_tokens_cap),
@@ -138,6 +149,10 @@ def serve_args(switches: dict, host: str, port: int, join_code: str | None,
         from classroom.models import serve_args_for
 
         args += serve_args_for(switches["model"])
+    if class_id:
+        args.append(f"--class-id={class_id}")
+    if state:
+        args.append(f"--state={state}")
     if join_code:
         args.append(f"--api-key={join_code}")  # one argument: a code may start with "-"
     return args
@@ -192,7 +207,8 @@ class ClassServer:
     @classmethod
     def start(cls, switches: dict, on_network: bool = False, port: int | None = None,
               seats: int = 16, ready_timeout: float = 180.0,
-              kv_blocks: int | None = DEFAULT_KV_BLOCKS) -> ClassServer:
+              kv_blocks: int | None = DEFAULT_KV_BLOCKS, class_id: str | None = None,
+              state: str | None = None) -> ClassServer:
         """Start `python -m classroom.serve` on 127.0.0.1 (only this computer can join), or on
         this machine's network address when the teacher asks for it (phones on the same
         network can; the join code is then required)."""
@@ -207,7 +223,8 @@ class ClassServer:
         env = dict(server_env(os.environ), SERVELAB_ADMIN_KEY=admin_key,
                    PYTHONPATH=str(IMPORT_ROOT))
         proc = subprocess.Popen(serve_args(switches, host, port, join_code, seats,
-                                           kv_blocks=kv_blocks),
+                                           kv_blocks=kv_blocks, class_id=class_id,
+                                           state=state),
                                 cwd=IMPORT_ROOT, env=env, stdout=log,
                                 stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -478,6 +495,14 @@ class ClassRoom:
         self.on_network = False
         self.kv_blocks = DEFAULT_KV_BLOCKS
         self.redraw_ms: deque[float] = deque(maxlen=200)
+        # the class every server this app starts keeps: a Stop and Start, a model change or
+        # a crashed class server picks its phones, rounds and tests up again from its class
+        # file (<ServeLab cache>/class/<class_id>.json, or $SERVELAB_CLASS_STATE)
+        self.class_id = time.strftime("class-%Y%m%d-%H%M-") + secrets.token_hex(2)
+        self.state_path = os.environ.get("SERVELAB_CLASS_STATE") or None
+        # and the same port when it is free: the same origin, so each phone's page keeps the
+        # id it stored (localStorage is per origin) and its ballots and test stay its own
+        self.port: int | None = None
 
     @property
     def status(self) -> str:
@@ -491,8 +516,12 @@ class ClassRoom:
     def start(self, switches: dict, on_network: bool, kv_blocks: int | None = None) -> None:
         self.on_network = on_network
         self.kv_blocks = kv_blocks or self.kv_blocks
-        self.attach(ClassServer.start(switches, on_network=on_network,
-                                      kv_blocks=self.kv_blocks))
+        host = (lan_address() or "127.0.0.1") if on_network else "127.0.0.1"
+        port = self.port if self.port and port_is_free(host, self.port) else None
+        self.attach(ClassServer.start(switches, on_network=on_network, port=port,
+                                      kv_blocks=self.kv_blocks, class_id=self.class_id,
+                                      state=self.state_path))
+        self.port = int(self.server.url.rsplit(":", 1)[1])
 
     def stop(self, abort: bool = False) -> None:
         if self.load is not None:

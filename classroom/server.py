@@ -72,7 +72,7 @@ from pydantic import BaseModel, ConfigDict
 
 from classroom.page import PAGE
 from classroom.vote_routes import votes_router
-from classroom.votes import FLOOD_VOTES, FLOOD_WINDOW_S, Lessons
+from classroom.votes import FLOOD_VOTES, FLOOD_WINDOW_S, Classroom, Lessons
 from engine.config import SamplingParams
 from engine.server.app import RouterFactory
 from engine.server.loop import SIMULATED_PREFIX, Delta, Ticket
@@ -231,12 +231,14 @@ def _percentile(values, mine: float) -> float | None:
     return round(100.0 * sum(1 for v in values if v <= mine) / len(values), 1)
 
 
-def routers(lessons: Lessons | None = None,
-            limits: ClassLimits | None = None) -> list[RouterFactory]:
+def routers(lessons: Lessons | None = None, limits: ClassLimits | None = None,
+            classroom: Classroom | None = None) -> list[RouterFactory]:
     """What the class server hands `create_app(routers=...)`: the students' routes (with the
-    votes), over `lessons` (default: the packaged `lessons`, `Lessons.load()`)."""
+    votes), over `lessons` (default: the packaged `lessons`, `Lessons.load()`). `classroom`:
+    the class the votes keep (`classroom/serve.py` loads it from its class file; default a
+    new one, kept in memory only)."""
     lessons = lessons or Lessons.load()
-    return [lambda state: router(state, lessons, limits)]
+    return [lambda state: router(state, lessons, limits, classroom)]
 
 
 # request ids, unique in the process as the OpenAI routes' are: two class servers in one
@@ -245,9 +247,9 @@ _ids = itertools.count()
 
 
 def router(state: ServerState, lessons: Lessons | None = None,
-           limits: ClassLimits | None = None) -> APIRouter:
+           limits: ClassLimits | None = None, classroom: Classroom | None = None) -> APIRouter:
     """The students' routes over the server's state (its loop, its admission), and the
-    votes' over `lessons` (the course as data)."""
+    votes' over `lessons` (the course as data) and `classroom` (default: a new class)."""
     limits = limits or ClassLimits()
     loop = state.loop
     students = _Students(limits)
@@ -256,7 +258,7 @@ def router(state: ServerState, lessons: Lessons | None = None,
     r = APIRouter()
     r.open_paths = (PAGE_PATH,)  # create_app lets these through without a key
     # the class's votes and pre/post test (vote_routes.py) ride on the same class server
-    votes = votes_router(lessons=lessons, limits=limits)
+    votes = votes_router(classroom, lessons=lessons, limits=limits)
     state.votes = votes.classroom
     r.include_router(votes)
 

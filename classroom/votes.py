@@ -24,10 +24,14 @@ What must hold:
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
+import os
 import secrets
+import tempfile
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -153,6 +157,24 @@ class Question:
         expl = _text(d["explanation"], "question.explanation") if d.get("explanation") else None
         return cls(qid, kind, _text(d.get("question"), "question.question"), choices, correct,
                    why, expl, mis)
+
+    def to_dict(self) -> dict:
+        """Every field, as `from_saved` reads it back (a class file's round question)."""
+        return {"qid": self.qid, "kind": self.kind, "text": self.text, "choices": self.choices,
+                "correct": self.correct, "why": self.why, "explanation": self.explanation,
+                "misconceptions": self.misconceptions}
+
+    @classmethod
+    def from_saved(cls, d: dict) -> Question:
+        q = cls(d["qid"], d["kind"], _text(d["text"], "text"),
+                [_text(c, "choice") for c in d["choices"]], d["correct"],
+                [None if w is None else _text(w, "why") for w in d["why"]],
+                None if d["explanation"] is None else _text(d["explanation"], "explanation"),
+                list(d["misconceptions"]))
+        if q.kind not in KINDS or not isinstance(q.qid, str) or (
+                q.correct is not None and not 0 <= q.correct < len(q.choices)):
+            raise ValueError(f"question {q.qid!r}: bad kind, id or correct choice")
+        return q
 
     def for_phone(self, lang: str) -> dict:
         return {"id": self.qid, "kind": self.kind, "text": self.text[lang],
@@ -356,12 +378,111 @@ def _clean_nick(nick: str) -> str:
     return nick.strip()
 
 
+CLASS_FILE_FORMAT = 1
+
+
+class ClassFileError(Exception):
+    """A class file that cannot be loaded: `str()` names the file and what is wrong."""
+
+    def __init__(self, path: str, what: str):
+        super().__init__(f"class file {path}: {what}")
+        self.path, self.what = path, what
+
+
+class ClassFile:
+    """Keeps one class's file up to date: `changed()` on every change, `flush()` at shutdown.
+
+    Why not write on every change: the class's file holds every ballot, and 60 phones voting
+    at once are 60 changes in about a second; writing (serialize, write, fsync, rename) on
+    the event loop for each would stall every phone's request behind the disk. So a change
+    only marks the file dirty and, if no write is pending, starts a timer: one write at most
+    every `interval_s` (0.5 s) from that timer's thread, off the event loop, however many
+    changes came in. A crash loses at most the last `interval_s` of changes; a stop loses
+    none (`flush()`, called by the class server on its way out, and at exit).
+
+    Atomic: each write goes to a temporary file in the same folder (same file system), is
+    fsynced, then `os.replace`d over the file, so a reader (or a restart after a crash)
+    sees the old whole file or the new whole file, never a part of one."""
+
+    def __init__(self, path, room: Classroom, interval_s: float = 0.5):
+        self.path = os.fspath(path)
+        self.room, self.interval_s = room, interval_s
+        self.lock = threading.Lock()  # one write at a time (timer thread and flush)
+        self.dirty = False
+        self.timer: threading.Timer | None = None
+        self.writes = 0
+        self.error: str | None = None  # the last write's failure, for the server's log
+
+    def changed(self) -> None:
+        self.dirty = True
+        if self.timer is None:
+            t = threading.Timer(self.interval_s, self._tick)
+            t.daemon = True  # at exit, `flush` (atexit, the server's finally) writes
+            self.timer = t
+            t.start()
+
+    def _tick(self) -> None:
+        self.timer = None
+        self.flush()
+        if self.dirty:  # changed while this write ran: write again later
+            self.changed()
+
+    def flush(self) -> None:
+        """Write now if anything changed since the last write."""
+        with self.lock:
+            if not self.dirty:
+                return
+            self.dirty = False
+            for _ in range(3):
+                try:
+                    text = json.dumps(self.room.snapshot(), ensure_ascii=False)
+                    break
+                except RuntimeError:  # a container changed mid-copy: take it again
+                    continue
+            else:
+                self.dirty = True
+                return
+            try:
+                self._write(text)
+                self.writes += 1
+                self.error = None
+            except OSError as exc:
+                self.dirty = True
+                self.error = f"class file {self.path}: cannot be written ({exc})"
+
+    def _write(self, text: str) -> None:
+        folder = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(self.path) + ".", suffix=".tmp",
+                                   dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def close(self) -> None:
+        """Cancel the pending timer and write what is left (shutdown)."""
+        t = self.timer
+        if t is not None:
+            t.cancel()
+            self.timer = None
+        self.flush()
+
+
 class Classroom:
-    """One class's phones, rounds and tests. Not thread-safe: one event loop drives it."""
+    """One class's phones, rounds and tests. Not thread-safe: one event loop drives it.
+    With a `state_path` it keeps a class file there (`ClassFile`); `Classroom.load` reads
+    one back."""
 
     def __init__(self, class_id: str | None = None, forms: TestForm | None = None,
                  clock=time.monotonic, flood_votes: int = FLOOD_VOTES,
-                 flood_window_s: float = FLOOD_WINDOW_S):
+                 flood_window_s: float = FLOOD_WINDOW_S, state_path=None):
         self.class_id = class_id or secrets.token_urlsafe(6)
         self.clock = clock
         self.flood_votes, self.flood_window_s = flood_votes, flood_window_s
@@ -375,12 +496,143 @@ class Classroom:
         self.words: list[str] = []
         self.version = 0  # bumped on every change a projector draws
         self.listeners: list = []  # callables run after every change (the router's wake-up)
+        # the class file (None: nothing is written); `load` fills a class from one
+        self.file = None if state_path is None else ClassFile(state_path, self)
 
     # --- bookkeeping ------------------------------------------------------------------------
     def _changed(self) -> None:
         self.version += 1
         for fn in list(self.listeners):
             fn()
+        if self.file is not None:
+            self.file.changed()
+
+    # --- the class file -----------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """The class as JSON-ready data: phones (id, nickname, form group), rounds (question,
+        state, ballots, hand counts, the revote's first round), the tests' answers and hand
+        counts, hidden names and the word list. Not the flood counters (a restart forgives).
+        An open round keeps the seconds it had left (the clock is this process's).
+
+        It may run on `ClassFile`'s writer thread while the event loop changes the class:
+        every dict and list is copied first (`dict(d)`, `list(l)`: one C call each, atomic
+        under the GIL), so it never iterates a container that changes under it. A snapshot
+        taken mid-change may miss that change; the change marked the file dirty again, so
+        the next write (at most `ClassFile.interval_s` later) has it."""
+        now = self.clock()
+        rounds = []
+        for r in list(self.rounds):
+            rounds.append({"rid": r.rid, "number": r.number, "state": r.state,
+                           "question": r.question.to_dict(),
+                           "seconds_left": max(0.0, r.deadline - now),
+                           "ballots": dict(r.ballots),
+                           "hand": None if r.hand is None else list(r.hand),
+                           "previous": None if r.previous is None else r.previous.rid,
+                           "hidden": r.hidden, "measured": r.measured})
+        tests = {}
+        for ph, t in dict(self.tests).items():
+            tests[ph] = {"open": t.open,
+                         "answers": {pid: {str(i): c for i, c in dict(a).items()}
+                                     for pid, a in dict(t.answers).items()},
+                         "hand": {str(i): {f: list(c) for f, c in dict(by).items()}
+                                  for i, by in dict(t.hand).items()}}
+        cur = self.current
+        return {"format": CLASS_FILE_FORMAT, "class": self.class_id, "version": self.version,
+                "phones": [{"id": p.pid, "group": p.group, "nickname": p.nickname}
+                           for p in list(dict(self.phones).values())],
+                "rounds": rounds, "current": None if cur is None else cur.rid,
+                "tests": tests, "open_test": self.open_test,
+                "test_items": None if self.forms is None else len(self.forms.pairs),
+                "hidden_nicks": sorted(set(self.hidden_nicks)), "words": list(self.words)}
+
+    def restore(self, data: dict) -> None:
+        """Fill this (new, empty) class from `snapshot()`'s data. ValueError, KeyError or
+        TypeError on data that is not a class file (`load` turns them into ClassFileError)."""
+        if not isinstance(data, dict) or data.get("format") != CLASS_FILE_FORMAT:
+            raise ValueError(f"not a class file of format {CLASS_FILE_FORMAT}")
+        now = self.clock()
+        self.class_id = str(data["class"])
+        self.version = int(data["version"])
+        phones = {}
+        for p in data["phones"]:
+            if not isinstance(p["id"], str) or p["group"] not in (0, 1):
+                raise ValueError("a phone needs a string id and a group 0 or 1")
+            phones[p["id"]] = Phone(p["id"], p["group"], str(p["nickname"]),
+                                    deque(maxlen=self.flood_votes))
+        by_rid: dict[str, Round] = {}
+        rounds = []
+        for d in data["rounds"]:
+            q = Question.from_saved(d["question"])
+            if d["state"] not in ("open", "locked", "revealed"):
+                raise ValueError(f"round {d['rid']!r}: unknown state {d['state']!r}")
+            ballots = {str(pid): int(c) for pid, c in d["ballots"].items()}
+            if any(pid not in phones or not 0 <= c < len(q.choices)
+                   for pid, c in ballots.items()):
+                raise ValueError(f"round {d['rid']!r}: a ballot of an unknown phone or choice")
+            prev = d["previous"]
+            if prev is not None and prev not in by_rid:
+                raise ValueError(f"round {d['rid']!r}: its first round {prev!r} is missing")
+            hand = None if d["hand"] is None else [int(c) for c in d["hand"]]
+            r = Round(str(d["rid"]), q, int(d["number"]), now + float(d["seconds_left"]),
+                      d["state"], ballots, hand, by_rid.get(prev), bool(d["hidden"]),
+                      d["measured"])
+            by_rid[r.rid] = r
+            rounds.append(r)
+        if data["current"] is not None and data["current"] not in by_rid:
+            raise ValueError(f"the current round {data['current']!r} is missing")
+        n = None if self.forms is None else len(self.forms.pairs)
+        if data["tests"] and data["test_items"] != n:
+            raise ValueError(f"its tests have {data['test_items']} items, this course's {n}")
+        tests = {}
+        for ph, d in data["tests"].items():
+            if ph not in ("pre", "post"):
+                raise ValueError(f"unknown test phase {ph!r}")
+            answers = {str(pid): {int(i): int(c) for i, c in a.items()}
+                       for pid, a in d["answers"].items()}
+            if any(pid not in phones for pid in answers):
+                raise ValueError(f"the {ph}-test holds an unknown phone's answers")
+            hand = {int(i): {str(f): [int(c) for c in cs] for f, cs in by.items()}
+                    for i, by in d["hand"].items()}
+            tests[ph] = TestPhase(ph, bool(d["open"]), answers, hand)
+        if data["open_test"] not in (None, *tests):
+            raise ValueError(f"the open test {data['open_test']!r} is missing")
+        self.phones, self.rounds, self.tests = phones, rounds, tests
+        self.current = by_rid.get(data["current"])
+        self.open_test = data["open_test"]
+        self.hidden_nicks = {str(p) for p in data["hidden_nicks"]}
+        self.words = [str(w) for w in data["words"]]
+
+    @classmethod
+    def load(cls, path, forms: TestForm | None = None, keep: bool = True,
+             **kwargs) -> Classroom:
+        """The class saved at `path` (`keep`: and go on writing it there, as `state_path`);
+        a new empty one when no file is there. ClassFileError, naming the file and what is
+        wrong with it, when it cannot be read or is not a whole class file: the caller
+        decides (the class server refuses to start, classroom/serve.py)."""
+        path = os.fspath(path)
+        room = cls(forms=forms, **kwargs)
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError:
+            text = None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ClassFileError(path, f"cannot be read ({exc})") from None
+        if text is not None:
+            try:
+                data = json.loads(text)
+            except ValueError as exc:
+                raise ClassFileError(path, f"is not whole JSON (truncated or damaged: {exc})"
+                                     ) from None
+            try:
+                room.restore(data)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+                raise ClassFileError(path, f"is not a class file this course can load "
+                                           f"({what})") from None
+        if keep:
+            room.file = ClassFile(path, room)
+        return room
 
     def join(self, pid: str | None = None, nickname: str = "") -> Phone:
         """The phone's id: the one it kept if this class knows it, else a new one."""
