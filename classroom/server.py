@@ -48,7 +48,9 @@ turn the projector's text around or hide as another's; the page writes every str
 limits per phone (its token and address; without a token, the address): one question in
 flight and `min_interval_s` between questions (counted from the end of the last answer the student received; an answer cut by a
 switch change does not count),
-answered with 429 and `Retry-After`. A nickname is a label: a new nickname is not a new
+answered with 429 and `Retry-After`. Every refusal on these routes speaks the phone's language
+(`?lang=zh|en`, which the page sends, else Accept-Language, as the votes pick it): the texts
+are `REFUSALS`, zh and en; an en phone reads the same English as before. A nickname is a label: a new nickname is not a new
 student. The page's Content-Security-Policy allows only its own script and style, by a nonce
 made for each response, and no framing (`frame-ancestors 'none'`).
 """
@@ -60,6 +62,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import re
 import secrets
 import time
 import unicodedata
@@ -72,7 +75,7 @@ from pydantic import BaseModel, ConfigDict
 
 from classroom.page import PAGE
 from classroom.vote_routes import votes_router
-from classroom.votes import FLOOD_VOTES, FLOOD_WINDOW_S, Classroom, Lessons
+from classroom.votes import FLOOD_VOTES, FLOOD_WINDOW_S, Classroom, Lessons, pick_lang
 from engine.config import SamplingParams
 from engine.server.app import RouterFactory
 from engine.server.loop import SIMULATED_PREFIX, Delta, Ticket
@@ -106,6 +109,66 @@ class AskBody(BaseModel):
     phone: str | None = None  # the page's own random secret: what a reload reattaches with
 
 
+# Every refusal a phone gets from the ask/answer routes, in zh and en: the English text is what
+# clients and tests have always read; a Chinese phone (`?lang=zh`, else Accept-Language, as the
+# votes pick it) gets the zh one with the same numbers. `{zname}` is the field's Chinese name.
+REFUSALS = {
+    "empty": ("{zname}是空的：请输入{zname}。", "{name} is empty: type one"),
+    "too_long": ("{zname}有 {n} 个字符，最多只能有 {limit} 个。",
+                 "{name} is {n} characters; at most {limit}"),
+    "control": ("{zname}含有控制字符：请删掉它。", "{name} holds a control character"),
+    "simulated": ("以 {prefix!r} 开头的昵称留给模拟用户：请换一个。",
+                  "nicknames starting with {prefix!r} are kept for simulated users; "
+                  "choose another"),
+    "phone": ("页面的手机密钥必须是 16 到 128 个字符：请刷新页面。",
+              "phone must be 16 to 128 characters (the page's own secret)"),
+    "one_question_at_a_time": ("你的上一个问题还在回答中：请等它答完。",
+                               "your previous question is still being answered; wait for it"),
+    "too_many_questions": ("每个回答结束后 {interval} 秒内只能再问一个问题：请 {wait} 秒后再试。",
+                           "one question per {interval} s after an answer: try again in "
+                           "{wait} s"),
+    "answer_not_found": ("这部手机没有这个编号的回答（它可能已经过期）。",
+                         "no answer with this id for this phone (it may have expired)"),
+    "left": ("没有人在读这个回答。", "nobody was reading this answer"),
+    # the server's own refusals at admission (engine/server/state.py), by their code: an en
+    # phone keeps the server's text
+    "queue_full": ("服务器已满（里面有 {n} 个请求）：请稍后再试。", None),
+    "too_many_requests_per_user": ("这部手机已有 {n} 个请求在运行：请等它们结束。", None),
+    "too_many_requests_per_address": ("你的网络地址已有 {n} 个请求在运行：请等它们结束。", None),
+    "context_length_exceeded": ("问题有 {n} 个 token，太长了：这台服务器最多接受 {limit} 个。", None),
+    "shutting_down": ("服务器正在关闭：请稍后再试。", None),
+}
+FIELDS_ZH = {"nickname": "昵称", "question": "问题"}
+
+
+def refusal_text(key: str, lang: str, **fields) -> str:
+    """A refusal's message in `lang` ('zh' or 'en'), its fields filled."""
+    zh, en = REFUSALS[key]
+    text = zh if lang == "zh" or en is None else en
+    return text.format(zname=FIELDS_ZH.get(fields.get("name", ""), ""), **fields)
+
+
+def _localized(err: APIError, lang: str, state: ServerState) -> APIError:
+    """The server's admission refusal `err` with its message in `lang` (the same status, type,
+    param, code and headers); unknown codes and an en phone keep the server's text."""
+    if lang != "zh" or err.code not in REFUSALS:
+        return err
+    s = state.settings
+    nums = {"queue_full": {"n": s.max_queue},
+            "too_many_requests_per_user": {"n": s.max_requests_per_user},
+            "too_many_requests_per_address": {"n": s.max_requests_per_address}}.get(err.code, {})
+    if err.code == "context_length_exceeded":
+        found = re.findall(r"\d+", err.message)
+        nums = {"n": found[0], "limit": found[-1]} if len(found) >= 2 else {"n": "?", "limit": "?"}
+    return APIError(err.status, refusal_text(err.code, "zh", **nums), err.type, err.param,
+                    err.code, err.headers)
+
+
+def request_lang(request: Request) -> str:
+    """The phone's language, as the votes pick it: `?lang=`, else Accept-Language."""
+    return pick_lang(request.query_params.get("lang"), request.headers.get("accept-language"))
+
+
 # what a nickname loses: bidi embeddings and overrides, bidi isolates, zero-width characters
 # (and the BOM); control characters go too (category Cc)
 _INVISIBLE = dict.fromkeys([*range(0x202A, 0x202F), *range(0x2066, 0x206A),
@@ -118,20 +181,20 @@ def clean_nickname(value: str) -> str:
     return "".join(c for c in value if unicodedata.category(c) != "Cc")
 
 
-def _clean(value: str, name: str, limit: int) -> str:
-    """Strip; refuse empty, too long, or (a question's) control characters; a nickname's
-    invisible characters are dropped first."""
+def _clean(value: str, name: str, limit: int, lang: str = "en") -> str:
+    """Strip; refuse empty, too long, or (a question's) control characters, in `lang`; a
+    nickname's invisible characters are dropped first."""
     if name == "nickname":
         value = clean_nickname(value)
     value = value.strip()
     if not value:
-        raise APIError(400, f"{name} is empty: type one", param=name)
+        raise APIError(400, refusal_text("empty", lang, name=name), param=name)
     if len(value) > limit:
-        raise APIError(400, f"{name} is {len(value)} characters; at most {limit}",
+        raise APIError(400, refusal_text("too_long", lang, name=name, n=len(value), limit=limit),
                        param=name, code="too_long")
     allowed = "\n\t" if name == "question" else ""
     if any(unicodedata.category(c) == "Cc" and c not in allowed for c in value):
-        raise APIError(400, f"{name} holds a control character", param=name)
+        raise APIError(400, refusal_text("control", lang, name=name), param=name)
     return value
 
 
@@ -144,15 +207,16 @@ class _Students:
         self.last_ask: dict[str, float] = {}
         self.questions: OrderedDict[str, dict] = OrderedDict()
 
-    def check(self, key: str) -> None:
+    def check(self, key: str, lang: str = "en") -> None:
         if key in self.in_flight:
-            raise APIError(429, "your previous question is still being answered; wait for it",
+            raise APIError(429, refusal_text("one_question_at_a_time", lang),
                            "rate_limit_error", code="one_question_at_a_time",
                            headers={"Retry-After": "1"})
         wait = self.limits.min_interval_s - (time.monotonic() - self.last_ask.get(key, -1e9))
         if wait > 0:
-            raise APIError(429, f"one question per {self.limits.min_interval_s:g} s after an "
-                                f"answer: try again in {max(wait, 1):.0f} s", "rate_limit_error",
+            raise APIError(429, refusal_text("too_many_questions", lang,
+                                             interval=f"{self.limits.min_interval_s:g}",
+                                             wait=f"{max(wait, 1):.0f}"), "rate_limit_error",
                            code="too_many_questions", headers={"Retry-After": f"{wait:.0f}"})
 
     def remember(self, request_id: str, nickname: str, question: str) -> None:
@@ -299,7 +363,7 @@ def router(state: ServerState, lessons: Lessons | None = None,
         """A phone's answer again, from event `start`: a reload reattaches to it."""
         ans = answers.get(request_id)
         if ans is None or not ans.owned_by(request.headers.get("x-phone-secret")):
-            raise APIError(404, "no answer with this id for this phone (it may have expired)",
+            raise APIError(404, refusal_text("answer_not_found", request_lang(request)),
                            "invalid_request_error", param="request_id",
                            code="answer_not_found")
         return StreamingResponse(ans.tail(start), media_type="text/event-stream",
@@ -307,18 +371,18 @@ def router(state: ServerState, lessons: Lessons | None = None,
 
     @r.post(PAGE_PATH + "/ask")
     async def ask(body: AskBody, request: Request):
-        nickname = _clean(body.nickname, "nickname", limits.max_nickname_chars)
-        question = _clean(body.question, "question", limits.max_question_chars)
+        lang = request_lang(request)
+        nickname = _clean(body.nickname, "nickname", limits.max_nickname_chars, lang)
+        question = _clean(body.question, "question", limits.max_question_chars, lang)
         if nickname.lower().startswith(SIMULATED_PREFIX):
-            raise APIError(400, f"nicknames starting with {SIMULATED_PREFIX!r} are kept for "
-                                f"simulated users; choose another", param="nickname")
+            raise APIError(400, refusal_text("simulated", lang, prefix=SIMULATED_PREFIX),
+                           param="nickname")
         phone = body.phone  # the page's own secret: it reattaches to this answer after a reload
         if phone is not None and not 16 <= len(phone) <= 128:
-            raise APIError(400, "phone must be 16 to 128 characters (the page's own secret)",
-                           param="phone")
+            raise APIError(400, refusal_text("phone", lang), param="phone")
         client = state.client_of(request)  # the phone's token and address, not the nickname
         key = client.key
-        students.check(key)
+        students.check(key, lang)
         max_tokens = min(limits.max_tokens, loop.max_tokens_cap)
         ticket = Ticket(request_id=f"class-{next(_ids)}",
                         params=SamplingParams(max_tokens=max_tokens, temperature=0.0),
@@ -328,6 +392,9 @@ def router(state: ServerState, lessons: Lessons | None = None,
         students.in_flight.add(key)
         try:
             accepted: Delta = await state.admit(ticket)
+        except APIError as err:
+            students.in_flight.discard(key)
+            raise _localized(err, lang, state) from None
         except BaseException:
             students.in_flight.discard(key)
             raise
@@ -360,7 +427,7 @@ def router(state: ServerState, lessons: Lessons | None = None,
                         if ans.attached == 0 and \
                                 time.monotonic() - ans.detached_at > limits.detached_grace_s:
                             ans.add({"type": "error", "code": "left",
-                                     "message": "nobody was reading this answer"})
+                                     "message": refusal_text("left", lang)})
                             break
                         continue
                     if d.error is not None:
