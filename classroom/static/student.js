@@ -177,7 +177,7 @@ async function joinOnce(code) {
   // the server's token for this phone: its limits count by it, not by the nickname
   if (phoneToken) return;
   try {
-    const r = await fetch("/class/token", {method: "POST", headers: {"Authorization": "Bearer " + code}});
+    const r = await fetch("/class/token?lang=" + lang, {method: "POST", headers: {"Authorization": "Bearer " + code}});
     if (r.ok) { phoneToken = (await r.json()).phone; sessionStorage.setItem("servelab-phone", phoneToken); }
   } catch (e) {}
 }
@@ -196,13 +196,13 @@ async function ask() {
         await joinOnce(code);
         const headers = {"Content-Type": "application/json", "Authorization": "Bearer " + code};
         if (phoneToken) headers["X-ServeLab-Phone"] = phoneToken;
-        const r = await fetch("/class/ask", {method: "POST", headers,
+        const r = await fetch("/class/ask?lang=" + lang, {method: "POST", headers,
           body: JSON.stringify({nickname, question, phone})});
         if (!r.ok) {
           let m = S().said(r.status);
           try { m = (await r.json()).error.message; } catch (e) {}
           if (r.status === 503 && attempt < 19) { note(S().waitingEngine); await sleep(1000); continue; }
-          say(r.status === 401 ? S().wrongCode : m);
+          say(r.status === 401 ? S().wrongCode : m);  // m: the server's message, in `lang`
           return;
         }
         outcome = await read(r, st);
@@ -233,7 +233,7 @@ async function ask() {
 // reattach to an answer by its id (a dropped connection, or a reload), from event st.next
 async function follow(code, st) {
   for (let tries = 0; tries < 5; tries++) {
-    const r = await fetch("/class/answer/" + encodeURIComponent(st.rid) + "?start=" + st.next,
+    const r = await fetch("/class/answer/" + encodeURIComponent(st.rid) + "?start=" + st.next + "&lang=" + lang,
       {headers: {"Authorization": "Bearer " + code, "X-Phone-Secret": phone}});
     if (r.status === 404) { localStorage.removeItem("servelab-answer"); return "error"; }
     if (!r.ok) { await sleep(1000); continue; }
