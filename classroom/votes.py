@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cache
 from typing import NamedTuple
 
@@ -158,14 +158,9 @@ class Question:
         return cls(qid, kind, _text(d.get("question"), "question.question"), choices, correct,
                    why, expl, mis)
 
-    def to_dict(self) -> dict:
-        """Every field, as `from_saved` reads it back (a class file's round question)."""
-        return {"qid": self.qid, "kind": self.kind, "text": self.text, "choices": self.choices,
-                "correct": self.correct, "why": self.why, "explanation": self.explanation,
-                "misconceptions": self.misconceptions}
-
     @classmethod
     def from_saved(cls, d: dict) -> Question:
+        """A question as `asdict` saved it (a class file's round), checked."""
         q = cls(d["qid"], d["kind"], _text(d["text"], "text"),
                 [_text(c, "choice") for c in d["choices"]], d["correct"],
                 [None if w is None else _text(w, "why") for w in d["why"]],
@@ -523,7 +518,7 @@ class Classroom:
         rounds = []
         for r in list(self.rounds):
             rounds.append({"rid": r.rid, "number": r.number, "state": r.state,
-                           "question": r.question.to_dict(),
+                           "question": asdict(r.question),
                            "seconds_left": max(0.0, r.deadline - now),
                            "ballots": dict(r.ballots),
                            "hand": None if r.hand is None else list(r.hand),
@@ -603,10 +598,9 @@ class Classroom:
         self.words = [str(w) for w in data["words"]]
 
     @classmethod
-    def load(cls, path, forms: TestForm | None = None, keep: bool = True,
-             **kwargs) -> Classroom:
-        """The class saved at `path` (`keep`: and go on writing it there, as `state_path`);
-        a new empty one when no file is there. ClassFileError, naming the file and what is
+    def load(cls, path, forms: TestForm | None = None, **kwargs) -> Classroom:
+        """The class saved at `path`, which it goes on writing (its `state_path`); a new
+        empty one when no file is there. ClassFileError, naming the file and what is
         wrong with it, when it cannot be read or is not a whole class file: the caller
         decides (the class server refuses to start, classroom/serve.py)."""
         path = os.fspath(path)
@@ -630,8 +624,7 @@ class Classroom:
                 what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
                 raise ClassFileError(path, f"is not a class file this course can load "
                                            f"({what})") from None
-        if keep:
-            room.file = ClassFile(path, room)
+        room.file = ClassFile(path, room)
         return room
 
     def join(self, pid: str | None = None, nickname: str = "") -> Phone:
