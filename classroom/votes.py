@@ -334,7 +334,7 @@ def load_test_forms(lessons: Lessons | None = None) -> TestForm:
     pairs = []
     for p in data["pairs"]:
         a = quiz_question(quiz[p["A"]["quiz"]], "test", f"{p['id']}:A", p["A"]["misconceptions"])
-        b_raw = p["B"]
+        b_raw = _filled(p["B"])  # its figures, as form A's (quiz_question)
         b = Question.from_dict({
             "id": f"{p['id']}:B", "kind": "test", "question": b_raw["question"],
             "correct": next(i for i, c in enumerate(b_raw["choices"]) if c.get("correct")),

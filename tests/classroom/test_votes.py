@@ -279,6 +279,10 @@ def test_a_round_on_a_self_test_question_shows_its_figures_filled():
     for qid in quoting:
         shown = json.dumps(dataclasses.asdict(quiz_question(quiz[qid])), ensure_ascii=False)
         assert "{{" not in shown, qid
+    # the post-test's twins (form B, pretest.json) quote figures too: filled the same way
+    forms = load_test_forms()
+    shown = json.dumps([dataclasses.asdict(b) for _, b in forms.pairs], ensure_ascii=False)
+    assert "{{" not in shown and figure_text("chapter_waste", "zh") in shown
     acceptance = dataclasses.asdict(quiz_question(quiz["acceptance"]))
     for lang in ("zh", "en"):
         assert figure_text("alpha_08_k4", lang) in json.dumps(acceptance, ensure_ascii=False)
