@@ -48,13 +48,15 @@ def _scan_streamlit_manifests_once():
 
 
 def pytest_runtest_logreport(report):
-    """With SERVELAB_TIMELOG=PATH, each test phase's seconds are appended to PATH as it ends
-    (a long run can be read while it goes; the JUnit XML is written only at the end)."""
+    """With SERVELAB_TIMELOG=PATH, each test phase's seconds are appended to PATH as it ends,
+    with the worker that ran it and the clock (a long run can be read while it goes, and the
+    workers' timelines drawn; the JUnit XML is written only at the end)."""
     path = os.environ.get("SERVELAB_TIMELOG")
     if path and getattr(report, "node", None) is None:  # (xdist's controller: a worker's copy)
         with open(path, "a", encoding="utf-8") as f:
             f.write(f"{report.duration:8.2f} {report.when:8s} {report.outcome:7s} "
-                    f"{report.nodeid}\n")
+                    f"{report.nodeid} {os.environ.get('PYTEST_XDIST_WORKER', '-')} "
+                    f"{time.time():.1f}\n")
 
 
 def require(present: bool, missing: str) -> None:
@@ -72,29 +74,53 @@ def require(present: bool, missing: str) -> None:
 def pytest_collection_modifyitems(config, items):
     """The browser tests run last, in their order: the session's chromium (playwright's sync
     API, `chromium` below) holds an event loop on the main thread while it is open, and
-    `asyncio.run` refuses to start under one (tests/browsing.py).
+    `asyncio.run` refuses to start under it (tests/browsing.py).
 
     Under pytest-xdist (make test: `-n 2 --dist loadgroup --no-loadscope-reorder`) each test
     gets a group, the unit one worker runs in order: its module (whose fixtures, a server or
-    an engine, start once), the Triton interpreter's modules together (one child process,
-    tests/kernels/conftest.py), and the browser modules in one group per worker, scheduled
-    last like the browser tests here, so a worker that opened chromium runs nothing after."""
-    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+    an engine, start once) or, for the Triton interpreter's modules, all of them together (one
+    child process, tests/kernels/conftest.py). A worker takes the next group as it runs out of
+    work, so the groups go out longest first (tests/durations.json, written by
+    `python tests/slowest.py build/junit.xml --modules tests/durations.json`) and the two
+    workers finish together; the browser groups come after every other, so a worker that
+    opened chromium is never handed anything but browser tests."""
+    def is_browser(item) -> bool:
+        return item.get_closest_marker("browser") is not None
+
     if config.getoption("dist", "no") != "loadgroup":
+        items.sort(key=is_browser)
         return
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    browser_modules = sorted({item.path for item in items if item.get_closest_marker("browser")})
+    seconds = _module_seconds()
+    groups: dict[str, list] = {}
     for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        if item.get_closest_marker("browser"):
-            group = f"browser-{browser_modules.index(item.path) % workers}"
-        elif item.path.parent.name == "kernels":
+        marker = item.get_closest_marker("xdist_group")
+        if marker is not None:
+            group = marker.kwargs.get("name", marker.args[0] if marker.args else "")
+        elif item.path.parent.name == "kernels" and not is_browser(item):
             group = "triton-interpreter"
         else:
             group = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+        if marker is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+        groups.setdefault(group, []).append(item)
 
+    def cost(members) -> float:
+        modules = {str(m.path.relative_to(config.rootpath)) for m in members}
+        return sum(seconds.get(m, 1.0) for m in modules)
+
+    ordered = sorted(groups.values(), key=lambda m: (is_browser(m[0]), -cost(m)))
+    items[:] = [item for members in ordered for item in members]
+
+
+def _module_seconds() -> dict[str, float]:
+    import json
+    import pathlib
+
+    path = pathlib.Path(__file__).with_name("durations.json")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,10 @@
 """`python tests/slowest.py [build/junit.xml] [N]`: the N slowest tests of a run (25 by default)
 and the run's total, from the JUnit XML that `make test` keeps in build/ (.ci/run prints it
-after every run; tests/README.md keeps a table of it)."""
+after every run; tests/README.md keeps a table of it).
+
+`python tests/slowest.py build/junit.xml --modules tests/durations.json` writes each test
+module's seconds instead: tests/conftest.py hands the longest modules out first, so the two
+workers finish together (a module missing from the file counts as a short one)."""
 
 from __future__ import annotations
 
@@ -26,6 +30,25 @@ def slowest(path: str, n: int = 25) -> str:
     return "\n".join(lines)
 
 
+def module_seconds(path: str) -> dict[str, float]:
+    """Each test module's seconds (setup + call + teardown of its tests), by its path from the
+    repository root: tests.app.test_pages -> tests/app/test_pages.py."""
+    root = ET.parse(path).getroot()
+    out: dict[str, float] = {}
+    for case in root.iter("testcase"):
+        module = case.get("classname", "").replace(".", "/") + ".py"
+        out[module] = out.get(module, 0.0) + float(case.get("time", 0))
+    return {m: round(t, 1) for m, t in sorted(out.items(), key=lambda kv: -kv[1])}
+
+
 if __name__ == "__main__":
-    print(slowest(sys.argv[1] if len(sys.argv) > 1 else "build/junit.xml",
-                  int(sys.argv[2]) if len(sys.argv) > 2 else 25))
+    if "--modules" in sys.argv:
+        import json
+
+        i = sys.argv.index("--modules")
+        with open(sys.argv[i + 1], "w", encoding="utf-8") as f:
+            json.dump(module_seconds(sys.argv[1] if i > 1 else "build/junit.xml"), f, indent=0)
+            f.write("\n")
+    else:
+        print(slowest(sys.argv[1] if len(sys.argv) > 1 else "build/junit.xml",
+                      int(sys.argv[2]) if len(sys.argv) > 2 else 25))
