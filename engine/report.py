@@ -83,6 +83,9 @@ class StepReport:
     # requests that failed alone since the last step (their sampling or detokenizing raised):
     # id -> what failed. They are listed under `aborted` too (they left as an abort does)
     failures: dict[str, str] = field(default_factory=dict)
+    # why each request that did not advance waited, or computed only a chunk: request id ->
+    # {"code": ..., its fields} (engine/waits.py); every waiting request has one
+    waits: dict[str, dict] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -143,4 +146,5 @@ def build_report(step: int, wall_s: float, config, scheduler, sched, emitted: li
         num_running=sum(1 for r in scheduler.running if not r.idle_finished),
         kv_usage=1 - alloc.num_free_blocks / alloc.num_blocks,
         failures=dict(failures or {}),
+        waits={rid: w.to_dict() for rid, w in sched.waits.items()},
     )

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from engine.config import EngineConfig
 from engine.kv.allocator import BlockAllocator
 from engine.request import Request, RequestStatus
+from engine.waits import Wait
 
 
 @dataclass
@@ -53,6 +54,8 @@ class SchedulerOutput:
     admitted: list[str] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
     blocked_reason: str | None = None  # why the head of the queue could not board
+    # why each request that did not advance (or computed only a chunk) waited: engine/waits.py
+    waits: dict[str, Wait] = field(default_factory=dict)
 
     @property
     def num_tokens(self) -> int:
@@ -147,9 +150,13 @@ class Scheduler:
                 continue
             if req.num_pending and self._pending_ends(req):
                 continue  # its pending token is its last: nothing more to compute
-            n = min(req.num_tokens + req.num_pending + len(req.spec_token_ids)
-                    - req.num_computed_tokens, budget)
+            left = (req.num_tokens + req.num_pending + len(req.spec_token_ids)
+                    - req.num_computed_tokens)
+            n = min(left, budget)
             if n <= 0:
+                if left > 0:  # the requests before it spent the budget
+                    out.waits[req.request_id] = Wait("token_budget",
+                                                     {"budget": cfg.max_num_batched_tokens})
                 continue
             if n < 1 + len(req.spec_token_ids) and not req.in_prefill:
                 req.spec_token_ids = req.spec_token_ids[: max(0, n - 1)]  # budget cuts the draft
@@ -158,6 +165,9 @@ class Scheduler:
                 if victim is None:
                     raise RuntimeError(
                         "KV pool exhausted with nothing to preempt; raise num_kv_blocks")
+                out.waits[victim.request_id] = Wait("preempted", {
+                    "rule": "recompute", "redo_tokens": victim.num_computed_tokens,
+                    "for_request": req.request_id})
                 self._preempt(victim)
                 out.preempted.append(victim.request_id)
                 out.scheduled = [s for s in out.scheduled if s.req is not victim]
@@ -166,6 +176,9 @@ class Scheduler:
             if req.status != RequestStatus.RUNNING:
                 continue
             out.scheduled.append(ScheduledRequest(req, n))
+            if req.in_prefill and n < left:
+                out.waits[req.request_id] = Wait("prefill_chunk",
+                                                 {"computed": n, "remaining": left - n})
             budget -= n
 
         may_board = cfg.batching == "continuous" or not self.running
@@ -184,13 +197,18 @@ class Scheduler:
                 break
             if not self.allocator.admit(req):
                 out.blocked_reason = getattr(self.allocator, "last_refusal", None)
+                out.waits.setdefault(req.request_id, self.allocator.last_wait)
                 break
             n = max(0, min(req.num_tokens - req.num_computed_tokens, budget))
             if not self.allocator.ensure_slots(req, req.num_computed_tokens + n):
+                needed = (-(-(req.num_computed_tokens + n) // self.allocator.block_size)
+                          - len(req.block_table))
                 self.allocator.free(req)
                 req.num_computed_tokens = 0
                 out.blocked_reason = (f"KV full: {self.allocator.num_free_blocks} blocks free, "
                                       f"{req.request_id} needs more for its first chunk")
+                out.waits.setdefault(req.request_id, Wait("kv_short", {
+                    "needed": needed, "free": self.allocator.num_free_blocks}))
                 break
             self.waiting.popleft()
             req.status = RequestStatus.RUNNING
@@ -200,7 +218,13 @@ class Scheduler:
             out.admitted.append(req.request_id)
             if n > 0:
                 out.scheduled.append(ScheduledRequest(req, n))
+                if n < req.num_tokens - req.num_computed_tokens:
+                    out.waits[req.request_id] = Wait("prefill_chunk", {
+                        "computed": n, "remaining": req.num_tokens - req.num_computed_tokens - n})
                 budget -= n
+            else:  # seated on the tour bus; its prompt waits for a later step's budget
+                out.waits[req.request_id] = Wait("token_budget",
+                                                 {"budget": cfg.max_num_batched_tokens})
         if self.waiting and not out.blocked_reason:
             if len(self.running) >= cfg.max_num_seqs:
                 out.blocked_reason = "all seats taken"
@@ -208,7 +232,31 @@ class Scheduler:
                 out.blocked_reason = "static batching: the bus boards only when every seat is empty"
             elif budget <= 0:
                 out.blocked_reason = "token budget of this step used up"
+        self._waiting_reasons(out, may_board, reserved)
         return out
+
+    def _waiting_reasons(self, out: SchedulerOutput, may_board: bool, reserved: int) -> None:
+        """Each request still in the queue gets its one code: the head the reason it could not
+        board (unless it has one already: preempted, or refused by the KV pool), every other
+        one the head it waits behind."""
+        if not self.waiting:
+            return
+        cfg, head = self.config, self.waiting[0]
+        if head.request_id not in out.waits:
+            taken = len(self.running) + reserved
+            if not may_board:
+                wait = Wait("bus_running", {"riders_left": sum(
+                    1 for r in self.running if not r.idle_finished)})
+            elif taken + 1 + len(head.fork_children) > cfg.max_num_seqs:
+                wait = Wait("seats_full", {"seats": cfg.max_num_seqs, "taken": taken})
+            else:
+                wait = Wait("token_budget", {"budget": cfg.max_num_batched_tokens})
+            out.waits[head.request_id] = wait
+        head_code = out.waits[head.request_id].code
+        for i, req in enumerate(self.waiting):
+            if i and req.request_id not in out.waits:
+                out.waits[req.request_id] = Wait("queued_behind", {
+                    "position": i, "behind": head.request_id, "head_code": head_code})
 
     def _pending_ends(self, req: Request) -> bool:
         """Its pending token ends it by length (max_tokens or max_model_len)."""

@@ -27,8 +27,8 @@ from app.lessons import (  # noqa: E402
     parse_quiz,
     search_terms,
 )
-from lessons.figures import fill_figures  # noqa: E402
 from app.pagelist import PAGE_TABLE  # noqa: E402
+from lessons.figures import fill_figures  # noqa: E402
 
 # the chapter sits in shared/ beside the repository (CI lays it there), else at /work/shared
 CHAPTER = next((p for p in (ROOT.parent / "shared" / "reference" / "chapter-6.4-zh.txt",

@@ -23,7 +23,17 @@ const STR = {
     shared: (n) => "Prefix blocks shared with others: " + n,
     pct: (p, n) => "Your first-token time is at the " + p + "th percentile of the class's " + n + " answers (lower is faster).",
     pct1: "You are the first answer in the class.",
-    reasons: {seats: "all seats taken", kv: "KV cache full", static: "the static bus was still running", budget: "this step's token budget used up", other: "busy"}},
+    reasons: {seats_full: "all seats taken", token_budget: "the step's token budget was spent", kv_short: "too few free KV blocks", kv_fragmented: "KV blocks free, but not in one run", bus_running: "the static bus was still out", queued_behind: "queued behind an earlier arrival", preempted: "your blocks were taken back (preempted)", prefill_chunk: "your prompt was computed in chunks", other: "busy"},
+    // the request's own wait this step (engine/waits.py): why, and what would let it in
+    wait: {
+      seats_full: (w) => "all " + w.seats + " seats are taken; a seat frees when an answer ends",
+      token_budget: (w) => "this step's budget of " + w.budget + " tokens was spent before your turn; you go in a coming step",
+      kv_short: (w) => "your prompt needs " + w.needed + " KV blocks and " + w.free + " are free; blocks free when an answer ends",
+      kv_fragmented: (w) => w.free + " KV blocks are free, but the longest free run is " + w.largest_free_run + " and you need " + w.needed + " in a row (fragmentation)",
+      bus_running: (w) => "the static bus boards again only when its " + w.riders_left + " riders are done",
+      queued_behind: (w) => w.position + " ahead of you; the first in line waits because: " + (STR.en.reasons[w.head_code] || STR.en.reasons.other),
+      preempted: (w) => "your " + w.redo_tokens + " computed tokens were dropped to let another answer go on; you recompute them when you board again",
+      prefill_chunk: (w) => w.remaining + " tokens of your prompt are left for the coming steps"}},
   zh: {title: "ServeLab：向全班的引擎提问", code: "加入码", nick: "昵称",
     question: "问题", ask: "提问", other: "English",
     journey: "你的请求的旅程",
@@ -47,7 +57,16 @@ const STR = {
     shared: (n) => "与他人共享的前缀块：" + n,
     pct: (p, n) => "你的首 token 延迟位于全班 " + n + " 个回答的第 " + p + " 百分位（越低越快）。",
     pct1: "你是全班第一个得到回答的。",
-    reasons: {seats: "座位已满", kv: "KV 缓存已满", static: "静态批处理的大巴还在跑", budget: "本步的 token 预算已用完", other: "繁忙"}}
+    reasons: {seats_full: "座位已满", token_budget: "本步的 token 预算已用完", kv_short: "空闲的 KV 块不够", kv_fragmented: "KV 块有空闲，但不连成一段", bus_running: "静态批处理的大巴还没回来", queued_behind: "排在更早到的人后面", preempted: "你的块被收回了（抢占）", prefill_chunk: "你的提示词分块计算", other: "繁忙"},
+    wait: {
+      seats_full: (w) => "全部 " + w.seats + " 个座位都坐满了；有人答完就会空出座位",
+      token_budget: (w) => "本步 " + w.budget + " 个 token 的预算在轮到你之前用完了；你在接下来的某一步上车",
+      kv_short: (w) => "你的提示词需要 " + w.needed + " 个 KV 块，空闲的只有 " + w.free + " 个；有人答完就会释放块",
+      kv_fragmented: (w) => "空闲的 KV 块有 " + w.free + " 个，但最长的连续空闲段只有 " + w.largest_free_run + " 个，你需要连续的 " + w.needed + " 个（碎片）",
+      bus_running: (w) => "静态批处理的大巴要等车上 " + w.riders_left + " 位乘客都答完才再次上客",
+      queued_behind: (w) => "你前面还有 " + w.position + " 位；排第一的在等，因为：" + (STR.zh.reasons[w.head_code] || STR.zh.reasons.other),
+      preempted: (w) => "为了让别人的回答继续，你已算好的 " + w.redo_tokens + " 个 token 被丢弃；再次上车时重新计算",
+      prefill_chunk: (w) => "你的提示词还剩 " + w.remaining + " 个 token，留给接下来的几步"}}
 };
 const $ = (id) => document.getElementById(id);
 let lang = localStorage.getItem("servelab-lang") ||
@@ -74,7 +93,9 @@ function drawStats() {
   if (!view) return;
   $("journey").hidden = false;
   const reasons = (rs) => rs.length ? " · " + S().why + [...new Set(rs.map(reasonText))].join(", ") : "";
-  $("j-door").textContent = v.door ? S().door(v.door.position, v.door.of) + reasons(v.door.reasons) : "";
+  const w = v.door && v.door.wait;
+  const now = w && S().wait[w.code] ? " · " + S().wait[w.code](w) : "";
+  $("j-door").textContent = v.door ? S().door(v.door.position, v.door.of) + now + reasons(v.door.reasons) : "";
   const s = v.seated;
   $("j-seat").textContent = s ? S().seated(s.index, s.boarded_step, s.waited_steps, s.waited_s.toFixed(2)) + reasons(s.reasons) : "";
   $("j-shared").textContent = v.shared !== null ? S().shared(v.shared) : "";

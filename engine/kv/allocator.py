@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 from engine.request import Request
+from engine.waits import Wait
 
 
 class BlockView(TypedDict):
@@ -27,6 +28,7 @@ class BlockAllocator:
 
     def __init__(self, num_blocks: int, block_size: int):
         self.num_blocks, self.block_size = num_blocks, block_size
+        self.last_wait: Wait | None = None  # why the last admit() refused, as a code
 
     # --- the scheduler's calls -------------------------------------------------------------
     def admit(self, req: Request) -> bool:

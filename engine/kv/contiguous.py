@@ -19,6 +19,7 @@ import bisect
 
 from engine.kv.allocator import BlockAllocator
 from engine.request import Request
+from engine.waits import Wait
 
 
 class ContiguousAllocator(BlockAllocator):
@@ -66,14 +67,16 @@ class ContiguousAllocator(BlockAllocator):
         n = self.run_len(req)
         start = self.first_fit(n)
         if start is None:
-            free = self.num_free_blocks
+            free, largest = self.num_free_blocks, self.largest_free_run()
             if free >= n:
                 self.last_refusal = (
                     f"external fragmentation: {free} blocks free in total, but the largest "
-                    f"free run is {self.largest_free_run()} and {req.request_id} needs "
-                    f"{n} in a row")
+                    f"free run is {largest} and {req.request_id} needs {n} in a row")
+                self.last_wait = Wait("kv_fragmented", {"needed": n, "free": free,
+                                                        "largest_free_run": largest})
             else:
                 self.last_refusal = f"KV full: {free} blocks free, {req.request_id} needs {n}"
+                self.last_wait = Wait("kv_short", {"needed": n, "free": free})
             return False
         bisect.insort(self.starts, start)
         self.runs[start] = (n, req.request_id)

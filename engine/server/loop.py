@@ -86,7 +86,7 @@ log = logging.getLogger("servelab.server")
 
 # Delta, Ticket and SIMULATED_PREFIX live in outputs.py; the routes import them from here too
 __all__ = ["HUB_BACKLOG", "SIMULATED_PREFIX", "Delta", "EngineLoop", "StepHub", "Ticket",
-           "reason_code"]
+           "own_wait"]
 
 HUB_BACKLOG = 512  # step-stream events kept for viewers that fall behind
 
@@ -494,9 +494,11 @@ class EngineLoop:
             view: dict = {}
             if rid in pos:
                 view["door"] = {"position": pos[rid], "of": len(report.waiting)}
-                reason = reason_code(report.blocked_reason)
-                if reason and (not t.waited_for or t.waited_for[-1] != reason):
-                    t.waited_for.append(reason)
+                wait = own_wait(report.waits.get(rid))
+                if wait is not None:
+                    view["door"]["wait"] = wait
+                    if not t.waited_for or t.waited_for[-1] != wait["code"]:
+                        t.waited_for.append(wait["code"])
                 view["door"]["reasons"] = list(t.waited_for)
             elif rid in seat_of:
                 if t.boarded_step is None:
@@ -555,22 +557,14 @@ class EngineLoop:
             pass
 
 
-def reason_code(reason: str | None) -> str | None:
-    """The scheduler's blocked reason as a code a phone translates: "seats", "kv" (KV full,
-    or no run long enough: fragmentation), "static" (the bus still running), "budget", or
-    "other". Its text names the request at the head of the queue, so it never goes to a
-    phone as it is."""
-    if not reason:
+def own_wait(wait: dict | None) -> dict | None:
+    """A request's wait (engine/waits.py) as its own phone may see it: its code and counts,
+    without the other requests' ids (whom it waits behind, for whom it was preempted); the
+    code of the request at the head of the queue stays, so the phone can say why the line
+    does not move."""
+    if not wait:
         return None
-    if reason == "all seats taken":
-        return "seats"
-    if reason.startswith("static"):
-        return "static"
-    if reason.startswith("token budget"):
-        return "budget"
-    if reason.startswith(("KV full", "external fragmentation")):
-        return "kv"
-    return "other"
+    return {k: v for k, v in wait.items() if k not in ("behind", "for_request")}
 
 
 def _jsonable(config) -> dict:

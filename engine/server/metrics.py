@@ -2,15 +2,18 @@
 reads ours.
 
 Names as in vLLM v1 (`vllm/v1/metrics/loggers.py`), each labelled with `model_name`:
-gauges `vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`
-(a fraction in [0, 1], as vLLM's); counters `vllm:prompt_tokens_total`,
+gauges `vllm:num_requests_running`, `vllm:num_requests_waiting`,
+`vllm:num_requests_waiting_by_reason` (`reason`: capacity, deferred; they add up to the
+waiting count), `vllm:kv_cache_usage_perc` (a fraction in [0, 1], as vLLM's); counters `vllm:prompt_tokens_total`,
 `vllm:generation_tokens_total`, `vllm:num_preemptions_total`, `vllm:request_success_total`
 (by `finished_reason`), `vllm:spec_decode_num_drafts_total`,
 `vllm:spec_decode_num_draft_tokens_total`, `vllm:spec_decode_num_accepted_tokens_total`;
 histograms `vllm:time_to_first_token_seconds`, `vllm:inter_token_latency_seconds`,
 `vllm:e2e_request_latency_seconds`. Ours: `servelab:requests_aborted_total`,
 `servelab:request_errors_total` (a request that failed alone in the engine) and
-`servelab:requests_rejected_total` (by HTTP status: 400, 413, 429...). The process collector
+`servelab:requests_rejected_total` (by HTTP status: 400, 413, 429...) and the gauge
+`servelab:num_requests_waiting_by_code` (each waiting request's code this step, engine/waits.py:
+seats_full, token_budget, kv_short, ...; they add up to the waiting count). The process collector
 adds `process_resident_memory_bytes`, which the load generator reads before and after a run.
 
 Each server owns its registry (not prometheus_client's global one), so several servers in
@@ -28,6 +31,8 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+
+from engine.waits import WAIT_CODES, waiting_by_reason
 
 # no `*_created` timestamp series next to each counter (vLLM's endpoint has none either)
 disable_created_metrics()
@@ -50,6 +55,18 @@ class ServerMetrics:
                              lab, registry=reg).labels(model_name)
         self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled",
                              lab, registry=reg).labels(model_name)
+        # vLLM's breakdown (capacity: queued for seats, budget or KV; deferred: held by a
+        # transient constraint such as a LoRA budget or a KV transfer, which this engine has
+        # none of), and this engine's own code for each waiting request (engine/waits.py)
+        by_reason = Gauge("vllm:num_requests_waiting_by_reason",
+                          "Requests waiting to be scheduled, by reason", lab + ["reason"],
+                          registry=reg)
+        self.waiting_by_reason = {r: by_reason.labels(model_name, r)
+                                  for r in ("capacity", "deferred")}
+        by_code = Gauge("servelab:num_requests_waiting_by_code",
+                        "Requests waiting to be scheduled, by why they waited this step "
+                        "(engine/waits.py)", lab + ["code"], registry=reg)
+        self.waiting_by_code = {c: by_code.labels(model_name, c) for c in WAIT_CODES}
         self.kv_usage = Gauge("vllm:kv_cache_usage_perc",
                               "KV-cache usage: fraction of blocks held, 1 = full",
                               lab, registry=reg).labels(model_name)
@@ -92,6 +109,10 @@ class ServerMetrics:
         among its aborted requests: they count as errors, not as aborts."""
         self.running.set(report.num_running)
         self.waiting.set(len(report.waiting))
+        self.waiting_by_reason["capacity"].set(len(report.waiting))
+        self.waiting_by_reason["deferred"].set(0)
+        for code, n in waiting_by_reason(report.waits, report.waiting).items():
+            self.waiting_by_code[code].set(n)
         self.kv_usage.set(report.kv_usage)
         num_failed = len(report.failures)
         self.preemptions.inc(len(report.preempted))

@@ -27,8 +27,9 @@ import pytest
 from classroom.client import DEFAULT_SWITCHES, ClassServer, spec_of, switches_of
 from engine.config import SpecConfig
 from engine.server import ServerSettings
-from tests.conftest import running_server
+from engine.waits import WAIT_CODES
 from tests.classroom.test_student import join
+from tests.conftest import running_server
 
 JOIN, ADMIN = "join-code", "admin-key"
 STUDENT = {"Authorization": f"Bearer {JOIN}"}
@@ -253,8 +254,15 @@ def test_a_students_stream_holds_only_their_own_request(engine):
         door = [e for evs in results.values() for e in evs
                 if e["type"] == "journey" and "door" in e]
         assert door and any(e["door"]["reasons"] for e in door)
-        assert {r for e in door for r in e["door"]["reasons"]} <= {"seats", "kv", "static",
-                                                                  "budget", "other"}
+        assert {r for e in door for r in e["door"]["reasons"]} <= set(WAIT_CODES)
+        # each phone at the door is told its own code and counts, and no other request's id
+        assert all("wait" in e["door"] for e in door)
+        for e in door:
+            wait = e["door"]["wait"]
+            assert wait["code"] == e["door"]["reasons"][-1]
+            assert "behind" not in wait and "for_request" not in wait
+            if wait["code"] == "queued_behind":
+                assert wait["position"] == e["door"]["position"]
         assert sum(1 for evs in results.values() if evs[-1]["ttft_percentile"] is not None) >= 9
 
 

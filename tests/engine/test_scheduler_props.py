@@ -2,7 +2,9 @@
 
 A fake model loop advances each scheduled request exactly as the engine does; whatever the
 arrivals, lengths, seats and pool, no block has two owners, seats match the running list,
-preempted requests come back and finish, and after everything finishes all blocks are free.
+preempted requests come back and finish, and after everything finishes all blocks are free;
+and at every step every unfinished request either advanced or has exactly one reason why not
+(engine/waits.py), every waiting one has one, and a reason names no finished request.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from engine.config import EngineConfig, SamplingParams
 from engine.kv import ContiguousAllocator, PagedAllocator
 from engine.request import Request
 from engine.scheduler import Scheduler
+from engine.waits import WAIT_CODES
 
 
 def _check(sched: Scheduler) -> None:
@@ -29,6 +32,27 @@ def _check(sched: Scheduler) -> None:
         assert len(r.block_table) * alloc.block_size >= r.num_computed_tokens
     assert sum(s is not None for s in sched.seats) == len(sched.running)
     assert len(sched.running) <= sched.config.max_num_seqs
+
+
+def _check_waits(sched: Scheduler, out) -> None:
+    advanced = {s.req.request_id for s in out.scheduled if not s.idle and s.num_tokens > 0}
+    unfinished = [r for r in [*sched.waiting, *sched.running] if not r.is_finished]
+    for r in unfinished:
+        assert r.request_id in advanced or r.request_id in out.waits, \
+            f"{r.request_id} neither advanced nor has a reason"
+    for r in sched.waiting:
+        assert r.request_id in out.waits, f"{r.request_id} waits with no reason"
+    ids = {r.request_id for r in unfinished}
+    for rid, w in out.waits.items():
+        assert w.code in WAIT_CODES and rid in ids, (rid, w)
+        if w.code == "queued_behind":
+            head = sched.waiting[0].request_id
+            assert w.fields["behind"] == head and w.fields["head_code"] == out.waits[head].code
+            assert [r.request_id for r in sched.waiting][w.fields["position"]] == rid
+        if w.code == "prefill_chunk":
+            assert rid in advanced and w.fields["remaining"] > 0
+        if w.code == "preempted":
+            assert rid in out.preempted
 
 
 @settings(max_examples=60, deadline=None)
@@ -59,6 +83,7 @@ def test_random_workloads(lengths, batching, layout, caching, seats, budget, spa
             break
         out = sched.schedule()
         assert out.scheduled, "a step with work waiting must schedule something"
+        _check_waits(sched, out)
         assert out.num_tokens <= budget + sum(1 for s in out.scheduled if s.idle)
         # every request that catches up samples token 7; the scheduler advances them all
         sampled = {s.req.request_id: [7] for s in out.scheduled

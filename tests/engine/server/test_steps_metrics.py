@@ -125,3 +125,58 @@ def test_disconnect_frees_blocks_within_two_steps(engine):
         vals = metric_values(c.get("/metrics").text)
         assert vals["servelab:requests_aborted_total"] == 1
         assert vals["vllm:generation_tokens_total"] < 200
+
+
+def test_every_waiting_request_in_the_stream_has_its_reason_and_metrics_count_them(engine):
+    """Twelve requests at once on eight seats: each step event gives every waiting request
+    its own code (the first in line why it cannot board, the others whom they wait behind),
+    and /metrics, written from the same reports, counts the waiting by vLLM's reasons and by
+    code, each adding up to the waiting count."""
+    from engine.server.metrics import ServerMetrics
+    from engine.waits import WAIT_CODES
+
+    with running_server(engine) as (url, app), httpx.Client(base_url=url, timeout=60) as c:
+        events, ready = [], threading.Event()
+        viewer = threading.Thread(target=read_steps, args=(url, 3, events, ready), daemon=True)
+        viewer.start()
+        assert ready.wait(30)
+        seen: list[dict] = []
+        real_on_step = app.state.metrics.on_step
+
+        def on_step(report):  # the registry after each step, read as a scraper would
+            real_on_step(report)
+            seen.append(metric_values(generate_text(app.state.metrics)))
+
+        app.state.metrics.on_step = on_step
+        try:
+            askers = [threading.Thread(target=lambda i=i: c.post("/v1/completions", json={
+                "model": MODEL, "prompt": f"Count to {i}:", "max_tokens": 3,
+                "ignore_eos": True})) for i in range(12)]
+            for t in askers:
+                t.start()
+            for t in askers:
+                t.join(60)
+            viewer.join(60)
+        finally:
+            app.state.metrics.on_step = real_on_step
+    waited = [e for e in events if e["waiting"]]
+    assert waited, "nobody waited: the test needs more requests than seats"
+    for e in waited:
+        head, *rest = e["waiting"]
+        assert e["waits"][head]["code"] in WAIT_CODES
+        for i, rid in enumerate(rest, start=1):
+            assert e["waits"][rid] == {"code": "queued_behind", "position": i, "behind": head,
+                                       "head_code": e["waits"][head]["code"]}
+    assert any(e["waits"][e["waiting"][0]]["code"] == "seats_full" for e in waited)
+    busy = [v for v in seen if v["vllm:num_requests_waiting"] > 0]
+    assert busy
+    for v in seen:
+        assert v["vllm:num_requests_waiting_by_reason"] == v["vllm:num_requests_waiting"]
+        assert v["servelab:num_requests_waiting_by_code"] == v["vllm:num_requests_waiting"]
+    assert isinstance(app.state.metrics, ServerMetrics)
+
+
+def generate_text(metrics) -> str:
+    from prometheus_client import generate_latest
+
+    return generate_latest(metrics.registry).decode()

@@ -1,0 +1,158 @@
+"""Why a request waits (engine/waits.py): one constructed scenario per code, on the scheduler
+with no model (a fake loop advances what it schedules, as the engine does), asserting the
+code and its fields in each switch combination where the code can occur; the property that
+every waiting request has exactly one code is in test_scheduler_props.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config import EngineConfig, SamplingParams
+from engine.kv import ContiguousAllocator, PagedAllocator
+from engine.request import Request
+from engine.scheduler import Scheduler
+from engine.waits import WAIT_CODES, Wait, waiting_by_reason
+
+
+def _scheduler(layout="paged", batching="continuous", seats=4, budget=64, blocks=None,
+               block_size=4, max_model_len=32) -> Scheduler:
+    cfg = EngineConfig(batching=batching, kv_layout=layout, max_num_seqs=seats,
+                       block_size=block_size, max_model_len=max_model_len,
+                       max_num_batched_tokens=budget, enable_prefix_caching=False)
+    n = blocks if blocks is not None else cfg.blocks_per_seq * seats
+    alloc = (PagedAllocator(n, block_size, False) if layout == "paged"
+             else ContiguousAllocator(n, block_size, max_model_len))
+    return Scheduler(cfg, alloc, eos_ids=set())
+
+
+def _add(sched: Scheduler, rid: str, prompt: int, out: int = 4) -> Request:
+    req = Request(rid, [1 + i % 5 for i in range(prompt)], SamplingParams(max_tokens=out))
+    sched.add(req)
+    return req
+
+
+def _step(sched: Scheduler):
+    """One scheduled step, advanced as the engine would (every caught-up request samples 7)."""
+    out = sched.schedule()
+    sampled = {s.req.request_id: [7] for s in out.scheduled
+               if not s.idle and s.req.num_computed_tokens + s.num_tokens == s.req.num_tokens}
+    sched.update_from_output(out, sampled, now=0.0)
+    return out
+
+
+@pytest.mark.parametrize("layout", ["paged", "contiguous"])
+def test_all_seats_taken(layout):
+    sched = _scheduler(layout, seats=1)
+    _add(sched, "a", 4)
+    _add(sched, "b", 4)
+    out = _step(sched)
+    assert out.waits["b"] == Wait("seats_full", {"seats": 1, "taken": 1})
+    assert "a" not in out.waits
+
+
+@pytest.mark.parametrize("layout", ["paged", "contiguous"])
+def test_queued_behind_names_the_head_and_its_reason(layout):
+    sched = _scheduler(layout, seats=1)
+    for rid in "abcd":
+        _add(sched, rid, 4)
+    out = _step(sched)
+    assert out.waits["b"].code == "seats_full"
+    assert out.waits["c"] == Wait("queued_behind", {"position": 1, "behind": "b",
+                                                    "head_code": "seats_full"})
+    assert out.waits["d"].fields["position"] == 2
+
+
+@pytest.mark.parametrize("layout", ["paged", "contiguous"])
+def test_the_token_budget_spent_before_its_turn(layout):
+    sched = _scheduler(layout, budget=8)
+    _add(sched, "a", 8)
+    _add(sched, "b", 4)
+    out = _step(sched)
+    assert out.waits["b"] == Wait("token_budget", {"budget": 8})
+
+
+def test_a_long_prompt_computes_a_chunk():
+    sched = _scheduler(budget=4)
+    _add(sched, "a", 10)
+    out = _step(sched)
+    assert out.waits["a"] == Wait("prefill_chunk", {"computed": 4, "remaining": 6})
+    out = _step(sched)  # already running: its next chunk
+    assert out.waits["a"] == Wait("prefill_chunk", {"computed": 4, "remaining": 2})
+    out = _step(sched)
+    assert "a" not in out.waits  # the last chunk is the whole rest
+
+
+@pytest.mark.parametrize("layout", ["paged", "contiguous"])
+def test_the_tour_bus_is_not_back(layout):
+    sched = _scheduler(layout, batching="static", seats=2)
+    _add(sched, "a", 4, out=6)
+    _add(sched, "b", 4, out=1)
+    _step(sched)
+    _step(sched)  # b is done, a rides on; the bus does not board
+    _add(sched, "c", 4)
+    out = _step(sched)
+    assert out.waits["c"] == Wait("bus_running", {"riders_left": 1})
+
+
+def test_a_seated_rider_whose_prompt_waits_for_the_budget():
+    """Static batching seats the whole bus at once; prompts beyond the budget compute later."""
+    sched = _scheduler(batching="static", seats=2, budget=4)
+    _add(sched, "a", 4)
+    _add(sched, "b", 4)
+    out = _step(sched)
+    assert out.admitted == ["a", "b"] and out.waits["b"] == Wait("token_budget", {"budget": 4})
+
+
+def test_paged_kv_short_for_the_first_chunk():
+    # a's 8 prompt tokens and its first output take 3 blocks of 4; b's prompt needs 2 of the 1
+    sched = _scheduler("paged", blocks=4)
+    _add(sched, "a", 8, out=2)
+    _step(sched)
+    _add(sched, "b", 8)
+    out = _step(sched)
+    assert out.waits["b"] == Wait("kv_short", {"needed": 2, "free": 1})
+
+
+def test_contiguous_kv_short_and_fragmented():
+    # each reservation is prompt + max_tokens: 4 + 4 = 8 tokens = 2 blocks of 4
+    sched = _scheduler("contiguous", seats=8, blocks=7)
+    for rid in "abc":
+        _add(sched, rid, 4)
+    _step(sched)  # a [0,2) b [2,4) c [4,6), one block free
+    _add(sched, "d", 4)
+    out = _step(sched)
+    assert out.waits["d"] == Wait("kv_short", {"needed": 2, "free": 1})
+    sched.abort(next(r for r in sched.running if r.request_id == "a"))  # a hole of 2 at 0
+    _add(sched, "e", 8)  # e needs 3 blocks in a row: 3 free (2 + 1), none 3 long
+    sched.waiting.rotate(1)  # e first, for the test
+    out = _step(sched)
+    assert out.waits["e"] == Wait("kv_fragmented", {"needed": 3, "free": 3,
+                                                    "largest_free_run": 2})
+
+
+def test_preempted_to_make_room_says_what_it_must_redo():
+    sched = _scheduler("paged", blocks=4, budget=64)
+    _add(sched, "a", 7, out=8)
+    _add(sched, "b", 7, out=8)
+    for _ in range(10):
+        out = _step(sched)
+        if out.preempted:
+            break
+    else:
+        raise AssertionError("no preemption")
+    (victim,) = out.preempted
+    w = out.waits[victim]
+    assert w.code == "preempted" and w.fields["rule"] == "recompute"
+    assert w.fields["redo_tokens"] >= 7 and w.fields["for_request"] != victim
+
+
+def test_an_unknown_code_is_refused():
+    with pytest.raises(ValueError, match="unknown wait code"):
+        Wait("tired")
+
+
+def test_waiting_by_reason_counts_every_code():
+    counts = waiting_by_reason({"a": {"code": "seats_full"}, "b": {"code": "queued_behind"},
+                                "c": {"code": "prefill_chunk"}}, ["a", "b"])
+    assert set(counts) == set(WAIT_CODES) and sum(counts.values()) == 2
+    assert counts["seats_full"] == counts["queued_behind"] == 1
