@@ -24,6 +24,8 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from app import pagelist
+from app.i18n import LANGS
+from engine.config import SWITCHES  # the sidebar's switches and their values, declared once
 from lessons.figures import (  # noqa: F401  (re-exported: the lessons' one home of numbers)
     FIGURE_REF,
     check_figures,
@@ -33,8 +35,6 @@ from lessons.figures import (  # noqa: F401  (re-exported: the lessons' one home
     load_figures,
     source_text,
 )
-from app.i18n import LANGS
-from engine.config import SWITCHES  # the sidebar's switches and their values, declared once
 
 LESSONS_DIR = Path(__file__).resolve().parents[1] / "lessons"
 

@@ -39,9 +39,10 @@ CSS = """
 """
 
 
-def _chip(rid: str, cls: str = "sl-chip") -> str:
+def _chip(rid: str, cls: str = "sl-chip", title: str | None = None) -> str:
     bg = request_color(rid)
-    return (f'<span class="{cls}" style="background:{bg};color:{text_color(bg)}">'
+    tip = f' title="{html.escape(title, quote=True)}"' if title else ""
+    return (f'<span class="{cls}" style="background:{bg};color:{text_color(bg)}"{tip}>'
             f"{html.escape(rid)}</span>")
 
 
@@ -55,6 +56,13 @@ REASONS = {
 
 def reason_text(reason: str) -> str:
     return t(REASONS[reason]) if reason in REASONS else reason
+
+
+def wait_text(wait: dict) -> str:
+    """A request's wait (engine/waits.py: its code and counts) as a sentence in the page's
+    language."""
+    fields = {k: v for k, v in wait.items() if k != "code"}
+    return t(f"wait.{wait['code']}.why", **fields)
 
 
 def seat_state_label(state: str) -> str:
@@ -85,13 +93,17 @@ def seats_html(report: dict, titles: dict[str, str] | None = None) -> str:
 
 def queue_html(report: dict) -> str:
     """The queue at the door: waiting request ids in arrival order, and why the head waits."""
-    waiting = report["waiting"]
+    waiting, waits = report["waiting"], report.get("waits") or {}
     parts = [f"<b>{html.escape(t('seats.queue', n=len(waiting)))}</b>"]
-    parts += [_chip(rid) for rid in waiting[:MAX_QUEUE_CHIPS]]
+    parts += [_chip(rid, title=wait_text(waits[rid]) if rid in waits else None)
+              for rid in waiting[:MAX_QUEUE_CHIPS]]
     if len(waiting) > MAX_QUEUE_CHIPS:
         parts.append(html.escape(t("seats.more", n=len(waiting) - MAX_QUEUE_CHIPS)))
     out = f'<div class="sl-queue">{"".join(parts)}</div>'
-    if report.get("blocked_reason") and waiting:
+    if waiting and waiting[0] in waits:  # the engine's own code for the head (engine/waits.py)
+        out += (f'<div class="sl-note">{html.escape(t("seats.blocked"))}: '
+                f'{html.escape(wait_text(waits[waiting[0]]))}</div>')
+    elif report.get("blocked_reason") and waiting:  # a report recorded before the codes
         out += (f'<div class="sl-note">{html.escape(t("seats.blocked"))}: '
                 f'{html.escape(reason_text(report["blocked_reason"]))}</div>')
     events = []
@@ -144,5 +156,44 @@ def timeline_chart(history: list[dict], title: str = "") -> alt.Chart:
                      alt.Tooltip("label:N", title=t("seats.state"))],
         )
         .properties(height=140 + 28 * (int(df["seat"].max()) + 1 if len(df) else 4))
+        .configure_axis(labelFontSize=14, titleFontSize=15)
+    )
+
+
+def waits_frame(history: list[dict]) -> pd.DataFrame:
+    """One row per step and reason code: how many requests waited for it that step (a step
+    where nobody waited has no rows)."""
+    rows = []
+    for rep in history:
+        counts: dict[str, int] = {}
+        for w in (rep.get("waits") or {}).values():
+            counts[w["code"]] = counts.get(w["code"], 0) + 1
+        rows += [{"step": rep["step"], "code": c, "requests": n} for c, n in counts.items()]
+    return pd.DataFrame(rows, columns=["step", "code", "requests"])
+
+
+def waits_chart(history: list[dict], title: str = "") -> alt.Chart | None:
+    """The tally of reasons over time: a stacked bar per step, one colour per reason; None
+    when nobody waited."""
+    from engine.waits import WAIT_CODES
+
+    df = waits_frame(history)
+    if df.empty:
+        return None
+    df["reason"] = df["code"].map(lambda c: t(f"wait.{c}"))
+    labels = [t(f"wait.{c}") for c in WAIT_CODES]
+    return (
+        alt.Chart(df, title=title or alt.Undefined)
+        .mark_bar()
+        .encode(
+            x=alt.X("step:O", title=t("seats.axis_step"), axis=alt.Axis(labelOverlap=True)),
+            y=alt.Y("sum(requests):Q", title=t("seats.waits_axis")),
+            color=alt.Color("reason:N", title=None, scale=alt.Scale(domain=labels),
+                            legend=alt.Legend(orient="bottom", labelFontSize=14)),
+            tooltip=[alt.Tooltip("step:O", title=t("seats.axis_step")),
+                     alt.Tooltip("reason:N", title=t("seats.waits_reason")),
+                     alt.Tooltip("requests:Q", title=t("seats.waits_axis"))],
+        )
+        .properties(height=180)
         .configure_axis(labelFontSize=14, titleFontSize=15)
     )

@@ -21,7 +21,13 @@ from app.components.alternatives import (  # noqa: E402
     sampled_tokens,
 )
 from app.components.gauges import summary  # noqa: E402
-from app.components.seats import queue_html, seat_use, seats_html, timeline_chart  # noqa: E402
+from app.components.seats import (  # noqa: E402
+    queue_html,
+    seat_use,
+    seats_html,
+    timeline_chart,
+    waits_chart,
+)
 from app.components.spec_strip import pct  # noqa: E402
 from app.i18n import switch_label, t  # noqa: E402
 from app.live import (  # noqa: E402
@@ -90,6 +96,14 @@ def draw(session: Session) -> list[Run]:
             if run.history:
                 col.altair_chart(timeline_chart(run.history, switch_label("batching", mode)),
                                  width="stretch")
+        charts = [waits_chart(run.history, switch_label("batching", mode))
+                  for mode, run in zip(MODES, runs)]
+        if any(c is not None for c in charts):
+            st.subheader(t("seats.waits_chart"))
+            st.caption(t("seats.waits_chart.help"))
+            for col, chart in zip(st.columns(2, gap="medium"), charts):
+                if chart is not None:
+                    col.altair_chart(chart, width="stretch")
         compare_row("batching", MODES, runs, ("seats_busy", "tokens_per_s"))
     with st.expander(t("alts.header")):
         draw_inspector(runs[MODES.index(s.batching)])

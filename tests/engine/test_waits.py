@@ -156,3 +156,36 @@ def test_waiting_by_reason_counts_every_code():
                                 "c": {"code": "prefill_chunk"}}, ["a", "b"])
     assert set(counts) == set(WAIT_CODES) and sum(counts.values()) == 2
     assert counts["seats_full"] == counts["queued_behind"] == 1
+
+
+@pytest.mark.parametrize(("batching", "layout", "head_code"), [
+    ("static", "contiguous", "bus_running"), ("continuous", "paged", "seats_full")])
+def test_the_engines_reports_carry_the_waits_and_the_page_says_them(batching, layout,
+                                                                     head_code, monkeypatch):
+    """A real engine (two seats, five requests): every report gives each waiting request its
+    code; the batching page's queue says the head's reason in the page's language with each
+    chip's own reason as its tooltip, and the chart of reasons counts them step by step."""
+    from app.components import seats
+    from engine import EngineConfig, LLMEngine, SamplingParams
+
+    eng = LLMEngine(EngineConfig(dtype="float32", batching=batching, kv_layout=layout,
+                                 max_num_seqs=2))
+    for i in range(5):
+        eng.add_request(f"Count to {i}:", SamplingParams(max_tokens=2 + i, ignore_eos=True))
+    history = []
+    while eng.has_unfinished():
+        history.append(eng.step().to_dict())
+    waited = [r for r in history if r["waiting"]]
+    assert waited
+    for rep in waited:
+        assert set(rep["waiting"]) <= set(rep["waits"])
+    rep = next(r for r in waited if r["waits"][r["waiting"][0]]["code"] == head_code)
+    for lang, word in (("en", "ahead"), ("zh", "前面还有")):
+        monkeypatch.setattr("app.i18n.get_lang", lambda lang=lang: lang)
+        out = seats.queue_html(rep)
+        assert seats.wait_text(rep["waits"][rep["waiting"][0]]) in out
+        if len(rep["waiting"]) > 1:
+            assert word in out  # the second in line's tooltip
+    df = seats.waits_frame(history)
+    assert df["requests"].sum() == sum(len(r["waits"]) for r in history)
+    assert seats.waits_chart(history) is not None and seats.waits_chart(history[:0]) is None
