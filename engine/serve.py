@@ -89,6 +89,9 @@ def build_parser(prog: str = "python -m engine.serve",
       help="serve no step stream (as vLLM): the teacher's views read /metrics only")
     a("--record", default=None, metavar="PATH",
       help="record every step (with who asked) to PATH, a gzip JSONL recording the app replays")
+    a("--trace", default=None, metavar="PATH",
+      help="write the run as a trace (Perfetto's UI, chrome://tracing) to PATH on shutdown: "
+           "a track per seat and per request, why each waited, KV and queue counters")
     a("--log-level", default="warning")
     return ap
 
@@ -150,6 +153,11 @@ def main(argv: list[str] | None = None, routers=(), parser=None) -> int:
         recorder = Recorder(args.record, config, machine_facts(str(engine.device)),
                             source="class-server")
         app.state.loop.recorder = recorder
+    tracer = None
+    if args.trace:
+        from engine.trace import TraceWriter
+
+        tracer = app.state.loop.tracer = TraceWriter(args.trace)
     print(f"[{engine.describe()}] {config.batching} batching, {config.kv_layout} KV, "
           f"{config.max_num_seqs} seats; serving {settings.model_name!r} on "
           f"http://{args.host}:{args.port}/v1", flush=True)
@@ -161,6 +169,9 @@ def main(argv: list[str] | None = None, routers=(), parser=None) -> int:
         if recorder is not None:  # after the loop stopped: no step writes while it closes
             recorder.close()
             print(f"recorded {recorder.steps[0]} steps to {args.record}", flush=True)
+        if tracer is not None:
+            tracer.close()
+            print(f"wrote the trace of {tracer.builder.steps} steps to {args.trace}", flush=True)
     return 0
 
 

@@ -164,7 +164,8 @@ class EngineLoop:
         self.owners: dict[str, dict] = {}  # request id -> {"user", "kind"} while it is drawn
         self.hub = StepHub()
         # engine/recording.py's Recorder: every step's report with its owners, when set
-        self.recorder = None
+        self.recorder = None  # a Recorder (engine/recording.py): every step, with who asked
+        self.tracer = None  # a TraceWriter (engine/trace.py): every step, as a trace
         # recent aborts: {"request_id", "received_step" (steps done when the abort came),
         # "freed_step" (the step whose report lists it)}: how fast a disconnect frees blocks
         self.abort_log: deque[dict] = deque(maxlen=1024)
@@ -465,8 +466,11 @@ class EngineLoop:
         theirs)."""
         if self.hub.watched:
             self.hub.publish(report.step, self._step_json(report))
-        if self.recorder is not None:
-            self.recorder.report(self._step_dict(report))
+        if self.recorder is not None or self.tracer is not None:
+            d = self._step_dict(report)
+            for sink in (self.recorder, self.tracer):
+                if sink is not None:
+                    sink.report(d)
         seated = {s.request_id for s in report.seats if s.request_id is not None}
         for rid in [*report.finished, *report.aborted]:
             if rid not in seated:
