@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -271,6 +272,18 @@ def session_recording(session: Session, machine: dict | None = None,
         rec.add_pieces(engine_pieces(r.engine.tokenizer, r.history))
     rec.close()
     return buf.getvalue()
+
+
+def session_trace(session: Session) -> bytes:
+    """The live session's runs as one trace (engine/trace.py), each run its own processes,
+    named by its switches; the sidebar's run first."""
+    from engine.trace import traces_of
+
+    runs = [(s, r) for s, r in session.runs.items() if r.history]
+    runs.sort(key=lambda sr: sr[0] != session.settings)
+    label = lambda s: f"{s.batching} · {s.kv_layout} · spec {s.spec}"  # noqa: E731
+    trace = traces_of([(label(s), r.history) for s, r in runs], "ServeLab app")
+    return json.dumps(trace, ensure_ascii=False).encode("utf-8")
 
 
 def record_session_runs(session: Session, variants: list[Settings], path,

@@ -22,6 +22,7 @@ from app.recorded import (
     describe,
     open_recording,
     session_recording,
+    session_trace,
 )
 from engine.recording import RecordingError
 
@@ -48,6 +49,8 @@ STRINGS.update({
     "rec.close": {"zh": "关闭录制，回到实时引擎", "en": "Close the recording, back to the live engine"},
     "rec.save": {"zh": "把本次运行保存为录制", "en": "Save this run as a recording"},
     "rec.download": {"zh": "下载录制文件", "en": "Download the recording"},
+    "rec.trace": {"zh": "下载为 trace（Perfetto、chrome://tracing 可打开）",
+                  "en": "Download as a trace (opens in Perfetto, chrome://tracing)"},
     "rec.nothing": {"zh": "还没有可保存的步：先单步运行。", "en": "Nothing to save yet: step the run first."},
     "rec.error": {"zh": "无法打开这个文件：{why}（{detail}）",
                   "en": "Cannot open this file: {why} ({detail})"},
@@ -145,6 +148,9 @@ def recording_controls() -> None:
             stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M")
             st.download_button(t("rec.download"), data, file_name=f"servelab-{stamp}.jsonl.gz",
                                mime="application/gzip", key="rec_download")
+            st.download_button(t("rec.trace"), session_trace(get_session()),
+                               file_name=f"servelab-{stamp}.trace.json",
+                               mime="application/json", key="rec_trace")
 
 
 def recording_shell(session: RecordedSession) -> None:

@@ -33,8 +33,11 @@ US = 1e6  # the format's timestamps are microseconds
 class TraceBuilder:
     """Add report dicts one step at a time (`add`); `trace()` is the JSON object."""
 
-    def __init__(self, name: str = "ServeLab"):
-        self.name = name
+    def __init__(self, name: str = "ServeLab", run: int = 0, label: str = ""):
+        """`run` and `label`: one of several runs in one trace (the app's side-by-side
+        runs), its processes numbered and named apart."""
+        self.name, self.label = name, label
+        self.pids = tuple(3 * run + p for p in (SEATS_PID, REQUESTS_PID, ENGINE_PID))
         self.events: list[dict] = []
         self.t = 0.0  # the step clock, in seconds
         self.request_tid: dict[str, int] = {}
@@ -83,40 +86,40 @@ class TraceBuilder:
         for rid, (phase, args) in seen.items():
             if rid not in self.request_tid:
                 self.request_tid[rid] = len(self.request_tid) + 1
-                self._meta(REQUESTS_PID, self.request_tid[rid], f"request {rid}")
+                self._meta(self.pids[1], self.request_tid[rid], f"request {rid}")
             tid = self.request_tid[rid]
             cur = self.open.get(rid)
             if cur is not None and (cur[0] != phase or cur[2] != args):
-                self._slice(REQUESTS_PID, tid, cur[0], cur[1], start, cur[2])
+                self._slice(self.pids[1], tid, cur[0], cur[1], start, cur[2])
                 cur = None
             if cur is None:
                 self.open[rid] = (phase, start, args)
         for rid in [r for r in self.open if r not in seen]:  # gone without a finish: aborted
             phase, t0, args = self.open.pop(rid)
-            self._slice(REQUESTS_PID, self.request_tid[rid], phase, t0, start, args)
+            self._slice(self.pids[1], self.request_tid[rid], phase, t0, start, args)
         for rid in finished:
             if rid in self.open:
                 phase, t0, args = self.open.pop(rid)
-                self._slice(REQUESTS_PID, self.request_tid[rid], phase, t0, end, args)
+                self._slice(self.pids[1], self.request_tid[rid], phase, t0, end, args)
 
     def _seats(self, seats_now: dict, start: float, step) -> None:
         for index in set(self.seat_open) | set(seats_now):
             cur, now = self.seat_open.get(index), seats_now.get(index)
             if cur is not None and (now is None or now[0] != cur[0]):
-                self._slice(SEATS_PID, index + 1, cur[0], cur[1], start, {"state": cur[2]})
+                self._slice(self.pids[0], index + 1, cur[0], cur[1], start, {"state": cur[2]})
                 self.freed[index] = (cur[0], start)
                 del self.seat_open[index]
                 cur = None
             if now is not None and cur is None:
                 if index + 1 not in self.named_seats:
                     self.named_seats.add(index + 1)
-                    self._meta(SEATS_PID, index + 1, f"seat {index}")
+                    self._meta(self.pids[0], index + 1, f"seat {index}")
                 self.seat_open[index] = (now[0], start, now[1])
                 if index in self.freed:  # the finish that freed this seat, to who took it
                     left, t_left = self.freed.pop(index)
                     self.flows += 1
                     common = {"cat": "seat", "name": "seat freed", "id": self.flows,
-                              "pid": SEATS_PID, "tid": index + 1}
+                              "pid": self.pids[0], "tid": index + 1}
                     self.events.append({**common, "ph": "s", "ts": _us(t_left) - 1,
                                         "args": {"left": left}})
                     self.events.append({**common, "ph": "f", "bp": "e", "ts": _us(start),
@@ -136,7 +139,7 @@ class TraceBuilder:
             by_code[code] = by_code.get(code, 0) + 1
         counters["waiting by reason"] = by_code or {"none": 0}
         for name, args in counters.items():
-            self.events.append({"ph": "C", "name": name, "pid": ENGINE_PID, "tid": 0,
+            self.events.append({"ph": "C", "name": name, "pid": self.pids[2], "tid": 0,
                                 "ts": ts, "args": args})
 
     # --- the file ---------------------------------------------------------------------------
@@ -145,13 +148,13 @@ class TraceBuilder:
         events = list(self.events)
         end = self.t
         for rid, (phase, t0, args) in self.open.items():
-            events.append(_x(REQUESTS_PID, self.request_tid[rid], phase, t0, end, args))
+            events.append(_x(self.pids[1], self.request_tid[rid], phase, t0, end, args))
         for index, (rid, t0, state) in self.seat_open.items():
-            events.append(_x(SEATS_PID, index + 1, rid, t0, end, {"state": state}))
+            events.append(_x(self.pids[0], index + 1, rid, t0, end, {"state": state}))
+        tag = f" ({self.label})" if self.label else ""
         meta = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                 "args": {"name": name}}
-                for pid, name in ((SEATS_PID, "seats"), (REQUESTS_PID, "requests"),
-                                  (ENGINE_PID, "engine"))]
+                 "args": {"name": name + tag}}
+                for pid, name in zip(self.pids, ("seats", "requests", "engine"))]
         return {"traceEvents": meta + events, "displayTimeUnit": "ms",
                 "otherData": {"source": self.name, "steps": self.steps,
                               "clock": "engine steps: each lasts its measured wall_s"}}
@@ -175,10 +178,22 @@ def _x(pid: int, tid: int, name: str, t0: float, t1: float, args: dict) -> dict:
 
 def trace_of(reports: Iterable[dict], name: str = "ServeLab") -> dict:
     """A whole run's trace."""
-    b = TraceBuilder(name)
-    for r in reports:
-        b.add(r)
-    return b.trace()
+    return traces_of([("", reports)], name)
+
+
+def traces_of(runs: Iterable[tuple[str, Iterable[dict]]], name: str = "ServeLab") -> dict:
+    """Several runs (label, reports) in one trace, each in processes of its own."""
+    events: list[dict] = []
+    steps = 0
+    for i, (label, reports) in enumerate(runs):
+        b = TraceBuilder(name, run=i, label=label)
+        for r in reports:
+            b.add(r)
+        events += b.trace()["traceEvents"]
+        steps += b.steps
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"source": name, "steps": steps,
+                          "clock": "engine steps: each lasts its measured wall_s"}}
 
 
 class TraceWriter:

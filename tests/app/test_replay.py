@@ -138,6 +138,21 @@ def test_a_live_session_recorded_replays_its_own_reports(tmp_path):
         assert replay.run(settings_).names == run.names
     with pytest.raises(ValueError, match="no run"):
         replay.run(settings.with_(seats=7))
+    # the same runs as one trace: each run's processes named by its switches, the sidebar's
+    # first, and every request of every run on a track of its own
+    from app.recorded import session_trace
+
+    trace = json.loads(session_trace(live))
+    processes = [e["args"]["name"] for e in trace["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "process_name"]
+    assert len(processes) == 3 * len(live.runs)
+    s = settings
+    assert processes[0] == f"seats ({s.batching} · {s.kv_layout} · spec {s.spec})"
+    tracks = [e for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"
+              and e["args"]["name"].startswith("request ")]
+    assert len(tracks) == sum(len({rid for r in run.history for rid in
+                                   [*r["waiting"], *r["admitted"], *r["finished"]]})
+                              for run in live.runs.values())
 
 
 @pytest.mark.slow
@@ -154,6 +169,8 @@ def test_the_sidebar_saves_the_live_run_and_opens_the_bundled_one():
     assert not at.exception, at.exception[0].value
     saved = open_recording(at.session_state[SAVED_KEY])
     assert saved.primary.reports[0]["step"] == 1 and saved.recording.source == "app"
+    assert [b.label for b in at.get("download_button")][-2:] == [
+        "Download the recording", "Download as a trace (opens in Perfetto, chrome://tracing)"]
     live = at.session_state[SESSION_KEY]
     at.selectbox(key="rec_bundled").set_value(BUNDLED.name)
     at.button(key="rec_open").click().run()
