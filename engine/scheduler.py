@@ -63,6 +63,10 @@ class SchedulerOutput:
 
 
 class Scheduler:
+    # every waiting request's code each step (engine/waits.py); off only for the benchmark
+    # that measures what they cost (python -m benchmarks.waits_bench)
+    explain_waits = True
+
     def __init__(self, config: EngineConfig, allocator: BlockAllocator, eos_ids: set[int]):
         self.config = config
         self.allocator = allocator
@@ -239,7 +243,7 @@ class Scheduler:
         """Each request still in the queue gets its one code: the head the reason it could not
         board (unless it has one already: preempted, or refused by the KV pool), every other
         one the head it waits behind."""
-        if not self.waiting:
+        if not self.waiting or not self.explain_waits:
             return
         cfg, head = self.config, self.waiting[0]
         if head.request_id not in out.waits:

@@ -189,3 +189,20 @@ def test_the_engines_reports_carry_the_waits_and_the_page_says_them(batching, la
     df = seats.waits_frame(history)
     assert df["requests"].sum() == sum(len(r["waits"]) for r in history)
     assert seats.waits_chart(history) is not None and seats.waits_chart(history[:0]) is None
+
+
+def test_the_overhead_bench_times_both_kinds_of_step(monkeypatch, tmp_path):
+    """benchmarks/waits_bench.py at a tiny size: steps with the reasons carry a code for every
+    waiting request, steps without carry none, and the JSON holds both medians (its figure is
+    docs/performance.md's, at 256 running and 1,000 waiting)."""
+    import json
+
+    from benchmarks import waits_bench
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # no re-exec of this process
+    out = tmp_path / "w.json"
+    r = waits_bench.main(["--running", "3", "--waiting", "5", "--steps", "1",
+                          "--json", str(out)])
+    assert r["step_ms_reasons_on"] > 0 and r["step_ms_reasons_off"] > 0
+    assert r["reasons_pass_ms"] >= 0
+    assert json.loads(out.read_text())["waiting"] == 5
