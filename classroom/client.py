@@ -354,11 +354,20 @@ def slim(report: dict, received: float | None = None) -> dict:
                 {"request_id": e["request_id"], "token_ids": e["token_ids"]}
                 for e in report["emitted"]],
             "finished": report["finished"], "spec": report.get("spec", []),
+            # why they waited this step, counted by code (engine/waits.py): the tally chart
+            "wait_counts": _count_codes(report.get("waits") or {}),
             "metrics": report.get("metrics", {}),
             "kv": {"used_slots": kv["used_slots"], "allocated_slots": kv["allocated_slots"],
                    "total_slots": kv["total_slots"],
                    # blocks held per request (only seated requests hold any: a few entries)
                    "blocks_held": {rid: len(t) for rid, t in kv["block_tables"].items()}}}
+
+
+def _count_codes(waits: dict) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for w in waits.values():
+        counts[w["code"]] = counts.get(w["code"], 0) + 1
+    return counts
 
 
 class StepStream:

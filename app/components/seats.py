@@ -165,7 +165,7 @@ def waits_frame(history: list[dict]) -> pd.DataFrame:
     where nobody waited has no rows)."""
     rows = []
     for rep in history:
-        counts: dict[str, int] = {}
+        counts: dict[str, int] = dict(rep.get("wait_counts") or {})  # a class's slim history
         for w in (rep.get("waits") or {}).values():
             counts[w["code"]] = counts.get(w["code"], 0) + 1
         rows += [{"step": rep["step"], "code": c, "requests": n} for c, n in counts.items()]

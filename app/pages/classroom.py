@@ -45,7 +45,7 @@ from app.components.classroom import (  # noqa: E402
 )
 from app.components.gauges import gauge_values  # noqa: E402
 from app.components.kvmap import legend_html  # noqa: E402
-from app.components.seats import seats_html  # noqa: E402
+from app.components.seats import seats_html, waits_chart  # noqa: E402
 from app.components.spec_strip import CSS as SPEC_CSS  # noqa: E402
 from app.components.spec_strip import strip_html  # noqa: E402
 from app.i18n import switch_label, t  # noqa: E402
@@ -272,6 +272,8 @@ def live(room: ClassRoom, show_questions: bool, large: bool = False) -> None:
         a, b = st.columns(2)
         a.altair_chart(gauge_history_chart(history, "tokens_per_s", 220), width="stretch")
         b.altair_chart(gauge_history_chart(history, "ttft", 220), width="stretch")
+        if (chart := waits_chart(history, t("seats.waits_chart"))) is not None:
+            st.altair_chart(chart, width="stretch")  # the class's reasons, step by step
     if show_questions and room.server is not None:
         try:
             qs = room.server.get("/v1/servelab/class/questions", timeout=2).json()["questions"]

@@ -108,3 +108,63 @@ def test_a_reload_mid_answer_shows_the_rest_of_it(chromium, class_server):
         assert not errors, errors
     finally:
         ctx.close()
+
+
+def test_a_phone_at_the_door_reads_its_own_reason_in_chinese(chromium, class_server):
+    """Eight long answers take every seat; a zh-CN phone that asks then waits at the door and
+    reads why in Chinese, with the engine's own numbers: the code the step stream sent for its
+    request (engine/waits.py), in the words of the page's language."""
+    import json
+    import threading
+    import time
+
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    events: list[dict] = []
+    stop = threading.Event()
+
+    def watch():  # the teacher's step stream, bounded in count and time
+        deadline = time.monotonic() + 240
+        with httpx.stream("GET", f"{class_server}/v1/servelab/steps", headers=auth,
+                          params={"limit": 2000}, timeout=60) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+                if stop.is_set() or time.monotonic() > deadline:
+                    return
+
+    def long_answer(i):
+        httpx.post(f"{class_server}/v1/completions", headers=auth, timeout=240, json={
+            "model": "smollm2-135m", "prompt": f"Story {i}:", "max_tokens": 160,
+            "ignore_eos": True})
+
+    threading.Thread(target=watch, daemon=True).start()
+    blockers = [threading.Thread(target=long_answer, args=(i,)) for i in range(8)]
+    for b in blockers:
+        b.start()
+    deadline = time.monotonic() + 60
+    while not any(sum(s["request_id"] is not None for s in e["seats"]) == 8
+                  for e in events[-3:]):
+        assert time.monotonic() < deadline, "the eight answers never took every seat"
+        time.sleep(0.05)
+    ctx, p, errors = phone(chromium, class_server, "zh-CN")
+    try:
+        p.fill("#nick", "门口的人")
+        p.fill("#q", "你好")
+        p.click("#ask")
+        p.wait_for_function("() => document.getElementById('j-door').textContent"
+                            ".includes('个座位都坐满了')")
+        door = p.inner_text("#j-door")
+        p.screenshot(path=str(SHOTS / "class-phone-zh-door.png"), full_page=True)
+        p.wait_for_function("() => /[0-9]/.test(document.getElementById('rate').textContent)",
+                            timeout=240_000)
+        rid = p.evaluate("() => JSON.parse(localStorage.getItem('servelab-answer')).rid")
+        assert not errors, errors
+    finally:
+        ctx.close()
+        stop.set()
+        for b in blockers:
+            b.join(240)
+    sent = [e["waits"][rid] for e in events if rid in e.get("waits", {})]
+    assert sent and sent[0]["code"] == "seats_full", sent[:3]
+    assert f"全部 {sent[0]['seats']} 个座位都坐满了" in door, door
+    assert "在门口" in door and "座位已满" in door  # its place, and the reasons it waited for

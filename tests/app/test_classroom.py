@@ -179,6 +179,17 @@ def test_slim_keeps_what_the_gauges_read():
     assert gauge_values([slim(r) for r in history]) == gauge_values(history)
 
 
+def test_slim_keeps_the_reasons_tally():
+    """The projector's chart of reasons reads the class's slim history as it reads the full
+    reports: the same counts per step and code."""
+    from app.components.seats import waits_frame
+
+    history = json.loads(FIXTURE.read_text())["static_contiguous"]
+    full = waits_frame(history)
+    assert len(full) and full["requests"].sum() == sum(len(r["waits"]) for r in history)
+    assert waits_frame([slim(r) for r in history]).equals(full)
+
+
 def test_comparison_row():
     row = comparison_row(DEFAULT_SWITCHES, {
         "users": 10, "ok": 10, "ttft_p50_s": 0.1234, "ttft_p99_s": 0.5, "tpot_p50_s": 0.02,
