@@ -274,6 +274,18 @@ STRINGS: dict[str, dict[str, str]] = {
               "prompt), counted by the reason the engine gave."},
     "seats.waits_axis": {"zh": "请求数", "en": "requests"},
     "seats.waits_reason": {"zh": "原因", "en": "reason"},
+    "prefix.line": {"zh": "{rid} 的前缀缓存：{full} 个完整提示块中命中 {hit} 个；{why}",
+                    "en": "{rid}'s prefix cache: {hit} of its {full} full prompt blocks hit; {why}"},
+    "prefix.why.new": {"zh": "从第 {token} 个 token 起，还没有人算过同样的前缀",
+                       "en": "from token {token} on, nobody has computed this prefix yet"},
+    "prefix.why.differs": {"zh": "缓存里的块在第 {token} 个 token 处与它不同",
+                           "en": "the cached block differs from it at token {token}"},
+    "prefix.why.evicted": {"zh": "第 {token} 个 token 起的块曾在缓存里，但已被挤出，给了别的请求",
+                           "en": "the block from token {token} was cached but has been evicted "
+                                 "for another request"},
+    "prefix.why.short": {"zh": "剩下的 {left} 个 token 不满一个块，块满了才能缓存",
+                         "en": "the last {left} tokens fill less than a block, and only full "
+                               "blocks are cached"},
     "seats.admitted": {"zh": "上车", "en": "boarded"},
     "seats.finished": {"zh": "完成", "en": "finished"},
     "seats.preempted": {"zh": "被请下车（抢占）", "en": "preempted"},

@@ -86,6 +86,9 @@ class StepReport:
     # why each request that did not advance waited, or computed only a chunk: request id ->
     # {"code": ..., its fields} (engine/waits.py); every waiting request has one
     waits: dict[str, dict] = field(default_factory=dict)
+    # prefix caching: for each request admitted this step, its lookup explained: blocks hit
+    # of its full prompt blocks, and why the first miss missed (engine/kv/paged.py)
+    prefix: dict[str, dict] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -133,6 +136,7 @@ def build_report(step: int, wall_s: float, config, scheduler, sched, emitted: li
                  failures: dict[str, str] | None = None) -> StepReport:
     """Describe one step: `sched` is what the scheduler chose, the rest what came of it."""
     computed = {s.req.request_id: s.num_tokens for s in sched.scheduled}
+    admitted = set(sched.admitted)
     alloc = scheduler.allocator
     return StepReport(
         step=step, wall_s=wall_s, switches=config.switches(),
@@ -147,4 +151,6 @@ def build_report(step: int, wall_s: float, config, scheduler, sched, emitted: li
         kv_usage=1 - alloc.num_free_blocks / alloc.num_blocks,
         failures=dict(failures or {}),
         waits={rid: w.to_dict() for rid, w in sched.waits.items()},
+        prefix={r.request_id: r.prefix_lookup for r in scheduler.running
+                if r.request_id in admitted and r.prefix_lookup is not None},
     )

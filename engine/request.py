@@ -41,6 +41,8 @@ class Request:
     token_times: list[float] = field(default_factory=list)
     num_preemptions: int = 0
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache
+    # the prefix cache's lookup at admission, explained (engine/kv/paged.py `_match_prefix`)
+    prefix_lookup: dict | None = field(default=None, repr=False)
     idle_finished: bool = False  # static batching: done, but still holding its seat
     text: str = ""  # the output text a client may see so far (engine/detokenizer.py)
     detokenizer: Detokenizer | None = field(default=None, repr=False)

@@ -189,3 +189,12 @@ def kv_stats(kv: dict) -> dict:
         "requests": len(kv["block_tables"]),
         "shared_blocks": sum(1 for b in kv["blocks"] if len(b["owners"]) > 1),
     }
+
+
+def prefix_line(rid: str, lookup: dict) -> str:
+    """A request's prefix-cache lookup at admission (StepReport.prefix): how many of its full
+    prompt blocks came from the cache, and why the first miss missed, in the page's language."""
+    miss = lookup["miss"]
+    why = t(f"prefix.why.{miss['why']}", token=miss["token"], left=miss.get("left", 0))
+    return t("prefix.line", rid=rid, hit=lookup["hit_blocks"], full=lookup["full_blocks"],
+             why=why)

@@ -21,6 +21,7 @@ from app.components.kvmap import (  # noqa: E402
     kv_stats,
     legend_html,
     page_table,
+    prefix_line,
     waits_on_fragmentation,
 )
 from app.components.seats import reason_text  # noqa: E402
@@ -71,6 +72,8 @@ def draw_run(run: Run, selected: str | None) -> None:
     f.metric(t("paging.shared"), s["shared_blocks"], help=t("paging.shared.help"))
     for line in fork_lines(kv):  # n > 1 samples: what they share, and what was copied
         st.markdown(line)
+    for rid, lookup in (last.get("prefix") or {}).items():  # prefix caching, explained
+        st.caption(prefix_line(rid, lookup))
     if waits_on_fragmentation(last):
         st.warning(t("paging.frag_wait", free=s["free"], run=s["largest_free_run"],
                      reason=last["blocked_reason"]))

@@ -26,6 +26,7 @@ from engine.kv.allocator import BlockAllocator, largest_gap
 from engine.request import Request
 
 _ROOT = bytes(32)  # the parent key of a prompt's first block
+EVICTED_KEPT = 4  # evicted keys remembered, per block of the pool, to explain a miss
 
 
 def block_hash(prev: bytes | None, tokens: list[int]) -> bytes:
@@ -50,6 +51,12 @@ class PagedAllocator(BlockAllocator):
         self.prefix_queries = 0  # prompt blocks looked up
         self.prefix_hits = 0  # of which found in the cache
         self.copies: list[tuple[int, int]] = []  # copy-on-write: (source, destination) blocks
+        # for explaining a lookup's first miss: each cached key's tokens and its parent's
+        # children, and the keys evicted lately (at most EVICTED_KEPT of them)
+        self.tokens_of: dict[bytes, tuple[int, ...]] = {}
+        self.parent_of: dict[bytes, bytes] = {}
+        self.children: dict[bytes, set[bytes]] = {}
+        self.evicted: OrderedDict[bytes, None] = OrderedDict()
 
     @property
     def num_free_blocks(self) -> int:
@@ -69,7 +76,9 @@ class PagedAllocator(BlockAllocator):
             b = self.free_blocks.popleft()
         else:  # reuse the least recently used cached block; forget its content
             b, _ = self.evictable.popitem(last=False)
-            del self.cached[self.hash_of.pop(b)]
+            h = self.hash_of.pop(b)
+            del self.cached[h]
+            self._forget(h)
         assert self.ref_count[b] == 0, f"block {b} handed out twice"
         self.ref_count[b] = 1
         self.held.add(b)
@@ -97,17 +106,20 @@ class PagedAllocator(BlockAllocator):
         return True
 
     def _match_prefix(self, req: Request) -> None:
-        """Reuse cached blocks for the longest run of full prompt blocks already computed."""
+        """Reuse cached blocks for the longest run of full prompt blocks already computed, and
+        say why the run stopped where it did (`req.prefix_lookup`: `_explain_miss`)."""
         tokens, bs = req.all_token_ids, self.block_size
         # at least one token must still be computed, to produce the next token's logits
         max_blocks = (len(tokens) - 1) // bs
         prev = None
+        miss = None
         for i in range(max_blocks):
             h = block_hash(prev, tokens[i * bs:(i + 1) * bs])
             self.prefix_queries += 1
             b = self.cached.get(h)
             if b is None:
                 self.prefix_queries += max_blocks - i - 1
+                miss = self._explain_miss(prev, h, tokens, i)
                 break
             self.prefix_hits += 1
             if self.ref_count[b] == 0:
@@ -118,6 +130,43 @@ class PagedAllocator(BlockAllocator):
             prev = h
         req.num_computed_tokens = len(req.block_table) * bs
         req.num_cached_tokens = req.num_computed_tokens
+        if miss is None:  # every full block hit: what is left is shorter than a block
+            miss = {"why": "short", "token": max_blocks * bs,
+                    "left": len(tokens) - max_blocks * bs}
+        req.prefix_lookup = {"hit_blocks": len(req.block_table), "full_blocks": max_blocks,
+                             "miss": miss}
+
+    def _explain_miss(self, prev: bytes | None, h: bytes, tokens: list[int], i: int) -> dict:
+        """Why prompt block i was not in the cache: "evicted" (it was, lately, and its block
+        went to another request), "differs" (a cached block follows the same prefix and
+        differs at `token`, the prompt's position of the first token that is not its), or
+        "new" (nothing computed so far follows this prefix)."""
+        bs = self.block_size
+        if h in self.evicted:
+            return {"why": "evicted", "token": i * bs}
+        block = tokens[i * bs:(i + 1) * bs]
+        best = -1
+        for child in self.children.get(prev or _ROOT, ()):
+            theirs = self.tokens_of[child]
+            same = next((j for j, (a, b) in enumerate(zip(block, theirs)) if a != b), bs)
+            best = max(best, same)
+        if best >= 0:
+            return {"why": "differs", "token": i * bs + best}
+        return {"why": "new", "token": i * bs}
+
+    def _forget(self, h: bytes) -> None:
+        """A key's block is reused for other content: its explanation data goes, and the
+        key is remembered as evicted."""
+        self.tokens_of.pop(h, None)
+        parent = self.parent_of.pop(h, None)
+        if parent is not None:
+            kids = self.children[parent]
+            kids.discard(h)
+            if not kids:
+                del self.children[parent]
+        self.evicted[h] = None
+        while len(self.evicted) > EVICTED_KEPT * self.num_blocks:
+            self.evicted.popitem(last=False)
 
     def ensure_slots(self, req: Request, num_tokens: int) -> bool:
         bs, table = self.block_size, req.block_table
@@ -174,6 +223,10 @@ class PagedAllocator(BlockAllocator):
             if h not in self.cached and b not in self.hash_of:
                 self.cached[h] = b
                 self.hash_of[b] = h
+                self.tokens_of[h] = tuple(tokens[i * bs:(i + 1) * bs])
+                self.parent_of[h] = prev or _ROOT
+                self.children.setdefault(prev or _ROOT, set()).add(h)
+                self.evicted.pop(h, None)
         self.hashed_upto[req.request_id] = max(done, full)
 
     @property

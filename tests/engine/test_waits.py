@@ -206,3 +206,79 @@ def test_the_overhead_bench_times_both_kinds_of_step(monkeypatch, tmp_path):
     assert r["step_ms_reasons_on"] > 0 and r["step_ms_reasons_off"] > 0
     assert r["reasons_pass_ms"] >= 0
     assert json.loads(out.read_text())["waiting"] == 5
+
+
+def _computed(alloc: PagedAllocator, rid: str, prompt: list[int]) -> Request:
+    """A request admitted, its whole prompt computed and hashed into the cache."""
+    req = Request(rid, prompt, SamplingParams(max_tokens=1))
+    alloc.admit(req)
+    assert alloc.ensure_slots(req, len(prompt))
+    req.num_computed_tokens = len(prompt)
+    alloc.on_computed(req)
+    return req
+
+
+def test_the_prefix_lookup_says_how_many_blocks_hit_and_why_the_first_miss_missed():
+    alloc = PagedAllocator(8, 4, enable_prefix_caching=True)
+    a = _computed(alloc, "a", list(range(1, 14)))  # 13 tokens: 3 full blocks hashed
+    assert a.prefix_lookup == {"hit_blocks": 0, "full_blocks": 3,
+                               "miss": {"why": "new", "token": 0}}
+    # the same first 5 tokens, then another: block 0 hits, block 1 differs at token 5
+    b = Request("b", [1, 2, 3, 4, 5, 99, 7, 8, 9, 10], SamplingParams(max_tokens=1))
+    alloc.admit(b)
+    assert b.prefix_lookup == {"hit_blocks": 1, "full_blocks": 2,
+                               "miss": {"why": "differs", "token": 5}}
+    # all of a's full blocks and a tail shorter than a block
+    c = Request("c", list(range(1, 14)) + [50], SamplingParams(max_tokens=1))
+    alloc.admit(c)
+    assert c.prefix_lookup == {"hit_blocks": 3, "full_blocks": 3,
+                               "miss": {"why": "short", "token": 12, "left": 2}}
+    # a prompt shorter than one block cannot hit at all
+    d = Request("d", [1, 2, 3], SamplingParams(max_tokens=1))
+    alloc.admit(d)
+    assert d.prefix_lookup["miss"] == {"why": "short", "token": 0, "left": 3}
+
+
+def test_the_prefix_lookup_tells_an_evicted_block_from_a_new_one():
+    alloc = PagedAllocator(4, 4, enable_prefix_caching=True)
+    a = _computed(alloc, "a", list(range(1, 10)))  # 3 blocks, 2 of them full and cached
+    alloc.free(a)
+    other = _computed(alloc, "x", list(range(100, 116)))  # takes all 4: a's are evicted
+    alloc.free(other)
+    again = Request("a2", list(range(1, 10)), SamplingParams(max_tokens=1))
+    alloc.admit(again)
+    assert again.prefix_lookup["miss"] == {"why": "evicted", "token": 0}
+    assert again.prefix_lookup["hit_blocks"] == 0
+
+
+def test_an_engines_report_explains_each_admitted_requests_lookup(monkeypatch):
+    from engine import EngineConfig, LLMEngine
+    from engine import SamplingParams as SP
+
+    eng = LLMEngine(EngineConfig(dtype="float32", max_num_seqs=2, enable_prefix_caching=True,
+                                 block_size=16))
+    shared = "You are a helpful assistant. Answer briefly and clearly, please. " * 3
+    eng.add_request(shared + "What is the sea, with its waves and tides and the deep blue "
+                    "water far from any land?", SP(max_tokens=2, ignore_eos=True))
+    first = eng.step().to_dict()
+    assert list(first["prefix"].values())[0]["miss"]["why"] == "new"
+    eng.add_request(shared + "What is a ship, with its sails and masts and its crew of many "
+                    "sailors at sea?", SP(max_tokens=2, ignore_eos=True))
+    second = eng.step().to_dict()
+    (lookup,) = second["prefix"].values()
+    assert lookup["hit_blocks"] >= 2 and lookup["miss"]["why"] == "differs"
+    # the paging page's line, in both languages
+    from app.components.kvmap import prefix_line
+
+    (rid,) = second["prefix"]
+    with monkeypatch.context() as m:
+        m.setattr("app.i18n.get_lang", lambda: "en")
+        assert prefix_line(rid, lookup) == (
+            f"{rid}'s prefix cache: {lookup['hit_blocks']} of its {lookup['full_blocks']} full "
+            f"prompt blocks hit; the cached block differs from it at token "
+            f"{lookup['miss']['token']}")
+        m.setattr("app.i18n.get_lang", lambda: "zh")
+        assert f"缓存里的块在第 {lookup['miss']['token']} 个 token 处与它不同" in \
+            prefix_line(rid, lookup)
+    while eng.has_unfinished():
+        eng.step()
