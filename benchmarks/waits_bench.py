@@ -1,6 +1,6 @@
 """What the reasons cost (engine/waits.py): engine steps with every waiting request's code
 against steps without, in one run, alternating, at a crowded door (by default 256 running and
-1,000 waiting, the size issue 66 names).
+1,000 waiting).
 
     python -m benchmarks.waits_bench [--running 256] [--waiting 1000] [--steps 6] [--json PATH]
 
