@@ -3,8 +3,10 @@ path. The work tree's files (tracked, and new ones git does not ignore) are buil
 (`pip wheel`, not editable) and installed into a fresh venv that sees this environment's
 dependencies (a .pth naming its site-packages: a .pth there is not run, so an editable
 install's finder stays out) but not the checkout. From a folder outside the checkout,
-`python -m classroom.serve` then serves a phone's join, the teacher's round from the packaged
-self-test, the phone's vote, and a refused vote in the phone's language."""
+the installed `servelab class` command then serves a phone's join, the teacher's round from
+the packaged self-test, the phone's vote, and a refused vote in the phone's language; and the
+installed app (`servelab app`'s script) draws its first page with no exception, its pictures
+and recorded benchmarks read from the package."""
 
 from __future__ import annotations
 
@@ -83,8 +85,10 @@ def test_a_wheel_serves_the_class_and_answers_a_vote(tmp_path):
 
     port = free_port()
     log = (tmp_path / "serve.log").open("w")
+    servelab = venv / "bin" / "servelab"  # the console script the wheel installed
+    assert "servelab app" in run([servelab, "--help"], cwd=elsewhere, env=env)
     proc = subprocess.Popen(
-        [str(py), "-m", "classroom.serve", "--port", str(port), "--api-key", JOIN,
+        [str(servelab), "class", "--port", str(port), "--api-key", JOIN,
          "--admin-key", ADMIN, "--dtype", "float32", "--max-num-seqs", "2",
          "--max-model-len", "128"],
         cwd=elsewhere, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -130,3 +134,19 @@ def test_a_wheel_serves_the_class_and_answers_a_vote(tmp_path):
             proc.kill()
             proc.wait(10)
         log.close()
+
+    # the app, as `servelab app` runs it: the installed script's first page under Streamlit's
+    # AppTest, in the fresh venv, from a folder outside the checkout
+    out = json.loads(run([py, "-c", (
+        "import json, app.cli, assets, pathlib\n"
+        "from streamlit.testing.v1 import AppTest\n"
+        "at = AppTest.from_file(str(app.cli.MAIN), default_timeout=240)\n"
+        "at.run()\n"
+        "print(json.dumps({'main': str(app.cli.MAIN), 'exceptions': [str(e.value) for e in "
+        "at.exception], 'titles': [t.value for t in at.title], 'icon': pathlib.Path("
+        "assets.__file__).with_name('icon.png').is_file(), 'bench': len(list(pathlib.Path("
+        "assets.__file__).parent.glob('bench/*.json')))}))")],
+        cwd=elsewhere, env=env, timeout=300).strip().splitlines()[-1])
+    assert Path(out["main"]).is_relative_to(purelib), out["main"]
+    assert out["exceptions"] == [] and out["titles"], out
+    assert out["icon"] and out["bench"] > 0, out
