@@ -52,6 +52,10 @@ S = {
     "extend": {"zh": "再给 30 秒", "en": "30 s more"},
     "revote": {"zh": "讨论后再投", "en": "Revote after discussion"},
     "reveal": {"zh": "揭晓", "en": "Reveal"},
+    "share_toggle": {"zh": "锁定后在本屏显示答对比例（投影时请关闭）",
+                     "en": "After the lock, show the share right on this screen (off while "
+                           "projecting)"},
+    "share_now": {"zh": "仅供老师：答对 {p}%", "en": "For the teacher: {p}% right"},
     "hide_q": {"zh": "从投影上隐藏题目", "en": "Hide the question from the projector"},
     "show_q": {"zh": "在投影上显示题目", "en": "Show the question on the projector"},
     "hand": {"zh": "手动计数（举手或纸条），用逗号分隔每个选项的人数",
@@ -193,6 +197,12 @@ def projector(measured: dict | None = None) -> None:
                          kwargs=_measured(r, measured))
             c.button(tr("show_q" if r.get("hidden") else "hide_q"), key="vote_hide_q",
                      on_click=call, args=("POST", "hide"), kwargs={"hidden": not r.get("hidden")})
+            # the share right before the reveal: for the teacher's eyes, off the projector
+            # unless asked for (a class that sees it before discussing drifts toward it)
+            if r["state"] == "locked" and st.session_state.get("vote_show_share") \
+                    and r.get("share_right") is not None:
+                st.caption(tr("share_now", p=round(100 * r["share_right"])))
+        st.toggle(tr("share_toggle"), key="vote_show_share")
         names = state.get("nicknames") or []
         if names:
             st.caption(tr("nicks"))

@@ -21,6 +21,7 @@ STRINGS = {
     "hand_voted": {"zh": "手动计数：{n} 人", "en": "Counted by hand: {n}"},
     "left": {"zh": "剩余 {s} 秒", "en": "{s} s left"},
     "locked": {"zh": "已锁定", "en": "Locked"},
+    "revealed": {"zh": "已揭晓", "en": "Revealed"},
     "hidden": {"zh": "（题目已从投影上隐藏）", "en": "(question hidden from the projector)"},
     "round1": {"zh": "第一次投票", "en": "First vote"},
     "round2": {"zh": "讨论后再投", "en": "After discussion"},
@@ -74,7 +75,7 @@ def count_html(state: dict, lang: str) -> str:
     if r["state"] == "open":
         timer = vt("left", lang, s=int(r["seconds_left"] + 0.999))
     else:
-        timer = vt("locked", lang)
+        timer = vt("revealed" if r["state"] == "revealed" else "locked", lang)
     n = (vt("hand_voted", lang, n=r["voted"]) if r.get("hand") else
          vt("voted", lang, n=r["voted"], phones=state.get("phones", 0)))
     choices = "".join(f"<div class='vt-note'>{chr(65 + i)}. {html.escape(c)}</div>"
@@ -84,28 +85,47 @@ def count_html(state: dict, lang: str) -> str:
             f"{html.escape(n)}</div><div class='vt-big'>{html.escape(timer)}</div></div>")
 
 
+def shares(counts: list[int]) -> list[int]:
+    """Whole percentages that add up to 100 (largest remainder: floored shares alone may
+    add up to 99); all zeros when nobody voted."""
+    total = sum(counts)
+    if not total:
+        return [0] * len(counts)
+    exact = [100 * n / total for n in counts]
+    out = [int(x) for x in exact]
+    order = sorted(range(len(counts)), key=lambda i: exact[i] - out[i], reverse=True)
+    for i in order[:100 - sum(out)]:
+        out[i] += 1
+    return out
+
+
 def histogram_html(counts: list[int], labels: list[str], correct: int | None,
                    title: str, lang: str) -> str:
-    total = max(1, sum(counts))
     top = max(1, max(counts) if counts else 1)
     rows = []
+    pct = shares(counts)
     for i, (n, label) in enumerate(zip(counts, labels)):
         ok = correct is not None and i == correct
         width = int(240 * n / top)
         mark = f" ✓ {vt('right', lang)}" if ok else ""
         rows.append(f"<div class='vt-bar{' ok' if ok else ''}'><span class='l'>{chr(65 + i)}. "
                     f"{html.escape(label)}{mark}</span><span class='b' style='width:{width}px'>"
-                    f"</span><span class='n'>{n} ({100 * n // total}%)</span></div>")
+                    f"</span><span class='n'>{n} ({pct[i]}%)</span></div>")
     return f"<div class='vt-h'><b>{html.escape(title)}</b>{''.join(rows)}</div>"
 
 
 def reveal_html(state: dict, lang: str) -> str:
-    """From lock on: both rounds' histograms side by side, the next move, then the reveal."""
+    """What the projector shows of the votes after the lock: at the lock only the suggested
+    next move (no bar, no share: a class that sees the majority or the share right before it
+    discusses drifts toward it); at the reveal both rounds' histograms side by side with the
+    right choice marked, the shift, and why each choice."""
     r = state.get("round")
     if not r or r["state"] == "open":
         return ""
-    correct = r.get("correct") if r["state"] == "revealed" else None
-    labels = r["choices"]
+    if r["state"] == "locked":
+        return (f"{CSS}<div class='vt-note'><b>{vt('next', lang)}</b>"
+                f"{html.escape(r.get('suggestion_text') or '')}</div>")
+    correct, labels = r.get("correct"), r["choices"]
     parts = []
     if r.get("previous_counts") is not None:
         parts.append(histogram_html(r["previous_counts"], labels, correct, vt("round1", lang),
@@ -114,11 +134,6 @@ def reveal_html(state: dict, lang: str) -> str:
     else:
         parts.append(histogram_html(r["counts"], labels, correct, vt("round1", lang), lang))
     out = [CSS, "<div class='vt-row'>", *parts, "</div>"]
-    if r["state"] == "locked":
-        share = r.get("share_right")
-        extra = "" if share is None else " " + vt("share", lang, p=round(100 * share))
-        out.append(f"<div class='vt-note'><b>{vt('next', lang)}</b>"
-                   f"{html.escape(r.get('suggestion_text') or '')}{extra}</div>")
     if r["state"] == "revealed":
         if r.get("measured"):
             out.append(f"<div class='vt-q'>{html.escape(vt('measured', lang, v=r['measured']))}"

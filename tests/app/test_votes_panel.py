@@ -45,15 +45,28 @@ def test_projector_html_counts_hidden_while_open_escaped_and_both_rounds():
         assert "data-voted='40'" in html
         assert reveal_html(room.projector(lang), lang) == ""  # no histogram while open
     room.lock()
-    first = reveal_html(room.projector("en"), "en")
-    assert "First vote" in first and "After discussion" not in first
+    for lang in ("en", "zh"):  # at the lock: the next move only, no bar, count or share
+        locked = reveal_html(room.projector(lang), lang).split("</style>")[-1]
+        assert STRINGS["next"][lang] in locked
+        assert "%" not in locked and "vt-bar" not in locked and "vt-h" not in locked
+        assert STRINGS["round1"][lang] not in locked and "✓" not in locked
     r2 = room.revote(60)
     for i, p in enumerate(room.phones):
         room.vote(p, r2.rid, 1 if i % 10 < 8 else 0)
+    room.lock()
+    assert "vt-bar" not in reveal_html(room.projector("en"), "en").split("</style>")[-1]
     room.reveal()
     html = reveal_html(room.projector("zh"), "zh")
     assert "第一次投票" in html and "讨论后再投" in html and "✓ 正确" in html and "错→对" in html
     assert "<script>" not in html
+    assert "已揭晓" in count_html(room.projector("zh"), "zh")
+
+
+def test_the_shares_on_the_bars_add_up_to_100():
+    from app.components.votes import shares
+
+    assert shares([1, 1, 1]) == [34, 33, 33] and sum(shares([2, 1, 1, 3])) == 100
+    assert shares([0, 0]) == [0, 0] and shares([5, 0]) == [100, 0]
     assert all(set(v) == {"zh", "en"} and all(v.values()) for v in STRINGS.values())
 
 
@@ -163,7 +176,14 @@ def test_projector_panel_runs_a_round_and_reveals_it(router_server):
     assert not room.current.hidden
     at.button(key="vote_lock").click().run()
     page = "".join(h.proto.body for h in at.get("html"))
-    assert "First vote" in page and "discuss with a neighbour" in page
+    # the lock: the next move on the projector, no histogram and no share right
+    assert "First vote" not in page and "discuss with a neighbour" in page
+    assert "% right" not in page and "For the teacher" not in "".join(
+        c.value for c in at.caption)
+    at.toggle(key="vote_show_share").set_value(True).run()  # the teacher asks for it
+    assert any(c.value == "For the teacher: 40% right" for c in at.caption)
+    assert "40% right" not in "".join(h.proto.body for h in at.get("html"))
+    at.toggle(key="vote_show_share").set_value(False).run()
     at.button(key="vote_revote").click().run()
     r2 = room.current
     assert r2.number == 2 and r2.state == "open"
