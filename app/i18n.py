@@ -286,6 +286,7 @@ STRINGS: dict[str, dict[str, str]] = {
     "prefix.why.short": {"zh": "剩下的 {left} 个 token 不满一个块，块满了才能缓存",
                          "en": "the last {left} tokens fill less than a block, and only full "
                                "blocks are cached"},
+    "cls.hidden_name": {"zh": "（已隐藏）", "en": "(hidden)"},
     "seats.admitted": {"zh": "上车", "en": "boarded"},
     "seats.finished": {"zh": "完成", "en": "finished"},
     "seats.preempted": {"zh": "被请下车（抢占）", "en": "preempted"},

@@ -56,6 +56,7 @@ S = {
                      "en": "After the lock, show the share right on this screen (off while "
                            "projecting)"},
     "share_now": {"zh": "仅供老师：答对 {p}%", "en": "For the teacher: {p}% right"},
+    "show_name": {"zh": "显示 {name}", "en": "show {name}"},
     "hide_q": {"zh": "从投影上隐藏题目", "en": "Hide the question from the projector"},
     "show_q": {"zh": "在投影上显示题目", "en": "Show the question on the projector"},
     "hand": {"zh": "手动计数（举手或纸条），用逗号分隔每个选项的人数",
@@ -69,7 +70,9 @@ S = {
     "words": {"zh": "屏蔽词（每行一个，中英文皆可）：含有这些词的昵称在投影上显示为 ***",
               "en": "Masked words (one a line, zh or en): nicknames holding one show as ***"},
     "words_save": {"zh": "保存屏蔽词", "en": "Save the word list"},
-    "nicks": {"zh": "投影上的昵称（点一下隐藏）", "en": "Nicknames on the projector (click to hide)"},
+    "nicks": {"zh": "投影上的昵称（点一下在座位、KV 块、学生列表、问题和投票中隐藏，再点显示）",
+              "en": "Nicknames on the projector (click to hide one in the seats, KV blocks, "
+                    "students, questions and votes; click again to show it)"},
     "gains": {"zh": "课堂的学习收获", "en": "What the class gained"},
     "csv": {"zh": "导出 CSV（化名）", "en": "Export CSV (pseudonymous)"},
     "csv_nick": {"zh": "导出 CSV（含昵称，仅限教师）", "en": "Export CSV with nicknames (teacher only)"},
@@ -203,13 +206,16 @@ def projector(measured: dict | None = None) -> None:
                     and r.get("share_right") is not None:
                 st.caption(tr("share_now", p=round(100 * r["share_right"])))
         st.toggle(tr("share_toggle"), key="vote_show_share")
-        names = state.get("nicknames") or []
-        if names:
+        names = state.get("names") or []
+        if names:  # one click hides a name everywhere it is projected; a second shows it
             st.caption(tr("nicks"))
             cols = st.columns(min(6, len(names)))
             for i, n in enumerate(names[:48]):
-                cols[i % len(cols)].button(n, key=f"vote_nick_{i}", on_click=call,
-                                           args=("POST", "hide"), kwargs={"nickname": n})
+                label = (tr("show_name", name=n["name"]) if n["hidden"] else n["name"])
+                cols[i % len(cols)].button(label, key=f"vote_nick_{i}", on_click=call,
+                                           args=("POST", "hide"),
+                                           kwargs={"handle": n["handle"],
+                                                   "hidden": not n["hidden"]})
         st.caption(tr("drawn", ms=f"{1000 * (time.perf_counter() - t0):.0f}"))
 
     live()

@@ -513,6 +513,17 @@ class ClassRoom:
         # id it stored (localStorage is per origin) and its ballots and test stay its own
         self.port: int | None = None
 
+    def masking(self) -> dict:
+        """The class's hide list and word list (the votes router's `masking`), for every name
+        the projector shows; empty while no class server answers."""
+        if self.server is None:
+            return {}
+        try:
+            r = self.server.get("/v1/servelab/votes/masking", timeout=2)
+            return r.json() if r.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError):
+            return {}
+
     @property
     def status(self) -> str:
         """Non-empty while a switch flip is under way (the page's older name for it)."""

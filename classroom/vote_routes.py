@@ -17,11 +17,14 @@ OpenAI's error JSON with the message in that language, and changes no count: eve
 this router runs under one handler for `VoteError` (`VoteRoute`).
 
 Teacher routes, under /v1/servelab/votes/ (so the teacher's admin key guards them):
-`GET state` (the projector's view: how many voted while open, counts from lock),
+`GET state` (the projector's view: how many voted while open, counts from lock; `names`, the
+named phones by handle; `masking`), `GET masking` (the hidden names and the word list every
+projected name passes through),
 `GET stream` (that view as server-sent events, one per change), `POST open`
 (`{"question": {...}}` or `{"quiz": id}`, `"seconds"`), `lock`, `extend` `{"seconds"}`,
-`revote`, `reveal` `{"correct"?, "measured"?}`, `hand` `{"counts"}`, `hide` `{"phone"}` or
-`{"round"}`, `words` `{"words": [...]}`, `nicknames`, `test/start` `{"phase"}`, `test/stop`,
+`revote`, `reveal` `{"correct"?, "measured"?}`, `hand` `{"counts"}`, `hide` `{"handle",
+"hidden"?}` (a student's name, by the handle `state` lists) or `{"hidden"?}` (the round's
+question), `words` `{"words": [...]}`, `test/start` `{"phase"}`, `test/stop`,
 `test/hand`, `export.csv` (`?nicknames=1` adds them: the teacher's own export),
 `gains` (g, d_z, right-to-wrong per item and misconception, the sentence, the summary).
 """
@@ -163,7 +166,8 @@ def votes_router(classroom: Classroom | None = None,
     # --- the teacher --------------------------------------------------------------------------
     def state(lang: str) -> dict:
         out = room.projector(lang)
-        out["nicknames"] = [n for n in (room.display_name(p) for p in room.phones) if n]
+        out["names"] = room.names()  # the teacher's hide / show buttons, by handle
+        out["masking"] = room.masking()
         return out
 
     @router.get(TEACHER + "/state")
@@ -235,16 +239,10 @@ def votes_router(classroom: Classroom | None = None,
         room.reveal(c, measured=body.get("measured"))
 
     def op_hide(body):
-        if "phone" in body:
-            if body["phone"] not in room.phones:
-                raise ValueError("phone: no such phone")
-            room.hidden_nicks.add(body["phone"])
-        elif "nickname" in body:  # the projector knows names, not ids: hide every phone using it
-            hits = [p for p, ph in room.phones.items() if ph.nickname == body["nickname"]]
-            if not hits:
-                raise ValueError("nickname: no phone uses it")
-            room.hidden_nicks.update(hits)
-        else:
+        if "handle" in body:  # a phone's name, by its pseudonymous id: hidden, or shown again
+            room.set_hidden(str(body["handle"]), bool(body.get("hidden", True)))
+            return
+        else:  # the round's question
             r = room.current
             if r is None:
                 raise VoteError("no_round")
@@ -274,6 +272,12 @@ def votes_router(classroom: Classroom | None = None,
     @router.get(TEACHER + "/words")
     async def words():
         return {"words": room.words}
+
+    @router.get(TEACHER + "/masking")
+    async def masking():
+        """What the projector passes every student's name through (classroom.votes.mask_name):
+        the hidden phones' nicknames and the word list."""
+        return room.masking()
 
     @router.get(TEACHER + "/export.csv")
     async def export(nicknames: int = 0):

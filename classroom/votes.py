@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import io
 import json
 import os
@@ -174,6 +175,20 @@ class Question:
     def for_phone(self, lang: str) -> dict:
         return {"id": self.qid, "kind": self.kind, "text": self.text[lang],
                 "choices": [c[lang] for c in self.choices]}
+
+
+def mask_name(name: str, hidden, words) -> str | None:
+    """A nickname as a projector may show it: None when it is hidden (`hidden`: the hidden
+    phones' nicknames), stars when it holds a word of the list (any case), else itself. Every
+    place that projects a student's name passes it through here."""
+    if not name:
+        return name
+    if name in hidden:
+        return None
+    low = name.lower()
+    if any(w and w.lower() in low for w in words):
+        return "*" * len(name)
+    return name
 
 
 def suggest(share_right: float | None) -> str:
@@ -487,8 +502,11 @@ class Classroom:
         self.forms = forms
         self.tests: dict[str, TestPhase] = {}
         self.open_test: str | None = None
-        self.hidden_nicks: set[str] = set()
+        self.hidden_nicks: set[str] = set()  # phone ids whose nickname the projector hides
         self.words: list[str] = []
+        # the salt of the pseudonymous ids (`handle`): the CSV's and the teacher page's, never a
+        # phone's bearer id, and not linkable across classes
+        self.salt = secrets.token_hex(8)
         self.version = 0  # bumped on every change a projector draws
         self.listeners: list = []  # callables run after every change (the router's wake-up)
         # the class file (None: nothing is written); `load` fills a class from one
@@ -538,7 +556,8 @@ class Classroom:
                 "rounds": rounds, "current": None if cur is None else cur.rid,
                 "tests": tests, "open_test": self.open_test,
                 "test_items": None if self.forms is None else len(self.forms.pairs),
-                "hidden_nicks": sorted(set(self.hidden_nicks)), "words": list(self.words)}
+                "hidden_nicks": sorted(set(self.hidden_nicks)), "words": list(self.words),
+                "salt": self.salt}
 
     def restore(self, data: dict) -> None:
         """Fill this (new, empty) class from `snapshot()`'s data. ValueError, KeyError or
@@ -596,6 +615,7 @@ class Classroom:
         self.open_test = data["open_test"]
         self.hidden_nicks = {str(p) for p in data["hidden_nicks"]}
         self.words = [str(w) for w in data["words"]]
+        self.salt = str(data.get("salt") or self.salt)  # (a file from before the handles)
 
     @classmethod
     def load(cls, path, forms: TestForm | None = None, **kwargs) -> Classroom:
@@ -797,12 +817,34 @@ class Classroom:
         phone = self.phones.get(pid)
         if phone is None or pid in self.hidden_nicks or not phone.nickname:
             return ""
-        nick = phone.nickname
-        low = nick.lower()
-        for w in self.words:
-            if w and w.lower() in low:
-                return "*" * len(nick)
-        return nick
+        return mask_name(phone.nickname, (), self.words) or ""
+
+    def handle(self, pid: str) -> str:
+        """A phone's pseudonymous id: a salted hash of its bearer id (which lets it vote), so
+        the CSV and the teacher's page name a student without holding the key to their
+        phone."""
+        return hashlib.sha256((self.salt + pid).encode()).hexdigest()[:12]
+
+    def masking(self) -> dict:
+        """What every projected name passes through (`mask_name`): the nicknames of the
+        hidden phones and the word list."""
+        return {"hidden": sorted({self.phones[p].nickname for p in self.hidden_nicks
+                                  if p in self.phones and self.phones[p].nickname}),
+                "words": list(self.words)}
+
+    def names(self) -> list[dict]:
+        """The teacher's list of named phones: its handle, the name as projected (masked by
+        the word list; a hidden one still listed, so it can be shown again), hidden or not."""
+        return [{"handle": self.handle(p), "name": mask_name(ph.nickname, (), self.words),
+                 "hidden": p in self.hidden_nicks}
+                for p, ph in self.phones.items() if ph.nickname]
+
+    def set_hidden(self, handle: str, hidden: bool) -> None:
+        pid = next((p for p in self.phones if self.handle(p) == handle), None)
+        if pid is None:
+            raise ValueError("handle: no such phone")
+        (self.hidden_nicks.add if hidden else self.hidden_nicks.discard)(pid)
+        self._changed()
 
     def projector(self, lang: str) -> dict:
         """How many have voted while open (not how); histograms from lock; reveal with shift."""
@@ -932,15 +974,18 @@ class Classroom:
         return rows
 
     def export_csv(self, with_nicknames: bool = False) -> str:
-        """CSV of `records()`; the nickname column only in the teacher's export."""
+        """CSV of `records()`, each student by a pseudonymous id (`handle`); the nickname
+        column only in the teacher's export."""
         cols = ["student"] + (["nickname"] if with_nicknames else []) + [
             "source", "item", "form", "choice", "correct", "misconception", "blank"]
         buf = io.StringIO()
         w = csv.DictWriter(buf, cols, extrasaction="ignore")
         w.writeheader()
         for row in self.records():
+            pid = row["student"]
             if with_nicknames:
-                row["nickname"] = self.phones[row["student"]].nickname
+                row["nickname"] = self.phones[pid].nickname
+            row["student"] = self.handle(pid)
             w.writerow(row)
         return buf.getvalue()
 

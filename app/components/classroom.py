@@ -60,6 +60,41 @@ def fitted(labels: dict[str, str], width: int = SEAT_WIDTH) -> tuple[dict, dict]
     return short, full
 
 
+def mask_owners(owners: dict, masking: dict | None) -> dict:
+    """Who asked each request, with every student's nickname passed through the class's hide
+    list and word list (classroom.votes.mask_name): a hidden one reads "(hidden)", a masked
+    one stars. Every projected view (seats, KV blocks, the door, the students list) reads
+    names from here, so one click hides a student everywhere."""
+    from classroom.votes import mask_name
+
+    if not masking or not (masking.get("hidden") or masking.get("words")):
+        return owners
+    hidden, words = set(masking.get("hidden") or ()), masking.get("words") or ()
+    out = {}
+    for rid, who in owners.items():
+        name = who.get("user") if isinstance(who, dict) else None
+        if who.get("kind") == "simulated" or not name:
+            out[rid] = who
+            continue
+        shown = mask_name(name, hidden, words)
+        out[rid] = {**who, "user": t("cls.hidden_name") if shown is None else shown}
+    return out
+
+
+def mask_questions(pairs: list[tuple[str, str]], masking: dict | None) -> list[tuple[str, str]]:
+    """The questions list's (nickname, question) pairs with each nickname masked as above."""
+    from classroom.votes import mask_name
+
+    if not masking:
+        return pairs
+    hidden, words = set(masking.get("hidden") or ()), masking.get("words") or ()
+    out = []
+    for nick, q in pairs:
+        shown = mask_name(nick, hidden, words)
+        out.append((t("cls.hidden_name") if shown is None else shown, q))
+    return out
+
+
 def display_labels(report: dict, owners: dict) -> dict[str, str]:
     """Request id -> the label the projector shows: the student's nickname (with "·2", "·3"
     when two requests share one in this report), "sim" for simulated users, else the id."""

@@ -37,6 +37,8 @@ from app.components.classroom import (  # noqa: E402
     door_html,
     fitted,
     held_seats,
+    mask_owners,
+    mask_questions,
     questions_html,
     relabel,
     riders,
@@ -240,6 +242,10 @@ def live(room: ClassRoom, show_questions: bool, large: bool = False) -> None:
     if report is None:
         st.info(t("cls.waiting_first"))
         return
+    # every student's name as the class's hide list and word list allow, in every view below
+    masking = room.masking()
+    owners = mask_owners({**report.get("owners", {}), **owners}, masking)
+    report = {**report, "owners": owners}
     # empty seats keep the student who just left them for a few seconds, "answered"
     held = held_seats(report, history, owners, time.monotonic())
     labels = display_labels(held, owners)
@@ -280,7 +286,7 @@ def live(room: ClassRoom, show_questions: bool, large: bool = False) -> None:
         except Exception:
             qs = {}
         pairs = [(q["nickname"], q["question"]) for q in list(qs.values())[::-1][:8]]
-        st.html(questions_html(pairs))
+        st.html(questions_html(mask_questions(pairs, masking)))
     if room.table:
         st.subheader(t("cls.table"))
         st.dataframe(list(room.table.values()), hide_index=True)

@@ -207,6 +207,7 @@ async function ask() {
   note("");
   if (!code) { say(S().needCode); return; }
   localStorage.setItem("servelab-nick", nickname);
+  if (window.servelabNickname) window.servelabNickname(nickname).catch(() => {});
   reset(nickname, question);
   $("ask").disabled = true;
   try {

@@ -158,6 +158,18 @@ def test_a_phone_at_the_door_reads_its_own_reason_in_chinese(chromium, class_ser
         p.wait_for_function("() => /[0-9]/.test(document.getElementById('rate').textContent)",
                             timeout=240_000)
         rid = p.evaluate("() => JSON.parse(localStorage.getItem('servelab-answer')).rid")
+        # the page gave the class the nickname it asked with: the one name the teacher's
+        # hide list and the projector's masking know (listed by handle, never the phone's id)
+        deadline = time.monotonic() + 30
+        while True:
+            names = httpx.get(f"{class_server}/v1/servelab/votes/state", headers=auth,
+                              timeout=10).json()["names"]
+            if any(n["name"] == "门口的人" for n in names) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert any(n["name"] == "门口的人" for n in names), names
+        vote_id = p.evaluate("() => localStorage.getItem('servelab-vote-id')")
+        assert vote_id and vote_id not in json.dumps(names)
         assert not errors, errors
     finally:
         ctx.close()

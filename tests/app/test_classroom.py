@@ -282,3 +282,35 @@ def test_the_components_speak_chinese(monkeypatch):
                    "s1": {"user": "sim-1", "kind": "simulated"}})
     page = door_html(report, owners, display_labels(report, owners))
     assert "门口等待：2" in page and "小明" in page and "1 个模拟用户" in page
+
+
+def test_a_hidden_or_masked_name_is_so_in_every_projected_view(monkeypatch):
+    """The class's masking (hidden phones' nicknames, the word list) applied once to who asked
+    what: the seats' labels, the door, the students list and the questions all read it."""
+    from app.components.classroom import (
+        display_labels,
+        door_html,
+        mask_owners,
+        mask_questions,
+        student_rows,
+        students_html,
+    )
+
+    monkeypatch.setattr("app.i18n.get_lang", lambda: "en")
+    full = json.loads(FIXTURE.read_text())["continuous_paged_prefix"]
+    history = [slim(r) for r in full]
+    rids = sorted({s["request_id"] for r in history for s in r["seats"] if s["request_id"]})
+    owners = {rids[0]: {"user": "小明", "kind": "person"},
+              rids[1]: {"user": "badword99", "kind": "person"},
+              rids[2]: {"user": "sim-1", "kind": "simulated"}}
+    masking = {"hidden": ["小明"], "words": ["BADWORD"]}
+    shown = mask_owners(owners, masking)
+    assert shown[rids[0]]["user"] == "(hidden)" and shown[rids[1]]["user"] == "*" * 9
+    assert shown[rids[2]] == owners[rids[2]] and mask_owners(owners, {}) is owners
+    rep = next(r for r in full if {rids[0], rids[1]} & {s["request_id"] for s in r["seats"]})
+    labels = display_labels({**rep, "owners": shown}, shown)
+    page = (door_html({**rep, "waiting": [rids[0], rids[1]]}, shown, labels)
+            + students_html(student_rows(history, shown)) + "".join(labels.values()))
+    assert "小明" not in page and "badword99" not in page
+    assert mask_questions([("小明", "q1"), ("ann", "q2")], masking) == [("(hidden)", "q1"),
+                                                                        ("ann", "q2")]

@@ -169,6 +169,10 @@ def test_projector_panel_runs_a_round_and_reveals_it(router_server):
     assert room.words == ["BADWORD"] and "badword7" not in str(at.button)
     at.button(key="vote_nick_0").click().run()
     assert ph[0] in room.hidden_nicks
+    assert at.button(key="vote_nick_0").label == "show s0"  # a second click shows it again
+    at.button(key="vote_nick_0").click().run()
+    assert ph[0] not in room.hidden_nicks
+    at.button(key="vote_nick_0").click().run()
     at.button(key="vote_hide_q").click().run()  # one click hides the question
     page = "".join(h.proto.body for h in at.get("html"))
     assert room.current.hidden and "question hidden" in page and "&lt;script&gt;" not in page

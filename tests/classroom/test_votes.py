@@ -155,6 +155,38 @@ def test_nickname_masking_and_hiding():
         c.join(nickname="x\x00")
 
 
+def test_one_name_hidden_and_shown_by_handle_everywhere_it_is_projected():
+    """A phone's nickname (set on join, as the page sends the one it asks with) is listed for
+    the teacher by a salted handle, never its bearer id; hiding it by handle hides it in the
+    masking every projected view reads, a second click shows it again, and a name the word
+    list masks can still be hidden (by handle, not by its stars)."""
+    from classroom.votes import mask_name
+
+    c = Classroom("cls")
+    a = c.join(nickname="小明").pid
+    b = c.join(nickname="badword99").pid
+    c.words = ["BADWORD"]
+    names = {n["name"]: n for n in c.names()}
+    assert set(names) == {"小明", "*" * 9} and not any(n["hidden"] for n in names.values())
+    assert {n["handle"] for n in names.values()} == {c.handle(a), c.handle(b)}
+    assert not {n["handle"] for n in names.values()} & {a, b}
+    c.set_hidden(c.handle(b), True)  # the masked one, hidden by its handle
+    c.set_hidden(c.handle(a), True)
+    m = c.masking()
+    assert m == {"hidden": ["badword99", "小明"], "words": ["BADWORD"]}
+    assert mask_name("小明", m["hidden"], m["words"]) is None
+    assert mask_name("ann", m["hidden"], m["words"]) == "ann"
+    assert mask_name("xbadWordx", (), m["words"]) == "*" * 9
+    c.set_hidden(c.handle(a), False)  # shown again
+    assert c.masking()["hidden"] == ["badword99"] and c.display_name(a) == "小明"
+    with pytest.raises(ValueError, match="handle"):
+        c.set_hidden("nope", True)
+    # the handles survive the class file (the CSV's ids stay the same after a restart)
+    d = Classroom("cls")
+    d.restore(c.snapshot())
+    assert d.handle(a) == c.handle(a)
+
+
 def test_lang_pick():
     assert pick_lang(None, "zh-CN,zh;q=0.9,en;q=0.8") == "zh"
     assert pick_lang(None, "en-US,en;q=0.9") == "en"
@@ -386,7 +418,8 @@ def test_blank_answers_have_csv_rows_and_the_csv_agrees_with_the_gains():
     assert len(rows) == (6 + 5) * n and len(blank) == 4
     assert all(r["choice"] == "" and r["correct"] == "0" and r["misconception"] == ""
                for r in blank)
-    assert {r["student"] for r in blank} == {ph[0], ph[1], ph[2]}
+    assert {r["student"] for r in blank} == {c.handle(ph[0]), c.handle(ph[1]), c.handle(ph[2])}
+    assert not {r["student"] for r in rows} & set(c.phones)  # no bearer id in the CSV
     # the re-analysis: students in both tests, each one's score a share of its form's items
     took = {ph_: {r["student"] for r in rows if r["source"] == ph_} for ph_ in ("pre", "post")}
     both = took["pre"] & took["post"]
