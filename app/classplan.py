@@ -442,10 +442,11 @@ SUMMARY: tuple[tuple[Text, tuple[str, ...]], ...] = (
         "PagedAttention cuts KV into fixed-size blocks handed out on demand through a block "
         "table; the only waste left is each request's last, partly filled block."),
      ("waste", "hall")),
-    (_T("省下的显存就是多装下的请求：同一预算里同时跑的请求越多，吞吐越高。",
-        "Memory saved is requests admitted: more requests running in the same budget is "
-        "more throughput."),
-     ("hall", "race")),
+    (_T("省下的显存就是多装下的请求：同一预算里能同时跑更多请求。在 GPU 上这就是更高的吞吐；在这台 CPU 上，同时跑的请求一多，多出来的主要是拉长 TPOT。",
+        "Memory saved is requests admitted: more requests run at once in the same budget. "
+        "On a GPU that is more throughput; on this CPU, once a few run, the extra requests "
+        "mostly lengthen TPOT."),
+     ("hall",)),
     (_T("投机解码让便宜的提议者先猜几个 token，大模型一次前向全部验证；按接受规则，输出分布与大模型自己生成时相同。",
         "Speculative decoding lets a cheap proposer guess a few tokens and the big model "
         "verify them in one pass; with the acceptance rule the output follows the big "
