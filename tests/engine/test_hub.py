@@ -25,7 +25,7 @@ import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.model import hub
-from engine.model.loader import ModelLoadError, hf_folder
+from engine.model.loader import ModelLoadError, hf_folder, is_loaded
 from tests.conftest import free_port
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -217,6 +217,7 @@ def test_a_hub_id_downloads_loads_and_matches_transformers(tiny_repos, hub_env, 
                                      max_num_seqs=2, num_kv_blocks=16, max_model_len=64))
         asked = server.files_asked()
     folder = hf_folder(REPO)  # this process's resolve: no network, the same snapshot
+    assert is_loaded(REPO, torch.float32)  # the app's "already loaded?" finds it by its id
     assert folder.is_relative_to(hub_env) and (folder / "model.safetensors").is_file()
     assert asked and all(not f.endswith((".bin", ".gguf")) and "/" not in f for f in asked)
     assert not (folder / "pytorch_model.bin").exists() and not (folder / "onnx").exists()
