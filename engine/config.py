@@ -124,8 +124,9 @@ class SpecConfig:
 class EngineConfig:
     """Everything that shapes one engine. Defaults suit the bundled model on a CPU."""
 
-    model: str = _arg("smollm2-135m", "a bundled model name, a local Hugging Face folder or a "
-                      "GGUF file")
+    model: str = _arg("smollm2-135m", "a bundled model name, a local Hugging Face folder, a "
+                      "GGUF file, or a Hub id ORG/NAME (downloaded from $HF_ENDPOINT; "
+                      "modelscope:ORG/NAME from ModelScope)")
     batching: str = _arg("continuous", "static (tour bus) or continuous (subway)",
                          choices=BATCHING)
     kv_layout: str = _arg("paged", "contiguous (banquet hall) or paged (blocks on demand)",

