@@ -68,13 +68,21 @@ def find_models(roots: list[Path] | None = None) -> list[dict]:
 
 
 def serve_args_for(model: str) -> list[str]:
-    """The class server's flags for `model` (a bundled name, a folder or a .gguf file);
+    """The class server's flags for `model` (a bundled name, a folder, a .gguf file or a Hub
+    id);
     ValueError naming what is wrong before any server starts."""
     if model in BUNDLED_MODELS:
         return ["--model", model]
     path = Path(model).expanduser()
     if not path.exists():
-        raise ValueError(f"no such model folder or file: {path}")
+        from engine.model.hub import MODELSCOPE_PREFIX, looks_like_hub_id
+
+        # a Hub id (ORG/NAME, or modelscope:ORG/NAME): the class server downloads it through
+        # HF_ENDPOINT's mirror on its start (engine/model/hub.py), and refuses an
+        # architecture it cannot run before any weight file
+        if model.startswith(MODELSCOPE_PREFIX) or looks_like_hub_id(model):
+            return ["--model", model, "--served-model-name", model.split("/")[-1]]
+        raise ValueError(f"no such model folder or file, and not a Hub id (ORG/NAME): {path}")
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise ValueError(f"{path} is not a .gguf file or a Hugging Face folder")

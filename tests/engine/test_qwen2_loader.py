@@ -76,6 +76,10 @@ def test_models_on_disk_lists_it_with_serve_args(tiny_qwen2, tmp_path):
         serve_args_for(str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="config.json"):
         serve_args_for(str(tmp_path / "not-a-model"))
+    # a Hub id the class server downloads on start, served under its own name
+    assert serve_args_for("Qwen/Qwen2.5-0.5B-Instruct") == [
+        "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--served-model-name", "Qwen2.5-0.5B-Instruct"]
+    assert serve_args_for("modelscope:qwen/Qwen3-0.6B")[1] == "modelscope:qwen/Qwen3-0.6B"
 
 
 @pytest.mark.slow
