@@ -397,15 +397,18 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "预计每秒 token 数 = B·E(k) / (T(n) + k·d)：E(k) 是每个请求一步预计产出的 token 数"
               "（来自实测的逐位置接受率），T(n) 是实测的一步 n 个 token 的耗时，d 是草稿每个位置的"
               "实测耗时。验证几乎免费时（显存带宽瓶颈）k 取满；每一行都要算力时（批很大，或 CPU）"
-              "k 降到 0，这一步就不投机。无论选哪个 k：贪心时输出的 token 不变（引擎的算子对每一行的"
-              "计算与批的形状无关），采样时输出的分布不变。",
+              "k 降到 0，这一步就不投机。无论选哪个 k：在这台 CPU 上贪心输出的 token 不变（引擎的 CPU "
+              "算子对每一行的计算与批的形状无关；bf16 的 GPU 算子上两个几乎并列的 token 可能对调，"
+              "那是数值问题），采样时输出的分布不变。",
         "en": "Expected tokens/s = B·E(k) / (T(n) + k·d): E(k) is the tokens a request emits per "
               "step (from the measured acceptance at each position), T(n) the measured time of a "
               "step of n tokens, d the measured drafting time per position. When verifying is "
               "nearly free (memory-bound) k goes to the top; when every row costs compute (a "
               "big batch, or a CPU) k falls to 0 and the step does not speculate. Whatever k it "
-              "picks, greedy output keeps the same tokens (the engine's kernels compute each row "
-              "the same whatever the batch's shape) and sampled output the same distribution."},
+              "picks, greedy output on this CPU keeps the same tokens (the engine's CPU kernels "
+              "compute each row the same whatever the batch's shape; with bf16 GPU kernels two "
+              "near-tied tokens can swap: numerics, not the algorithm) and sampled output the "
+              "same distribution."},
     "spec.a": {"zh": "逐个接受概率 a", "en": "Per-token acceptance a"},
     "spec.a.help": {
         "zh": "前面的草稿都被接受时，下一个草稿被接受的概率：接受数 ÷ 被验证数（拒绝之后的草稿没被"
