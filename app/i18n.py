@@ -780,12 +780,20 @@ STRINGS: dict[str, dict[str, str]] = {
     "home.race.differs": {
         "zh": "和本章场景的差别：这里是 CPU 上的 1.35 亿参数模型、几十个请求，一分钟左右跑完；本章说的是 GPU 上"
               "的 70 亿参数模型、成千上万的用户。少数长回答拖住整批大巴，正是这场比赛要让你看到的；请求越多、"
-              "回答越参差，倍数越大（实测 {{figure:race_ratio}}：{{source:engine-bench}}）。",
+              "回答越参差，倍数越大（实测 {{figure:race_ratio}}：{{source:engine-bench}}）。这是两个完整服务器的比赛，"
+              "倍数有几个来源：那次测量里，引擎用朴素的策略（静态批、整块预留 KV）就已是朴素服务的 "
+              "{{figure:race_engine_naive_policies}}（它自己的算子），连续批处理再乘 {{figure:race_continuous}}，"
+              "分页在这个显存预算下是 {{figure:race_paged}}（显存紧时才见效）。",
         "en": "What differs from the chapter: a 135M model on a CPU and a few dozen requests, "
               "about a minute in all, against a 7B model on a GPU and thousands of users. A few "
               "long answers holding the whole bus is what this race shows; more requests and "
               "more varied answers widen the gap (measured: {{figure:race_ratio}}, by "
-              "{{source:engine-bench}})."},
+              "{{source:engine-bench}}). It races two whole servers, so the multiple has several "
+              "causes: in that run the engine with the naive policies (static batches, "
+              "contiguous KV) was already {{figure:race_engine_naive_policies}} the naive server "
+              "(its own kernels), continuous batching added {{figure:race_continuous}}, and "
+              "paging {{figure:race_paged}} at this memory budget (it pays when memory is "
+              "short)."},
     "home.race.start": {"zh": "开始比赛", "en": "Start the race"},
     "home.race.running": {"zh": "比赛进行中……", "en": "Racing…"},
     "home.race.not_yet": {"zh": "还没有比过；按上面的按钮（CPU 上大约一分钟，机器忙时更久）。",

@@ -154,7 +154,13 @@ class Text:
     en: str
 
     def get(self, lang: str) -> str:
-        return self.en if lang == "en" else self.zh
+        """The text in `lang`, with any `{{figure:NAME}}` filled from lessons/figures.json."""
+        text = self.en if lang == "en" else self.zh
+        if "{{" in text:
+            from lessons.figures import fill_figures
+
+            text = fill_figures(text, lang, "text")
+        return text
 
     @classmethod
     def parse(cls, data: object, where: str) -> Text:
