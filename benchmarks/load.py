@@ -201,8 +201,10 @@ async def run_load(base_url: str, items: list[WorkItem], model: str | None = Non
             bar.close()
         wall = time.perf_counter() - t0
         client_cpu = time.process_time() - cpu0  # what this generator took from the machine
-        await asyncio.sleep(0.2)  # the server's last step publishes its gauges
-        after = await server_gauges(client, base, gauge_headers)
+        after = {}
+        if before:  # a server without /metrics gauges has nothing to wait for
+            await asyncio.sleep(0.2)  # the server's last step publishes its gauges
+            after = await server_gauges(client, base, gauge_headers)
     out = {**summarize(results, wall, before, after), "client_cpu_s": client_cpu}
     if "cpu_seconds_total" in before and "cpu_seconds_total" in after:
         # on a shared machine the wall clock also measures the other jobs; CPU time does not

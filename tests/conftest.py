@@ -71,6 +71,7 @@ def require(present: bool, missing: str) -> None:
     pytest.skip(missing)
 
 
+@pytest.hookimpl(trylast=True)  # after xdist's own hook: see _in_group
 def pytest_collection_modifyitems(config, items):
     """The browser tests run last, in their order: the session's chromium (playwright's sync
     API, `chromium` below) holds an event loop on the main thread while it is open, and
@@ -83,11 +84,14 @@ def pytest_collection_modifyitems(config, items):
     work, so the groups go out longest first (tests/durations.json, written by
     `python tests/slowest.py build/junit.xml --modules tests/durations.json`) and the two
     workers finish together; the browser groups come after every other, so a worker that
-    opened chromium is never handed anything but browser tests."""
+    opened chromium is never handed anything but browser tests. A test marked with its own
+    xdist_group keeps it."""
     def is_browser(item) -> bool:
         return item.get_closest_marker("browser") is not None
 
-    if config.getoption("dist", "no") != "loadgroup":
+    # an xdist worker runs with dist "no" and loadgroup set; the controller, with dist
+    if not (getattr(config.option, "loadgroup", False)
+            or config.getoption("dist", "no") == "loadgroup"):
         items.sort(key=is_browser)
         return
     seconds = _module_seconds()
@@ -110,6 +114,30 @@ def pytest_collection_modifyitems(config, items):
 
     ordered = sorted(groups.values(), key=lambda m: (is_browser(m[0]), -cost(m)))
     items[:] = [item for members in ordered for item in members]
+    for item in items:
+        _in_group(item)
+
+
+def _in_group(item) -> None:
+    """Give the item's node id the "@group" suffix that xdist's loadgroup scheduler reads.
+
+    xdist's worker hook writes it to `item._nodeid`, which pytest 9 no longer reads (a node's
+    id is the structured `item._id`): there the suffix never reached the scheduler, every test
+    went to whichever worker was free, and each worker built the module fixtures and started
+    the Triton interpreter's child for itself. Written here to whichever attribute this pytest
+    reads; an id that already has it (xdist's hook on pytest 8) is left alone."""
+    names = sorted({str(m.kwargs.get("name", m.args[0] if m.args else "default"))
+                    for m in item.iter_markers("xdist_group")})
+    if not names:
+        return
+    suffix = "@" + "_".join(names)
+    if item.nodeid.endswith(suffix):
+        return
+    node_id = getattr(item, "_id", None)
+    if node_id is not None and hasattr(type(node_id), "parse"):
+        item._id = type(node_id).parse(item.nodeid + suffix)
+    else:
+        item._nodeid = item.nodeid + suffix
 
 
 def _module_seconds() -> dict[str, float]:

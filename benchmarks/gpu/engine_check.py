@@ -354,7 +354,7 @@ def _decode_on_off(c, batch: int, name: str, read, switch) -> tuple[dict, object
     for on in (True, False):
         eng = _engine(engine_config(c, max_num_seqs=batch, dtype=_dtype(c), **switch(on)))
         rates[f"{name}_{'on' if on else 'off'}"] = round(
-            decode_rate(eng, batch, steps=8 if c.dry else 32, windows=2), 1)
+            decode_rate(eng, batch, steps=c.sizes.decode_steps, windows=2), 1)
         if on:
             seen = read(eng)
         del eng

@@ -67,8 +67,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         global health_calls
         if self.path == "/health":
-            health_calls += 1  # "loading the model" for the first calls, as llama-server says
-            if health_calls < 3:
+            # "loading the model" for the first call, as llama-server says: the start must wait
+            health_calls += 1
+            if health_calls < 2:
                 return self.send(503, {"error": {"message": "Loading model", "code": 503}})
             return self.send(200, {"status": "ok"})
         if self.path == "/v1/models":

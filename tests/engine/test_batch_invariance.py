@@ -200,7 +200,9 @@ def test_sampler_rows_do_not_depend_on_the_batch():
 # ---------------------------------------------------------------------------------------------
 # Slow: whole engines, every switch, against each request alone
 
-MAX_TOKENS = 40  # divergences on a CPU without AMX showed at tokens 11-28
+# tokens per request: past where a flipped last bit has shown as a changed token on a CPU
+# without AMX, and past the preemption case's second preemption (CASES)
+MAX_TOKENS = 32
 
 
 @functools.lru_cache(maxsize=1)
@@ -276,7 +278,11 @@ def _first_differences(got, want) -> list[tuple[int, int]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("layout", MATMUL_LAYOUTS)
+# one xdist group per layout (tests/conftest.py keeps a group on one worker): the layout's
+# reference (_alone) is computed once, and the layouts spread over the workers
+@pytest.mark.parametrize("layout", [
+    pytest.param(layout, marks=pytest.mark.xdist_group(f"batch-invariance-{layout}"))
+    for layout in MATMUL_LAYOUTS])
 def test_greedy_tokens_do_not_depend_on_the_switches(layout, case):
     alone = _alone(layout)
     eng = _engine(layout, **CASES[case])
@@ -292,7 +298,7 @@ def test_greedy_tokens_do_not_depend_on_the_switches(layout, case):
     assert not differ, (f"{layout}, {case}: {len(differ)} of {len(got)} requests differ from "
                         f"alone (request, first differing token): {differ}")
     if case == "preemption":
-        assert preempted > 0, "the pool was meant to force preemption"
+        assert preempted >= 2, f"the pool was meant to force two preemptions, got {preempted}"
     if eng.spec_decoder is not None:
         assert eng.metrics_snapshot()["acceptance_rate"], "no draft was ever accepted"
     assert eng.allocator.num_free_blocks == eng.allocator.num_blocks

@@ -46,18 +46,19 @@ def driver(tmp_path_factory) -> Path:
     source = ROOT / "engine/model/cpu/matmul_isa.cpp"
     from engine.model.cpu.library import ISA_FLAGS, isa_objects
 
-    objects = []
+    # every object at once (the compiles are independent), then one link
+    commands = {}
     for name in isa_objects("aarch64"):  # neon, neondot, portable: library.py's flags for each
         code, flags = ISA_FLAGS[name]
-        obj = out / f"{name}.o"
-        subprocess.run([CXX, "-O3", "-ffp-contract=off", "-std=c++17", "-c",
-                        f"-DSERVELAB_ISA={code}", *flags, str(source), "-o", str(obj)],
-                       check=True)
-        objects.append(str(obj))
+        commands[out / f"{name}.o"] = [CXX, "-O3", "-ffp-contract=off", "-std=c++17", "-c",
+                                       f"-DSERVELAB_ISA={code}", *flags, str(source)]
+    commands[out / "matmul_driver.o"] = [CXX, "-O2", "-std=c++17", "-c",
+                                         str(ROOT / "tests/native/matmul_driver.cpp")]
+    jobs = {obj: subprocess.Popen([*cmd, "-o", str(obj)]) for obj, cmd in commands.items()}
+    for obj, job in jobs.items():
+        assert job.wait(timeout=600) == 0, f"{CXX} failed to build {obj.name}"
     exe = out / "matmul_driver"
-    subprocess.run([CXX, "-O2", "-std=c++17", "-static",
-                    str(ROOT / "tests/native/matmul_driver.cpp"), *objects, "-o", str(exe)],
-                   check=True)
+    subprocess.run([CXX, "-static", *map(str, jobs), "-o", str(exe)], check=True)
     return exe
 
 
