@@ -19,6 +19,7 @@ from benchmarks.workloads import WORKLOAD_NAMES
 
 DEFAULTS = Settings()
 SPEEDS = (0.25, 0.5, 1.0, 2.0)  # seconds between two Play steps
+PLAY_INTERVAL_S = 0.5  # the one Play starts with (one of SPEEDS)
 QP_APPLIED = "_qp_applied"
 WIDGET_OF = {"batching": "sw_batching", "kv_layout": "sw_kv_layout", "spec": "sw_spec"}
 
@@ -43,7 +44,7 @@ def _restore() -> None:
         "sz_prefix": DEFAULTS.prefix_caching, "sz_workload": DEFAULTS.workload,
         "sz_temperature": DEFAULTS.temperature, "sz_samples": DEFAULTS.samples,
         "sz_requests": DEFAULTS.num_requests, "sz_model": DEFAULTS.model,
-        "ctl_speed": 0.5, "custom_max_tokens": 32,
+        "ctl_speed": PLAY_INTERVAL_S, "custom_max_tokens": 32,
     }.items():
         s[key] = s.get(KEEP + key, value)
         s[KEEP + key] = s[key]

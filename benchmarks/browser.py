@@ -11,6 +11,8 @@ import pathlib
 import re
 import time
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-background-networking", "--disable-gpu"]
@@ -22,9 +24,46 @@ BASE_PATH_PROBE = re.compile(r"/[a-z-]+/_stcore/(health|host-config)$")
 TIMEOUT_MS = 180_000
 # the sidebar's language choice: every page draws it (after the model, on the live pages)
 SIDEBAR_READY = ".st-key-lang"
-BUSY_JS = """() => !!document.querySelector('[data-testid="stSpinner"]')
-  || document.querySelector('[data-testid="stApp"]')?.getAttribute('data-test-script-state')
-     === 'running'"""
+# Installed in every page of a Tab before Streamlit's own scripts: counts the script runs that
+# started (stApp's data-test-script-state turning "running", seen by a MutationObserver, so a
+# run that starts and ends between two polls still counts) and tells whether the app is busy
+# (a run going, or a spinner drawn).
+WATCH_JS = """(() => {
+  let ended = 0, quietFrom = 0;
+  const state = () => document.querySelector('[data-testid="stApp"]')
+    ?.getAttribute('data-test-script-state');
+  const count = records => {
+    for (const r of records) {
+      if (r.oldValue === 'running') ended++;
+      quietFrom = performance.now();
+    }
+  };
+  const watch = new MutationObserver(count);
+  watch.observe(document, {subtree: true, attributes: true, attributeOldValue: true,
+                           attributeFilter: ['data-test-script-state']});
+  self.__slStarted = () => { count(watch.takeRecords()); return ended + (state() === 'running'); };
+  // idle for `ms`: no run and no spinner since the last call of __slHold, state change or
+  // busy poll
+  self.__slHold = () => { quietFrom = performance.now(); };
+  self.__slQuiet = ms => {
+    count(watch.takeRecords());
+    const now = performance.now();
+    if (state() === 'running' || document.querySelector('[data-testid="stSpinner"]')) {
+      quietFrom = now;
+      return false;
+    }
+    return now - quietFrom >= ms;
+  };
+})()"""
+# After an action's run has ended, the app must stay idle this long: a run that ends with
+# st.rerun starts its next one at once, and the frontend draws the run's last elements
+QUIET_MS = 400
+# An action that starts no run (a click on the choice already chosen) is settled by a longer
+# idle window instead, long enough for a click's rerun request to reach the server and start
+NO_RUN_QUIET_MS = 1000
+# How long an action's run may take to start; past it, the longer idle window decides (as for
+# an action that starts none), which alone already waits out a slow start
+RUN_START_MS = 5_000
 
 
 def launch(pw):
@@ -39,6 +78,7 @@ class Tab:
         self.server = server
         self.context = browser.new_context(viewport={"width": width, "height": height},
                                            locale="en-US")
+        self.context.add_init_script(WATCH_JS)
         self.page = self.context.new_page()
         self.page.set_default_timeout(TIMEOUT_MS)
         self.errors: list[str] = []
@@ -55,38 +95,47 @@ class Tab:
 
     def open(self, path: str) -> None:
         self.page.goto(self.server + path)
-        self.settle()
+        self.settle(since=0)  # (a new document: its first run is its run 1)
 
-    def settle(self) -> None:
-        """Wait until the sidebar is there and the script run is over (no spinner, and the
-        app has not said "running" for a second)."""
+    def runs(self) -> int:
+        """How many script runs this page has started: take it before an action, and hand it
+        to settle(since=...) after."""
+        return self.page.evaluate("() => self.__slStarted()")
+
+    def settle(self, since: int | None = None) -> None:
+        """Wait until the sidebar is there and the app is idle: with `since` (runs() before an
+        action), until a run started after it and then the app stayed idle QUIET_MS; without,
+        until the app stayed idle NO_RUN_QUIET_MS."""
         self.page.wait_for_selector(SIDEBAR_READY)
-        quiet_since = None
-        deadline = time.time() + TIMEOUT_MS / 1000
-        while time.time() < deadline:
-            busy = self.page.evaluate(BUSY_JS)
-            now = time.time()
-            if busy:
-                quiet_since = None
-            elif quiet_since is None:
-                quiet_since = now
-            elif now - quiet_since >= 1.0:
-                return
-            time.sleep(0.25)
-        raise AssertionError("the app kept running")
+        quiet = NO_RUN_QUIET_MS
+        if since is not None:
+            try:
+                self.page.wait_for_function("n => self.__slStarted() > n", arg=since,
+                                            timeout=RUN_START_MS, polling=50)
+                quiet = QUIET_MS
+            except PlaywrightTimeout:
+                pass  # no run seen: the longer idle window decides
+        self.page.evaluate("() => self.__slHold()")
+        try:
+            self.page.wait_for_function("ms => self.__slQuiet(ms)", arg=quiet,
+                                        timeout=TIMEOUT_MS, polling=50)
+        except PlaywrightTimeout:
+            raise AssertionError("the app kept running") from None
 
     def click_nav(self, slug: str) -> None:
+        since = self.runs()
         self.page.locator(f'[data-testid="stSidebarNav"] a[href$="/{slug}"]').first.click()
         self.page.wait_for_url(re.compile(rf"/{slug}(\?.*)?$"))
-        self.settle()
+        self.settle(since)
 
     def sidebar_button(self, label: str):
         return self.page.locator(f'[data-testid="stSidebar"] button:has-text("{label}")').first
 
     def press(self, label: str) -> None:
         """Click the sidebar button `label` and wait for the script run it starts to end."""
+        since = self.runs()
         self.sidebar_button(label).click()
-        self.settle()
+        self.settle(since)
 
     def step_number(self) -> int:
         text = self.page.locator("h3", has_text=re.compile(r"^Step \d+$")).first.inner_text()

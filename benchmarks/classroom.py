@@ -40,6 +40,8 @@ BROWSER_LOCALES = ("zh-CN", "en-US", "zh-CN", "en-US", "zh-CN")
 PHONE = {"width": 390, "height": 844}
 VOTES_GOALS = {"page_shown_s": 2.0, "vote_to_count_s": 1.0, "redraw_ms": 300.0}  # reported
 ASK_PAUSE_S = 3.5  # the students' page allows a question 3 s after an answer
+# a phone's answer is over: the students' page shows its figures (the rate)
+RATE_SHOWN_JS = "() => /[0-9]/.test(document.getElementById('rate').textContent)"
 
 
 @contextlib.contextmanager
@@ -115,6 +117,21 @@ def redraw_line(page) -> tuple[float, int] | None:
     return float(m.group(1)), int(m.group(2))
 
 
+def settled_metrics(srv, requests: int, timeout_s: float = 10.0) -> dict[str, float]:
+    """The server's gauges once the last requests' metrics have landed: `requests` counted as
+    served and nothing left running, waiting or holding KV (else as they are at `timeout_s`)."""
+    end = time.monotonic() + timeout_s
+    while True:
+        vals = metric_values(srv.get("/metrics").text)
+        landed = (vals.get("vllm:request_success_total", 0) >= requests
+                  and vals.get("vllm:num_requests_running", 0) == 0
+                  and vals.get("vllm:num_requests_waiting", 0) == 0
+                  and vals.get("vllm:kv_cache_usage_perc", 0) == 0)
+        if landed or time.monotonic() > end:
+            return vals
+        time.sleep(0.1)
+
+
 def run_load(users: int, students: int, questions_each: int, tmp: Path,
              deadline_s: float = 900, browser=None) -> dict:
     """The `load` scenario; returns what it saw (see the module's docstring)."""
@@ -165,8 +182,7 @@ def run_load(users: int, students: int, questions_each: int, tmp: Path,
                     page.locator('[data-testid="stDataFrame"]').wait_for(timeout=60_000)
                     table = True
             exceptions = teacher.exceptions()
-        time.sleep(1)  # the last requests' metrics land
-        metrics = metric_values(srv.get("/metrics").text)
+        metrics = settled_metrics(srv, users + students * questions_each)
     finally:
         srv.stop()
     ttfts = sorted(a["ttft_s"] for a in answers if a["ttft_s"] is not None)
@@ -368,13 +384,14 @@ def run_votes(phones: int, tmp: Path, browser_phones: int = len(BROWSER_LOCALES)
                 live, votes = redraw_times(page)
                 redraw_live += live
                 redraw_votes += votes
+                if len(light.answers) >= light.asking and all(
+                        p.evaluate(RATE_SHOWN_JS) for p, _ in real):
+                    break  # every answer is done: nothing streams any more
                 time.sleep(0.7)
             light.stop.set()
             for p, errors in real:  # the real phones show their figures when done
                 with contextlib.suppress(Exception):
-                    p.wait_for_function(
-                        "() => /[0-9]/.test(document.getElementById('rate').textContent)",
-                        timeout=240_000)
+                    p.wait_for_function(RATE_SHOWN_JS, timeout=240_000)
                 seen["phone_answers"].append(p.inner_text("#answer").strip())
                 seen["phone_errors"] += errors
             light.thread.join(240)

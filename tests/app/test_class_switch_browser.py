@@ -105,6 +105,7 @@ def test_five_phones_keep_their_answers_through_two_switch_flips(chromium, app_u
         url = page.locator("h3", has_text="Join at").locator("code").inner_text().strip()
         join = f"{url}#code={code}"
         phones, opened, passed = [], [], False
+        may_ask = 0.0  # (time.monotonic) when the phones may ask their next question
         try:
             for nick, locale in zip(NICKS, LOCALES):
                 ctx = chromium.new_context(viewport=PHONE, is_mobile=True, locale=locale)
@@ -139,6 +140,7 @@ def test_five_phones_keep_their_answers_through_two_switch_flips(chromium, app_u
                     page.wait_for_function("(el) => el.checked",
                                            arg=label.locator("input").element_handle(),
                                            timeout=60_000)
+                time.sleep(max(0.0, may_ask - time.monotonic()))
                 extra = [threading.Thread(target=long_answer, args=(
                     url.removesuffix("/class"), code, f"extra-{flip}-{i}")) for i in range(8)]
                 for th in extra:
@@ -173,7 +175,9 @@ def test_five_phones_keep_their_answers_through_two_switch_flips(chromium, app_u
                 notes = [n for p in phones for n in p.evaluate("() => self.__notes")]
                 if mode == "abort":  # the cut phones said why, in their language
                     assert any("asking again" in n or "重新提问" in n for n in notes), notes
-                time.sleep(3.5)  # the class's one question per 3 s after an answer
+                # the class's one question per 3 s after an answer: the phones ask again
+                # once that has passed (meanwhile the next switches are chosen)
+                may_ask = time.monotonic() + 3.5
             # the same join URL, still: a new phone joins and is answered
             ctx = chromium.new_context(viewport=PHONE, is_mobile=True, locale="zh-CN")
             opened.append(ctx)
@@ -185,6 +189,7 @@ def test_five_phones_keep_their_answers_through_two_switch_flips(chromium, app_u
             p.wait_for_function(
                 "() => /[0-9]/.test(document.getElementById('rate').textContent)", timeout=120_000)
             # projector legibility, mid-class: five students in seats
+            time.sleep(max(0.0, may_ask - time.monotonic()))
             for p in phones:
                 p.click("#ask")
             page.locator(".sl-seat .sl-rid").first.wait_for(timeout=60_000)

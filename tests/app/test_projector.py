@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 
 import pytest
 
@@ -40,6 +39,21 @@ CUT_JS = """() => [...[...document.querySelectorAll(
   .map(e => 'KV block ' + e.innerText)]"""
 
 
+# the step counter of a live page ("Step N", "第 N 步"), -1 before it is drawn
+STEP_JS = r"""() => {
+  for (const h of document.querySelectorAll('h3')) {
+    const m = /^(?:Step (\d+)|第 (\d+) 步)$/.exec(h.innerText.trim());
+    if (m) return Number(m[1] ?? m[2]);
+  }
+  return -1;
+}"""
+# Play has run `n` steps, or the run ended (its Play button gone: the reveal took its place)
+PLAYED_JS = "n => (" + STEP_JS + ")() >= n || !document.querySelector('.st-key-pred_play button')"
+PLAY_STEPS = 2
+PAUSE_JS = """() => { const b = document.querySelector('.st-key-pred_play button');
+                     if (b) b.click(); return !!b; }"""
+
+
 def in_view(tab: Tab, selector: str) -> tuple[float, float]:
     box = tab.page.locator(selector).first.bounding_box()
     assert box is not None, f"{selector} is not drawn"
@@ -48,8 +62,9 @@ def in_view(tab: Tab, selector: str) -> tuple[float, float]:
 
 def set_language(tab: Tab, lang: str) -> None:
     if lang == "zh":
+        since = tab.runs()
         tab.page.locator('[data-testid="stSidebar"] label:has-text("中文")').first.click()
-        tab.settle()
+        tab.settle(since)
 
 
 # The failure message lists every stop that misses, not only the first: a prediction or run
@@ -73,6 +88,8 @@ def test_each_stops_prediction_and_run_control_are_on_screen(chromium, app_url, 
             tab.page.locator(f".st-key-plan_{stop.id} button").click()
             slug = page_info(stop.page).slug
             tab.page.wait_for_url(re.compile(rf"/{slug}(\?.*)?$"))
+            # the full idle window: the page scrolls the prediction into view a while after
+            # it is drawn (app/predict.py), which the checks below measure
             tab.settle()
             where = f"stop {n} ({stop.id}, {lang})"
             top, bottom = in_view(tab, f".st-key-pred_{stop.id}")
@@ -86,19 +103,22 @@ def test_each_stops_prediction_and_run_control_are_on_screen(chromium, app_url, 
                 if bottom > H:
                     problems.append(f"{where}: 'Start the race' at {top:.0f}-{bottom:.0f}")
             else:
+                since = tab.runs()
                 tab.page.locator(f".st-key-pred_{stop.id}_choice label").nth(1).click()
                 tab.page.locator(f".st-key-pred_{stop.id}_lock button").click()
-                tab.settle()
+                tab.settle(since)
                 top, bottom = in_view(tab, ".st-key-pred_play button")
                 if bottom > H:
                     problems.append(f"{where}: Play at {top:.0f}-{bottom:.0f}")
                 # a few steps, so the gauges and the KV map hold numbers, then Pause
+                start = tab.page.evaluate(STEP_JS)
                 tab.page.locator(".st-key-pred_play button").click()
-                time.sleep(4)
-                pause = tab.page.locator(".st-key-pred_play button")
-                if pause.count():  # (gone when the run ended and the reveal took its place)
-                    pause.click()
-                tab.settle()
+                tab.page.wait_for_function(PLAYED_JS, arg=start + PLAY_STEPS)
+                since = tab.runs()
+                # Pause, unless the run has ended and the reveal took the button's place: found
+                # and clicked in one step in the page, since the run may end at any moment
+                paused = tab.page.evaluate(PAUSE_JS)
+                tab.settle(since if paused else None)
             top, _ = in_view(tab, PICTURE[stop.page])
             if top > H - PICTURE_PX:
                 problems.append(f"{where}: the page's picture starts at {top:.0f}, below the fold")
