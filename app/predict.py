@@ -15,7 +15,7 @@ import streamlit as st
 
 from app.classplan import Stop, stop_by_id
 from app.i18n import get_lang, t
-from app.sidebar import set_knobs
+from app.sidebar import set_knobs, set_playing
 from app.state import Run, Session
 from app.votes_panel import open_button, prediction_payload
 
@@ -123,6 +123,8 @@ def _play_button(where, session: Session) -> None:
     question (the sidebar's own Play may sit below a projector's fold). Inside the live
     view's fragment a click reruns the whole app: Play's timer is set outside the fragment."""
     label = t("side.pause") if session.playing else t("side.play")
-    if where.button(label, key="pred_play", type="primary", width="stretch"):
-        session.playing = not session.playing
+    # the state this label promises, set by the click (not a toggle: a click that lands after
+    # the run ended by itself must not start it again)
+    if where.button(label, key="pred_play", type="primary", width="stretch",
+                    on_click=set_playing, args=(session, not session.playing)):
         st.rerun(scope="app")

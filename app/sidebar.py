@@ -206,8 +206,11 @@ def _step(session: Session) -> None:
     session.step()
 
 
-def _toggle_play(session: Session) -> None:
-    session.playing = not session.playing
+def set_playing(session: Session, playing: bool) -> None:
+    """The state the clicked button's label promised (Play -> playing, Pause -> paused), not a
+    toggle: a click that lands after the run ended by itself, or twice, must not flip the run
+    back on."""
+    session.playing = playing
 
 
 def _reset(session: Session) -> None:
@@ -219,7 +222,7 @@ def _controls(session: Session) -> None:
     c1.button(t("side.step"), key="ctl_step", on_click=_step, args=(session,),
               width="stretch", type="primary")
     c2.button(t("side.pause") if session.playing else t("side.play"), key="ctl_play",
-              on_click=_toggle_play, args=(session,), width="stretch")
+              on_click=set_playing, args=(session, not session.playing), width="stretch")
     c3.button(t("side.reset"), key="ctl_reset", on_click=_reset, args=(session,),
               width="stretch")
     labels = {s: t("side.speed.value", s=s) for s in SPEEDS}
