@@ -196,34 +196,46 @@ def step_cost(gpu: GPU, model: DenseModel, batch: int, context: int,
     """One forward step of `batch` requests, each with `context` tokens of KV already cached
     and `tokens_per_seq` new tokens (1: decode; k + 1: verifying k drafted tokens).
 
-    bytes: every weight once, plus each request's cached KV once (all its new tokens attend
-    to the same KV), plus the new tokens' KV written. FLOPs: 2·params per new token (a
-    multiply and an add per weight), plus attention: per layer, QKᵀ and AV over the context
-    are 2·context·d_model each, so 4·layers·d_model·context per new token."""
+    Two kinds of kernel, each on its own roofline, their times added (as real engines run
+    them one after the other, not as one fused op whose KV reads would hide the matmuls'
+    arithmetic):
+      * the weight matmuls (GEMMs): every weight read once; 2·params FLOPs per new token (a
+        multiply and an add per weight). They turn compute-bound once enough rows share the
+        weights (`crossover_batch`).
+      * attention: each request's cached KV read once (all its new tokens attend to the same
+        KV), the new tokens' KV written; per layer QKᵀ and AV over the context, 2·context·
+        d_model FLOPs each per new token. With full multi-head KV that is about one FLOP per
+        byte read: bandwidth-bound at any batch.
+    `bound` is the matmuls' (what decides whether verifying k more positions costs real
+    work), `attention_bound` attention's."""
     if batch < 1 or context < 0 or tokens_per_seq < 1:
         raise ValueError(f"batch >= 1, context >= 0, tokens_per_seq >= 1; got {batch}, "
                          f"{context}, {tokens_per_seq}")
     new = batch * tokens_per_seq
-    nbytes = model.weight_bytes + model.kv_bytes_per_token * (batch * context + new)
-    flops = 2 * model.params * new + 4 * model.layers * model.d_model * context * new
-    t_mem, t_compute = nbytes / gpu.bandwidth, flops / gpu.peak
+    gemm_bytes, gemm_flops = model.weight_bytes, 2 * model.params * new
+    attn_bytes = model.kv_bytes_per_token * (batch * context + new)
+    attn_flops = 4 * model.layers * model.d_model * context * new
+    t_gemm = max(gemm_bytes / gpu.bandwidth, gemm_flops / gpu.peak)
+    t_attn = max(attn_bytes / gpu.bandwidth, attn_flops / gpu.peak)
+    nbytes, flops = gemm_bytes + attn_bytes, gemm_flops + attn_flops
     resident = model.weight_bytes + model.kv_bytes_per_token * batch * (context + tokens_per_seq)
-    return {"bytes": nbytes, "flops": flops, "t_mem": t_mem, "t_compute": t_compute,
-            "time": max(t_mem, t_compute), "fits": resident <= gpu.memory,
-            "bound": "compute" if t_compute > t_mem else "memory"}
+    return {"bytes": nbytes, "flops": flops, "t_mem": nbytes / gpu.bandwidth,
+            "t_compute": flops / gpu.peak, "t_gemm": t_gemm, "t_attention": t_attn,
+            "time": t_gemm + t_attn, "fits": resident <= gpu.memory,
+            "bound": "compute" if gemm_flops / gpu.peak > gemm_bytes / gpu.bandwidth
+            else "memory",
+            "attention_bound": "compute" if attn_flops / gpu.peak > attn_bytes / gpu.bandwidth
+            else "memory"}
 
 
-def crossover_batch(gpu: GPU, model: DenseModel, context: int, tokens_per_seq: int = 1) -> float:
-    """The batch at which a step's compute time catches up with its memory time (solving
-    step_cost's t_mem = t_compute for batch); inf when it never does (long contexts: the KV
-    read grows with the batch as fast as the attention FLOPs)."""
-    per_req_flops = (2 * model.params + 4 * model.layers * model.d_model * context) \
-        * tokens_per_seq
-    per_req_bytes = model.kv_bytes_per_token * (context + tokens_per_seq)
-    slope = per_req_flops / gpu.peak - per_req_bytes / gpu.bandwidth
-    if slope <= 0:
-        return math.inf
-    return model.weight_bytes / gpu.bandwidth / slope
+def crossover_batch(gpu: GPU, model: DenseModel, context: int = 0,
+                    tokens_per_seq: int = 1) -> float:
+    """The batch at which the weight matmuls turn compute-bound: their FLOPs' time catches up
+    with reading the weights once (step_cost's `bound` flips). The context does not move it:
+    attention is its own kernel, and its KV reads stay bandwidth-bound (`context` is kept for
+    the callers that pass it)."""
+    del context
+    return model.weight_bytes * gpu.peak / (gpu.bandwidth * 2 * model.params * tokens_per_seq)
 
 
 def max_batch(gpu: GPU, model: DenseModel, context: int, tokens_per_seq: int = 1) -> int:

@@ -1116,7 +1116,7 @@ STRINGS.update({
               "（{{source:h100-datasheet}}）；H200 SXM：{{figure:h200_bandwidth}}、{{figure:h200_bf16_tflops}}、"
               "{{figure:h200_memory}}（{{source:h200-datasheet}}）。每步：字节 = 权重 + 批内每个请求读一遍它的 KV；"
               "FLOPs ≈ 2 × 参数量 × 新 token 数 + 注意力（每层 4 × d_model × 上下文 × 新 token 数）；"
-              "时间 = max(字节 ÷ 带宽, FLOPs ÷ 峰值算力)。真实内核达不到峰值：这里的步时是下限（实际只会更慢），加速比是理想值。",
+              "权重矩阵乘和注意力是两种内核，各自取 max(字节 ÷ 带宽, FLOPs ÷ 峰值算力)，再相加（真实引擎依次运行它们）。真实内核达不到峰值：这里的步时是下限（实际只会更慢），加速比是理想值。",
         "en": "Computed, not measured. Model: Llama-2-7B's shape, {{figure:llama2_7b_params}} "
               "parameters ({{source:llama2}}), bf16 weights and KV, {{figure:llama2_kv_per_token}} "
               "of KV per token. H100 SXM: {{figure:h100_bandwidth}}, dense BF16 "
@@ -1124,7 +1124,9 @@ STRINGS.update({
               "H200 SXM: {{figure:h200_bandwidth}}, {{figure:h200_bf16_tflops}}, "
               "{{figure:h200_memory}} ({{source:h200-datasheet}}). Per step: bytes = weights + each "
               "request's KV read once; FLOPs ≈ 2 × parameters × new tokens + attention (per layer "
-              "4 × d_model × context × new tokens); time = max(bytes ÷ bandwidth, FLOPs ÷ peak). "
+              "4 × d_model × context × new tokens); the weight matmuls and attention are two kernels, "
+              "each timed as max(bytes ÷ bandwidth, FLOPs ÷ peak), and the two times added (real "
+              "engines run them one after the other). "
               "Real kernels reach neither peak: the step times are lower bounds (real ones are "
               "slower) and the speedups are ideal."},
     "beyond.roof.gpu": {"zh": "GPU", "en": "GPU"},
@@ -1142,10 +1144,12 @@ STRINGS.update({
     "beyond.roof.batch": {"zh": "批大小（请求数）", "en": "batch (requests)"},
     "beyond.roof.ms": {"zh": "每步时间（毫秒，计算所得）", "en": "step time (ms, computed)"},
     "beyond.roof.speedup": {"zh": "投机加速比（计算所得）", "en": "speculation speedup (computed)"},
-    "beyond.roof.left_title": {"zh": "一步的时间；虚线：解码转为算力受限的批大小",
-                               "en": "Time of one step; dashed: the batch where decode turns compute-bound"},
-    "beyond.roof.right_title": {"zh": "投机的加速比随批大小下降", "en": "Speculation's gain falls with batch"},
-    "beyond.roof.cross": {"zh": "解码转为算力受限的批大小", "en": "Batch where decode turns compute-bound"},
+    "beyond.roof.left_title": {"zh": "一步的时间；虚线：解码的权重矩阵乘转为算力受限的批大小",
+                               "en": "Time of one step; dashed: the batch where decode's weight matmuls turn compute-bound"},
+    "beyond.roof.right_title": {"zh": "投机的加速比随批大小：权重矩阵乘转为算力受限后下降",
+                                "en": "Speculation's gain by batch: it falls once the weight matmuls are compute-bound"},
+    "beyond.roof.cross": {"zh": "解码的权重矩阵乘转为算力受限的批大小",
+                          "en": "Batch where decode's weight matmuls turn compute-bound"},
     "beyond.roof.cross_verify": {"zh": "验证（每请求 {n} 个 token）转为算力受限的批大小",
                                  "en": "Batch where verifying ({n} tokens per request) does"},
     "beyond.roof.never": {"zh": "显存放满前不会", "en": "not before memory is full"},
@@ -1154,22 +1158,23 @@ STRINGS.update({
     "beyond.roof.caption": {
         "zh": "每轮验证期望得到 (1 − α^(k+1)) ÷ (1 − α) = {e} 个 token（Leviathan 等，2023）。"
               "验证一步要算 k + 1 个 token：在内存带宽受限区，它和一步普通解码几乎一样贵（权重只读一遍），"
-              "所以加速比接近 {e}；批一大、这一步转为算力受限，它的代价按 k + 1 倍增长，加速比就掉下来，甚至低于 1。"
-              "上下文为 0 时转折点就是峰值算力 ÷ 带宽 × 每个权重 2 字节 ÷ 每个权重 2 FLOPs：H100 约 "
-              "{{figure:h100_ridge_batch}}、H200 约 {{figure:h200_ridge_batch}} 个请求。上下文一长，每个请求都要读自己的 KV，"
-              "而多头注意力每读 1 字节 KV 只做约 1 次 FLOP，解码可能在显存放满之前一直受限于带宽；若验证这一步也一直受限于带宽，投机在放得下的每个批大小上都保住加速。"
+              "所以加速比接近 {e}；批一大、权重矩阵乘转为算力受限，它的代价按 k + 1 倍增长，加速比就掉下来，短上下文时甚至低于 1。"
+              "转折点就是峰值算力 ÷ 带宽 × 每个权重 2 字节 ÷ 每个权重 2 FLOPs：H100 约 "
+              "{{figure:h100_ridge_batch}}、H200 约 {{figure:h200_ridge_batch}} 个请求（验证时再除以 k + 1）。注意力是另一种内核：每个请求都要读自己的 KV，"
+              "而多头注意力每读 1 字节 KV 只做约 1 次 FLOP，它在放得下的任何批大小上都受限于带宽；上下文越长，这部分占一步的比重越大，投机就保住越多的加速（MagicDec，2024）。"
               "横轴只画到显存放得下的批。",
         "en": "Each verify yields (1 − α^(k+1)) ÷ (1 − α) = {e} tokens on average (Leviathan et "
               "al., 2023). A verify step computes k + 1 tokens per request: while the step is "
               "memory-bound it costs about one decode step (the weights are read once), so the "
-              "speedup is near {e}; as the batch grows the step turns compute-bound, its cost "
-              "grows k + 1-fold and the gain falls, even below 1. At context 0 the crossover is "
-              "peak ÷ bandwidth × 2 bytes per weight ÷ 2 FLOPs per weight: about "
+              "speedup is near {e}; as the batch grows the weight matmuls turn compute-bound, their "
+              "cost grows k + 1-fold and the gain falls, below 1 at short contexts. The crossover "
+              "is peak ÷ bandwidth × 2 bytes per weight ÷ 2 FLOPs per weight: about "
               "{{figure:h100_ridge_batch}} requests on an H100, {{figure:h200_ridge_batch}} on an "
-              "H200. With long contexts each request reads its own KV, and multi-head attention "
-              "does about one FLOP per byte of KV, so decode can stay memory-bound until memory "
-              "is full; where the verify step stays memory-bound too, speculation keeps its gain "
-              "at every batch that fits. The x axis stops at the largest batch that fits."},
+              "H200 (divided by k + 1 for a verify). Attention is another kernel: each request "
+              "reads its own KV, and multi-head attention does about one FLOP per byte of KV, so "
+              "it stays bandwidth-bound at any batch that fits; the longer the context, the more "
+              "of a step it is, and the more of its gain speculation keeps (MagicDec, 2024). The "
+              "x axis stops at the largest batch that fits."},
     # 3. one request's timeline
     "beyond.tl.header": {"zh": "一个请求的时间线：TTFT、TPOT、ITL 和投机的成串到达",
                          "en": "One request's timeline: TTFT, TPOT, ITL and speculation's bursts"},

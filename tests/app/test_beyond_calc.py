@@ -89,12 +89,14 @@ def test_crossover_is_the_flop_to_byte_ratio(name):
     assert bc.ridge_batch(gpu, model) == pytest.approx(ridge)
     figs = load_figures()["figures"]
     assert figs[f"{name.lower()}_ridge_batch"]["value"] == round(ridge)
-    # the full model (KV written, attention over context 0) crosses within a couple per cent
-    b = bc.crossover_batch(gpu, model, context=0)
-    assert b == pytest.approx(ridge, rel=0.02)
-    # and it is where the step's bound flips
-    assert bc.step_cost(gpu, model, math.floor(b), 0)["bound"] == "memory"
-    assert bc.step_cost(gpu, model, math.ceil(b) + 1, 0)["bound"] == "compute"
+    # the weight matmuls cross exactly there, whatever the context (attention is its own
+    # kernel), and a verify of k + 1 tokens per request k + 1 times sooner
+    for context in (0, 512, 4096):
+        b = bc.crossover_batch(gpu, model, context=context)
+        assert b == pytest.approx(ridge, rel=1e-3)
+        assert bc.step_cost(gpu, model, math.floor(b), context)["bound"] == "memory"
+        assert bc.step_cost(gpu, model, math.ceil(b) + 1, context)["bound"] == "compute"
+    assert bc.crossover_batch(gpu, model, 0, 5) == pytest.approx(ridge / 5, rel=1e-3)
 
 
 def test_step_cost_by_hand():
@@ -106,16 +108,31 @@ def test_step_cost_by_hand():
     assert c["bytes"] == 20 + 8 * 15
     # flops: 2 x 10 x 3 new tokens + 4 x 1 x 2 x 4 x 3
     assert c["flops"] == 60 + 96
-    assert c["time"] == pytest.approx(max(140 / 100, 156 / 1000))
-    assert c["bound"] == "memory"
+    # two rooflines added: the matmuls max(20 / 100, 60 / 1000), attention max(120 / 100,
+    # 96 / 1000)
+    assert c["t_gemm"] == pytest.approx(0.2) and c["t_attention"] == pytest.approx(1.2)
+    assert c["time"] == pytest.approx(1.4)
+    assert c["bound"] == "memory" and c["attention_bound"] == "memory"
+    # ten times the rows: the matmuls turn compute-bound (600 FLOPs at 1000/s > 20 bytes at
+    # 100/s), while the step's total bytes would still have hidden them
+    c = bc.step_cost(gpu, model, batch=30, context=4)
+    assert c["bound"] == "compute" and c["t_gemm"] == pytest.approx(0.6)
+    assert c["t_mem"] > c["t_compute"]
 
 
-def test_long_context_multi_head_kv_never_turns_compute_bound():
-    """Full multi-head attention reads 1 byte of KV per attention FLOP: long contexts keep
-    decode memory-bound at any batch."""
+def test_long_context_attention_stays_bandwidth_bound_and_speculation_keeps_a_gain():
+    """Full multi-head attention reads about a byte of KV per attention FLOP: at a long
+    context attention stays bandwidth-bound at any batch that fits, so once the matmuls are
+    compute-bound speculation still keeps part of its gain (MagicDec, 2024); at a short
+    context the gain falls below 1."""
     gpu, model = bc.gpus()["H100"], bc.llama2_7b()
-    assert bc.crossover_batch(gpu, model, context=4096) == math.inf
-    assert bc.crossover_batch(gpu, model, context=64) < math.inf
+    top = bc.max_batch(gpu, model, 1024, 5)
+    for b in (1, 64, top):
+        assert bc.step_cost(gpu, model, b, 1024, 5)["attention_bound"] == "memory"
+    assert bc.step_cost(gpu, model, top, 1024, 5)["bound"] == "compute"
+    long = bc.spec_speedup(gpu, model, top, 1024, k=4, alpha=0.8)
+    short = bc.spec_speedup(gpu, model, 2048, 32, k=4, alpha=0.8)
+    assert long > 1.0 > short
 
 
 def test_expected_tokens_formula():
