@@ -155,7 +155,7 @@ class Tab:
             for testid in ("stSidebarContent", "stMain"):
                 self.page.locator(f'[data-testid="{testid}"]').first.evaluate(
                     "e => e.scrollTo(0, 0)")
-        time.sleep(0.5)
+            time.sleep(0.5)  # the scroll's repaint
         SHOTS.mkdir(parents=True, exist_ok=True)
         self.page.screenshot(path=str(SHOTS / f"{name}.png"))
 

@@ -114,18 +114,21 @@ def hand_gains(pre_counts: dict[int, tuple[int, int]],
     matched students, so they are None, and so is `blank` (a count has no blank answers)."""
     items = sorted(set(pre_counts) & set(post_counts))
 
-    def pct(counts):
+    def pct(counts):  # None with nobody counted: no share, rather than a made-up 0%
         right = sum(counts[i][0] for i in items)
         n = sum(counts[i][1] for i in items)
-        return 100.0 * right / n if n else 0.0
+        return 100.0 * right / n if n else None
+
+    def gain(a, b):
+        return None if a is None or b is None else hake_g(a, b)
 
     per_item = {}
     for i in items:
-        a = 100.0 * pre_counts[i][0] / pre_counts[i][1] if pre_counts[i][1] else 0.0
-        b = 100.0 * post_counts[i][0] / post_counts[i][1] if post_counts[i][1] else 0.0
-        per_item[i] = {"pre": a, "post": b, "g": hake_g(a, b), "right_to_wrong": None}
+        a = 100.0 * pre_counts[i][0] / pre_counts[i][1] if pre_counts[i][1] else None
+        b = 100.0 * post_counts[i][0] / post_counts[i][1] if post_counts[i][1] else None
+        per_item[i] = {"pre": a, "post": b, "g": gain(a, b), "right_to_wrong": None}
     a, b = pct(pre_counts), pct(post_counts)
-    return {"matched": 0, "unmatched": 0, "blank": None, "pre": a, "post": b, "g": hake_g(a, b),
+    return {"matched": 0, "unmatched": 0, "blank": None, "pre": a, "post": b, "g": gain(a, b),
             "d": None, "right_to_wrong": None, "items": per_item, "misconceptions": {}}
 
 

@@ -890,6 +890,10 @@ class Classroom:
             raise ValueError("phase: 'pre' or 'post'")
         if self.forms is None:
             raise ValueError("this class has no test forms")
+        if phase == "pre" and "post" in self.tests:
+            # the pre-test is the baseline: reopened after the post-test began, students who
+            # saw the lesson could change their "before" answers
+            raise ValueError("the post-test has started: the pre-test cannot be reopened")
         t = self.tests.setdefault(phase, TestPhase(phase))
         t.open = True
         self.open_test = phase

@@ -436,3 +436,30 @@ def test_blank_answers_have_csv_rows_and_the_csv_agrees_with_the_gains():
     for lang in ("zh", "en"):
         assert matched_line(res, lang) == line[lang]
         assert line[lang] in gains_report(c, lang)["summary"]
+
+
+def test_hand_counts_with_nobody_counted_give_no_gain_not_zero():
+    h = hand_gains({0: (0, 0)}, {0: (0, 0)})
+    assert h["pre"] is None and h["post"] is None and h["g"] is None
+    assert h["items"][0] == {"pre": None, "post": None, "g": None, "right_to_wrong": None}
+    assert revisit_sentence(h, {}, {})["en"] == "No matched pre- and post-test yet."
+    h = hand_gains({0: (5, 20)}, {0: (0, 0)})  # counted before, not after: still none
+    assert h["pre"] == 25.0 and h["post"] is None and h["g"] is None
+
+
+def test_the_pre_test_cannot_reopen_once_the_post_test_began():
+    """The pre-test is the baseline: reopened after the post-test began, its answers could be
+    changed by students who have seen the lesson."""
+    c = Classroom("c", forms=load_test_forms())
+    p = c.join().pid
+    c.start_test("pre")
+    c.answer_test(p, 0, 1)
+    c.stop_test()
+    c.start_test("pre")  # a pause and a restart before the post-test: allowed, answers kept
+    assert c.tests["pre"].answers[p] == {0: 1}
+    c.stop_test()
+    c.start_test("post")
+    c.stop_test()
+    with pytest.raises(ValueError, match="post-test has started"):
+        c.start_test("pre")
+    assert c.open_test is None and c.tests["pre"].answers[p] == {0: 1}
