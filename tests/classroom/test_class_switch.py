@@ -29,7 +29,7 @@ from engine.config import SpecConfig
 from engine.server import ServerSettings
 from engine.waits import WAIT_CODES
 from tests.classroom.test_student import join
-from tests.conftest import running_server
+from tests.conftest import in_loop, running_server
 
 JOIN, ADMIN = "join-code", "admin-key"
 STUDENT = {"Authorization": f"Bearer {JOIN}"}
@@ -121,7 +121,18 @@ def test_switch_flip_keeps_the_address_and_every_question(engine):
             for p in phones:
                 p.start()
             started.wait()
-            time.sleep(1.0)  # they are in the engine, mid-answer
+            # the flip lands while all three are in the engine and answering has begun (a
+            # fixed wait let a fast CPU finish them first: then nothing drains). A static bus
+            # may seat one while the others wait at the door: in flight all the same
+            def in_flight(e) -> bool:
+                live = [r for r in e.scheduler.running if not r.is_finished]
+                return (len(live) + len(e.scheduler.waiting) >= 3
+                        and any(r.num_output_tokens > 0 for r in live))
+
+            deadline = time.monotonic() + 120
+            while not in_loop(app, in_flight):
+                assert time.monotonic() < deadline, f"{mode}: the three answers never started"
+                time.sleep(0.01)
             if mode == "drain":
                 r = c.post("/v1/servelab/engine", json={"changes": changes, "abort": False,
                                                         "drain_s": 60}, headers=TEACHER)
