@@ -374,3 +374,45 @@ def server(engine):
 def in_loop(app, fn, timeout: float = 30.0):
     """fn(engine) run on the server's stepping thread (the only one that may touch it)."""
     return app.state.loop.call(fn).result(timeout)
+
+
+def write_tiny_qwen2(out):
+    """A tiny random Qwen2 (2 layers, hidden 64, random q/k/v biases so a loader that dropped
+    them would differ, tied embeddings) saved by transformers into `out`, with the bundled
+    model's tokenizer (the vocabulary it speaks). Returns the transformers model."""
+    import shutil
+
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from engine.model.loader import hf_folder
+
+    smol = hf_folder("smollm2-135m")
+    cfg = Qwen2Config(vocab_size=49152, hidden_size=64, intermediate_size=128,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=512, rope_theta=1_000_000.0,
+                      tie_word_embeddings=True, eos_token_id=2, bos_token_id=1)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.normal_(0, 0.5)
+    model.save_pretrained(out, safe_serialization=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(smol / name, out / name)
+    return model
+
+
+def computed_prompt(alloc, rid: str, prompt: list[int]):
+    """A request admitted to the paged allocator `alloc` with its whole prompt computed (its
+    full blocks hashed into the prefix cache)."""
+    from engine.config import SamplingParams
+    from engine.request import Request
+
+    req = Request(rid, prompt, SamplingParams(max_tokens=1))
+    alloc.admit(req)
+    assert alloc.ensure_slots(req, len(prompt))
+    req.num_computed_tokens = len(prompt)
+    alloc.on_computed(req)
+    return req

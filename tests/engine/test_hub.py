@@ -13,7 +13,6 @@ import hashlib
 import http.server
 import importlib.util
 import json
-import shutil
 import threading
 import time
 import types
@@ -26,9 +25,8 @@ import torch
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.model import hub
 from engine.model.loader import ModelLoadError, hf_folder, is_loaded
-from tests.conftest import free_port
+from tests.conftest import free_port, write_tiny_qwen2
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 REPO = "tiny-org/tiny-qwen2"
 
 
@@ -166,23 +164,8 @@ def fake_hub(repos):
 def tiny_repos(tmp_path_factory):
     """The tiny Qwen2 (and the transformers model that wrote it) as a repository's files,
     with files the engine must never fetch beside it, and two repositories it must refuse."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    smol = hf_folder("smollm2-135m")  # its tokenizer: the vocabulary the tiny model speaks
-    cfg = Qwen2Config(vocab_size=49152, hidden_size=64, intermediate_size=128,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=512, rope_theta=1_000_000.0,
-                      tie_word_embeddings=True, eos_token_id=2, bos_token_id=1)
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(cfg).eval()
-    with torch.no_grad():
-        for layer in model.model.layers:
-            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
-                proj.bias.normal_(0, 0.5)
     out = tmp_path_factory.mktemp("tiny-qwen2")
-    model.save_pretrained(out, safe_serialization=True)
-    for name in TOKENIZER_FILES:
-        shutil.copy(smol / name, out / name)
+    model = write_tiny_qwen2(out)
     files = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     files["pytorch_model.bin"] = b"pickle: never fetched"
     files["model.gguf"] = b"GGUF: never fetched"

@@ -6,18 +6,11 @@ from __future__ import annotations
 from engine.config import SamplingParams
 from engine.kv import PagedAllocator, paged
 from engine.request import Request
+from tests.conftest import computed_prompt
 
 BS = 4
 
 
-def _computed(alloc: PagedAllocator, rid: str, prompt: list[int]) -> Request:
-    """A request whose whole prompt was computed (its full blocks are now in the cache)."""
-    req = Request(rid, prompt, SamplingParams(max_tokens=1))
-    alloc.admit(req)
-    assert alloc.ensure_slots(req, len(prompt))
-    req.num_computed_tokens = len(prompt)
-    alloc.on_computed(req)
-    return req
 
 
 def _reuse(monkeypatch, key) -> tuple[int, list[int], list[int]]:
@@ -25,7 +18,7 @@ def _reuse(monkeypatch, key) -> tuple[int, list[int], list[int]]:
     block tables of both."""
     monkeypatch.setattr(paged, "block_hash", key)
     alloc = PagedAllocator(16, BS, enable_prefix_caching=True)
-    a = _computed(alloc, "a", [1, 2, 3, 4, 5, 6, 7, 8, 9])
+    a = computed_prompt(alloc, "a", [1, 2, 3, 4, 5, 6, 7, 8, 9])
     b = Request("b", [40, 41, 42, 43, 44, 45, 46, 47, 48], SamplingParams(max_tokens=1))
     alloc.admit(b)
     return b.num_cached_tokens, a.block_table, b.block_table
@@ -48,7 +41,7 @@ def test_the_sha256_key_ignores_python_hash_and_shares_nothing(monkeypatch):
 
 def test_the_same_prompt_still_hits_and_keys_chain_the_parent():
     alloc = PagedAllocator(16, BS, enable_prefix_caching=True)
-    a = _computed(alloc, "a", [1, 2, 3, 4, 5, 6, 7, 8, 9])
+    a = computed_prompt(alloc, "a", [1, 2, 3, 4, 5, 6, 7, 8, 9])
     b = Request("b", [1, 2, 3, 4, 5, 6, 7, 8, 10], SamplingParams(max_tokens=1))
     alloc.admit(b)
     assert b.num_cached_tokens == 2 * BS and b.block_table == a.block_table[:2]

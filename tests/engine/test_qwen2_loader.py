@@ -4,37 +4,18 @@ gives transformers' greedy tokens; the serve flag and the app's model list find 
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.model.loader import hf_folder, load_model
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+from tests.conftest import write_tiny_qwen2
 
 
 @pytest.fixture(scope="module")
 def tiny_qwen2(tmp_path_factory):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    smol = hf_folder("smollm2-135m")  # its tokenizer: the vocabulary the tiny model speaks
-    cfg = Qwen2Config(vocab_size=49152, hidden_size=64, intermediate_size=128,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=512, rope_theta=1_000_000.0,
-                      tie_word_embeddings=True, eos_token_id=2, bos_token_id=1)
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(cfg).eval()
-    with torch.no_grad():  # random biases, so a loader that dropped them would differ
-        for layer in model.model.layers:
-            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
-                proj.bias.normal_(0, 0.5)
     out = tmp_path_factory.mktemp("qwen2")
-    model.save_pretrained(out, safe_serialization=True)
-    for name in TOKENIZER_FILES:
-        shutil.copy(smol / name, out / name)
-    return out, model
+    return out, write_tiny_qwen2(out)
 
 
 def test_loader_reads_qwen2_bias_tied_embeddings_and_theta(tiny_qwen2):

@@ -12,6 +12,7 @@ from engine.kv import ContiguousAllocator, PagedAllocator
 from engine.request import Request
 from engine.scheduler import Scheduler
 from engine.waits import WAIT_CODES, Wait, waiting_by_reason
+from tests.conftest import computed_prompt
 
 
 def _scheduler(layout="paged", batching="continuous", seats=4, budget=64, blocks=None,
@@ -208,19 +209,11 @@ def test_the_overhead_bench_times_both_kinds_of_step(monkeypatch, tmp_path):
     assert json.loads(out.read_text())["waiting"] == 5
 
 
-def _computed(alloc: PagedAllocator, rid: str, prompt: list[int]) -> Request:
-    """A request admitted, its whole prompt computed and hashed into the cache."""
-    req = Request(rid, prompt, SamplingParams(max_tokens=1))
-    alloc.admit(req)
-    assert alloc.ensure_slots(req, len(prompt))
-    req.num_computed_tokens = len(prompt)
-    alloc.on_computed(req)
-    return req
 
 
 def test_the_prefix_lookup_says_how_many_blocks_hit_and_why_the_first_miss_missed():
     alloc = PagedAllocator(8, 4, enable_prefix_caching=True)
-    a = _computed(alloc, "a", list(range(1, 14)))  # 13 tokens: 3 full blocks hashed
+    a = computed_prompt(alloc, "a", list(range(1, 14)))  # 13 tokens: 3 full blocks hashed
     assert a.prefix_lookup == {"hit_blocks": 0, "full_blocks": 3,
                                "miss": {"why": "new", "token": 0}}
     # the same first 5 tokens, then another: block 0 hits, block 1 differs at token 5
@@ -241,9 +234,9 @@ def test_the_prefix_lookup_says_how_many_blocks_hit_and_why_the_first_miss_misse
 
 def test_the_prefix_lookup_tells_an_evicted_block_from_a_new_one():
     alloc = PagedAllocator(4, 4, enable_prefix_caching=True)
-    a = _computed(alloc, "a", list(range(1, 10)))  # 3 blocks, 2 of them full and cached
+    a = computed_prompt(alloc, "a", list(range(1, 10)))  # 3 blocks, 2 of them full and cached
     alloc.free(a)
-    other = _computed(alloc, "x", list(range(100, 116)))  # takes all 4: a's are evicted
+    other = computed_prompt(alloc, "x", list(range(100, 116)))  # takes all 4: a's are evicted
     alloc.free(other)
     again = Request("a2", list(range(1, 10)), SamplingParams(max_tokens=1))
     alloc.admit(again)
