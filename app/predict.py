@@ -106,7 +106,8 @@ def _scroll_into_view(css_class: str) -> None:
     """Scroll the page so the element with `css_class` is at the top of the screen: the stop's
     prediction, and below it as much of the page's picture as fits (a projector at 1280x720
     shows the title or the picture, not both). Repeated while the page settles, since
-    elements drawn above it move it down."""
+    elements drawn above it move it down, and charts drawn below it late (Vega draws after
+    the script run) are what let the page scroll that far."""
     st.html(f"""<script>(() => {{
       const go = () => {{
         const el = document.querySelector(".{css_class}");
@@ -114,7 +115,7 @@ def _scroll_into_view(css_class: str) -> None:
         if (!el || !main) return;
         main.scrollTop += el.getBoundingClientRect().top - 8;
       }};
-      [0, 300, 1000].forEach((ms) => setTimeout(go, ms));
+      [0, 300, 1000, 2000, 3000].forEach((ms) => setTimeout(go, ms));
     }})();</script>""", unsafe_allow_javascript=True)
 
 

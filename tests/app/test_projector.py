@@ -28,7 +28,7 @@ W, H = 1280, 720
 PICTURE = {"home": ".st-key-race_start", "batching": ".sl-car", "paging": ".sl-kv",
            "speculation": '[data-testid="stMetric"]', "dashboard": '[data-testid="stMetric"]'}
 PICTURE_PX = 120
-SCROLL_MS = 3000  # the page's own scroll into view (its last at 1 s), with room for a busy CPU
+SCROLL_MS = 6000  # the page's own scroll into view (its last at 3 s), with room for a busy CPU
 LOCALES = {"en": "English", "zh": "中文"}
 
 # every metric's value and label fits its box (no "33.8 to…", no "吞…"), and every KV block's
@@ -122,8 +122,8 @@ def test_each_stops_prediction_and_run_control_are_on_screen(chromium, app_url, 
                 # and clicked in one step in the page, since the run may end at any moment
                 paused = tab.page.evaluate(PAUSE_JS)
                 tab.settle(since if paused else None)
-            # the page scrolls the prediction to the top up to a second after it draws (each
-            # run, app/predict.py): give that scroll its time before judging the fold
+            # the page scrolls the prediction to the top up to 3 s after it draws (each run,
+            # app/predict.py): give that scroll its time before judging the fold
             with contextlib.suppress(PlaywrightTimeout):
                 tab.page.wait_for_function(
                     "([sel, limit]) => { const e = document.querySelector(sel);"
