@@ -277,12 +277,13 @@ def session_recording(session: Session, machine: dict | None = None,
 def session_trace(session: Session) -> bytes:
     """The live session's runs as one trace (engine/trace.py), each run its own processes,
     named by its switches; the sidebar's run first."""
+    from classroom.client import config_key
     from engine.trace import traces_of
 
     runs = [(s, r) for s, r in session.runs.items() if r.history]
     runs.sort(key=lambda sr: sr[0] != session.settings)
-    label = lambda s: f"{s.batching} · {s.kv_layout} · spec {s.spec}"  # noqa: E731
-    trace = traces_of([(label(s), r.history) for s, r in runs], "ServeLab app")
+    trace = traces_of([(config_key(dataclasses.asdict(s)), r.history) for s, r in runs],
+                      "ServeLab app")
     return json.dumps(trace, ensure_ascii=False).encode("utf-8")
 
 

@@ -29,6 +29,7 @@ from engine.recording import RecordingError
 LIVE_KEY = "_servelab_live_session"
 ERROR_KEY = "_recording_error"
 SAVED_KEY = "_recording_bytes"
+TRACE_KEY = "_trace_bytes"
 
 STRINGS.update({
     "rec.header": {"zh": "录制", "en": "Recordings"},
@@ -124,10 +125,13 @@ def _open_chosen() -> None:
 
 
 def _prepare_save() -> None:
+    """The session's runs, once, as a recording and as a trace, for the two downloads."""
+    session = get_session()
     try:
-        st.session_state[SAVED_KEY] = session_recording(get_session())
+        st.session_state[SAVED_KEY] = session_recording(session)
+        st.session_state[TRACE_KEY] = session_trace(session)
     except ValueError:
-        st.session_state[SAVED_KEY] = None
+        st.session_state[SAVED_KEY] = st.session_state[TRACE_KEY] = None
         st.session_state[ERROR_KEY] = t("rec.nothing")
 
 
@@ -148,7 +152,7 @@ def recording_controls() -> None:
             stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M")
             st.download_button(t("rec.download"), data, file_name=f"servelab-{stamp}.jsonl.gz",
                                mime="application/gzip", key="rec_download")
-            st.download_button(t("rec.trace"), session_trace(get_session()),
+            st.download_button(t("rec.trace"), st.session_state.get(TRACE_KEY) or b"",
                                file_name=f"servelab-{stamp}.trace.json",
                                mime="application/json", key="rec_trace")
 

@@ -155,9 +155,7 @@ class TraceBuilder:
         meta = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
                  "args": {"name": name + tag}}
                 for pid, name in zip(self.pids, ("seats", "requests", "engine"))]
-        return {"traceEvents": meta + events, "displayTimeUnit": "ms",
-                "otherData": {"source": self.name, "steps": self.steps,
-                              "clock": "engine steps: each lasts its measured wall_s"}}
+        return _trace_file(meta + events, self.name, self.steps)
 
     def _slice(self, pid: int, tid: int, name: str, t0: float, t1: float, args: dict) -> None:
         self.events.append(_x(pid, tid, name, t0, t1, args))
@@ -191,8 +189,13 @@ def traces_of(runs: Iterable[tuple[str, Iterable[dict]]], name: str = "ServeLab"
             b.add(r)
         events += b.trace()["traceEvents"]
         steps += b.steps
+    return _trace_file(events, name, steps)
+
+
+def _trace_file(events: list[dict], source: str, steps: int) -> dict:
+    """The format's JSON object form around `events`."""
     return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"source": name, "steps": steps,
+            "otherData": {"source": source, "steps": steps,
                           "clock": "engine steps: each lasts its measured wall_s"}}
 
 

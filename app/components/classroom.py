@@ -60,39 +60,31 @@ def fitted(labels: dict[str, str], width: int = SEAT_WIDTH) -> tuple[dict, dict]
     return short, full
 
 
-def mask_owners(owners: dict, masking: dict | None) -> dict:
-    """Who asked each request, with every student's nickname passed through the class's hide
-    list and word list (classroom.votes.mask_name): a hidden one reads "(hidden)", a masked
-    one stars. Every projected view (seats, KV blocks, the door, the students list) reads
-    names from here, so one click hides a student everywhere."""
+def _shown(name: str, masking: dict) -> str:
+    """`name` as the class's hide list and word list allow (classroom.votes.mask_name): a
+    hidden one reads "(hidden)", a masked one stars."""
     from classroom.votes import mask_name
 
+    shown = mask_name(name, set(masking.get("hidden") or ()), masking.get("words") or ())
+    return t("cls.hidden_name") if shown is None else shown
+
+
+def mask_owners(owners: dict, masking: dict | None) -> dict:
+    """Who asked each request, each student's nickname `_shown`. Every projected view (seats,
+    KV blocks, the door, the students list) reads names from here, so one click hides a
+    student everywhere."""
     if not masking or not (masking.get("hidden") or masking.get("words")):
         return owners
-    hidden, words = set(masking.get("hidden") or ()), masking.get("words") or ()
-    out = {}
-    for rid, who in owners.items():
-        name = who.get("user") if isinstance(who, dict) else None
-        if who.get("kind") == "simulated" or not name:
-            out[rid] = who
-            continue
-        shown = mask_name(name, hidden, words)
-        out[rid] = {**who, "user": t("cls.hidden_name") if shown is None else shown}
-    return out
+    return {rid: who if who.get("kind") == "simulated" or not who.get("user")
+            else {**who, "user": _shown(who["user"], masking)}
+            for rid, who in owners.items()}
 
 
 def mask_questions(pairs: list[tuple[str, str]], masking: dict | None) -> list[tuple[str, str]]:
-    """The questions list's (nickname, question) pairs with each nickname masked as above."""
-    from classroom.votes import mask_name
-
+    """The questions list's (nickname, question) pairs, each nickname `_shown`."""
     if not masking:
         return pairs
-    hidden, words = set(masking.get("hidden") or ()), masking.get("words") or ()
-    out = []
-    for nick, q in pairs:
-        shown = mask_name(nick, hidden, words)
-        out.append((t("cls.hidden_name") if shown is None else shown, q))
-    return out
+    return [(_shown(nick, masking), q) for nick, q in pairs]
 
 
 def display_labels(report: dict, owners: dict) -> dict[str, str]:

@@ -163,7 +163,6 @@ class EngineLoop:
         self.tickets: dict[str, Ticket] = {}  # unfinished requests in the engine
         self.owners: dict[str, dict] = {}  # request id -> {"user", "kind"} while it is drawn
         self.hub = StepHub()
-        # engine/recording.py's Recorder: every step's report with its owners, when set
         self.recorder = None  # a Recorder (engine/recording.py): every step, with who asked
         self.tracer = None  # a TraceWriter (engine/trace.py): every step, as a trace
         # recent aborts: {"request_id", "received_step" (steps done when the abort came),
