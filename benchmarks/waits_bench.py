@@ -8,8 +8,9 @@ One engine (fp32, continuous batching, paged KV) is filled to `--running` decodi
 with `--waiting` more at the door (none of them can board: every seat is taken, so the queue
 stays as long through the run). Then pairs of steps, reasons on and off in turn (the
 scheduler's `explain_waits`), each timed whole (`LLMEngine.step`, the report included); the
-figure is the ratio of the two medians, and the scheduling alone (`Scheduler.schedule`) is
-timed alone too, so the reasons' own cost shows apart from the model's."""
+figure is the ratio of the two medians. The reasons' own pass over the queue (the scheduler's
+`_waiting_reasons`) is then timed alone, so their cost shows apart from the model's, which
+the step medians' noise can hide."""
 
 from __future__ import annotations
 

@@ -49,6 +49,7 @@ from pathlib import Path
 import httpx
 
 from engine.config import SWITCHES, SpecConfig
+from engine.waits import count_codes
 
 # the folder that holds these packages (a checkout, or site-packages once installed): the
 # child processes import the same ones
@@ -355,19 +356,12 @@ def slim(report: dict, received: float | None = None) -> dict:
                 for e in report["emitted"]],
             "finished": report["finished"], "spec": report.get("spec", []),
             # why they waited this step, counted by code (engine/waits.py): the tally chart
-            "wait_counts": _count_codes(report.get("waits") or {}),
+            "wait_counts": count_codes(report.get("waits") or {}),
             "metrics": report.get("metrics", {}),
             "kv": {"used_slots": kv["used_slots"], "allocated_slots": kv["allocated_slots"],
                    "total_slots": kv["total_slots"],
                    # blocks held per request (only seated requests hold any: a few entries)
                    "blocks_held": {rid: len(t) for rid, t in kv["block_tables"].items()}}}
-
-
-def _count_codes(waits: dict) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for w in waits.values():
-        counts[w["code"]] = counts.get(w["code"], 0) + 1
-    return counts
 
 
 class StepStream:

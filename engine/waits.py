@@ -46,12 +46,17 @@ class Wait:
         return {"code": self.code, **self.fields}
 
 
+def count_codes(waits: dict[str, dict], ids=None) -> dict[str, int]:
+    """How many of `waits` (request id -> {"code", ...}, as a report holds them) have each
+    code; only those of `ids` when given."""
+    counts: dict[str, int] = {}
+    for rid, w in waits.items():
+        if ids is None or rid in ids:
+            counts[w["code"]] = counts.get(w["code"], 0) + 1
+    return counts
+
+
 def waiting_by_reason(waits: dict[str, dict], waiting: list[str]) -> dict[str, int]:
     """The waiting requests counted by their code (every code present, zeros included): the
     counts add up to len(waiting)."""
-    counts = dict.fromkeys(WAIT_CODES, 0)
-    for rid in waiting:
-        w = waits.get(rid)
-        if w is not None:
-            counts[w["code"]] += 1
-    return counts
+    return {**dict.fromkeys(WAIT_CODES, 0), **count_codes(waits, set(waiting))}

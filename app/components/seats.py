@@ -163,11 +163,12 @@ def timeline_chart(history: list[dict], title: str = "") -> alt.Chart:
 def waits_frame(history: list[dict]) -> pd.DataFrame:
     """One row per step and reason code: how many requests waited for it that step (a step
     where nobody waited has no rows)."""
+    from engine.waits import count_codes
+
     rows = []
     for rep in history:
-        counts: dict[str, int] = dict(rep.get("wait_counts") or {})  # a class's slim history
-        for w in (rep.get("waits") or {}).values():
-            counts[w["code"]] = counts.get(w["code"], 0) + 1
+        # a class's slim history keeps the counts; a full report, the waits themselves
+        counts = rep.get("wait_counts") or count_codes(rep.get("waits") or {})
         rows += [{"step": rep["step"], "code": c, "requests": n} for c, n in counts.items()]
     return pd.DataFrame(rows, columns=["step", "code", "requests"])
 
