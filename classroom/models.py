@@ -75,12 +75,12 @@ def serve_args_for(model: str) -> list[str]:
         return ["--model", model]
     path = Path(model).expanduser()
     if not path.exists():
-        from engine.model.hub import MODELSCOPE_PREFIX, looks_like_hub_id
+        from engine.model.hub import is_remote_name
 
         # a Hub id (ORG/NAME, or modelscope:ORG/NAME): the class server downloads it through
         # HF_ENDPOINT's mirror on its start (engine/model/hub.py), and refuses an
         # architecture it cannot run before any weight file
-        if model.startswith(MODELSCOPE_PREFIX) or looks_like_hub_id(model):
+        if is_remote_name(model):
             return ["--model", model, "--served-model-name", model.split("/")[-1]]
         raise ValueError(f"no such model folder or file, and not a Hub id (ORG/NAME): {path}")
     if path.is_file():
