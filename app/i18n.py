@@ -274,6 +274,8 @@ STRINGS: dict[str, dict[str, str]] = {
               "prompt), counted by the reason the engine gave."},
     "seats.waits_axis": {"zh": "请求数", "en": "requests"},
     "seats.waits_reason": {"zh": "原因", "en": "reason"},
+    "prefix.header": {"zh": "前缀缓存：这一步新上车的 {n} 个请求各命中了多少块",
+                      "en": "Prefix cache: how many blocks each of this step's {n} new requests found"},
     "prefix.line": {"zh": "{rid} 的前缀缓存：{full} 个完整提示块中命中 {hit} 个；{why}",
                     "en": "{rid}'s prefix cache: {hit} of its {full} full prompt blocks hit; {why}"},
     "prefix.why.new": {"zh": "从第 {token} 个 token 起，还没有人算过同样的前缀",

@@ -173,6 +173,11 @@ def waits_frame(history: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["step", "code", "requests"])
 
 
+# one colour per code of engine/waits.py's WAIT_CODES, in its order (Tableau 10)
+WAIT_COLORS = ("#4e79a7", "#f28e2b", "#e15759", "#b07aa1", "#76b7b2", "#bab0ac", "#edc948",
+               "#59a14f")
+
+
 def waits_chart(history: list[dict], title: str = "") -> alt.Chart | None:
     """The tally of reasons over time: a stacked bar per step, one colour per reason; None
     when nobody waited."""
@@ -182,19 +187,23 @@ def waits_chart(history: list[dict], title: str = "") -> alt.Chart | None:
     if df.empty:
         return None
     df["reason"] = df["code"].map(lambda c: t(f"wait.{c}"))
-    labels = [t(f"wait.{c}") for c in WAIT_CODES]
+    # the legend names only the reasons that occurred (in the engine's order): eight entries
+    # in one row leave the bars no room in a column of the page
+    present = [c for c in WAIT_CODES if c in set(df["code"])]
+    labels = [t(f"wait.{c}") for c in present]
+    colors = [WAIT_COLORS[WAIT_CODES.index(c)] for c in present]  # a reason keeps its colour
     return (
         alt.Chart(df, title=title or alt.Undefined)
         .mark_bar()
         .encode(
             x=alt.X("step:O", title=t("seats.axis_step"), axis=alt.Axis(labelOverlap=True)),
             y=alt.Y("sum(requests):Q", title=t("seats.waits_axis")),
-            color=alt.Color("reason:N", title=None, scale=alt.Scale(domain=labels),
-                            legend=alt.Legend(orient="bottom", labelFontSize=14)),
+            color=alt.Color("reason:N", title=None, scale=alt.Scale(domain=labels, range=colors),
+                            legend=alt.Legend(orient="bottom", labelFontSize=14, columns=3)),
             tooltip=[alt.Tooltip("step:O", title=t("seats.axis_step")),
                      alt.Tooltip("reason:N", title=t("seats.waits_reason")),
                      alt.Tooltip("requests:Q", title=t("seats.waits_axis"))],
         )
-        .properties(height=180)
+        .properties(height=260)
         .configure_axis(labelFontSize=14, titleFontSize=15)
     )

@@ -72,8 +72,10 @@ def draw_run(run: Run, selected: str | None) -> None:
     f.metric(t("paging.shared"), s["shared_blocks"], help=t("paging.shared.help"))
     for line in fork_lines(kv):  # n > 1 samples: what they share, and what was copied
         st.markdown(line)
-    for rid, lookup in (last.get("prefix") or {}).items():  # prefix caching, explained
-        st.caption(prefix_line(rid, lookup))
+    if last.get("prefix"):  # prefix caching, explained: folded, the page table stays in view
+        with st.expander(t("prefix.header", n=len(last["prefix"]))):
+            for rid, lookup in last["prefix"].items():
+                st.caption(prefix_line(rid, lookup))
     if waits_on_fragmentation(last):
         st.warning(t("paging.frag_wait", free=s["free"], run=s["largest_free_run"],
                      reason=last["blocked_reason"]))
