@@ -113,6 +113,9 @@ def _scroll_into_view(css_class: str) -> None:
         const el = document.querySelector(".{css_class}");
         const main = document.querySelector('[data-testid="stMain"]');
         if (!el || !main) return;
+        // room below the page's end, so a short page can still bring the prediction up
+        const body = main.querySelector('[data-testid="stMainBlockContainer"]');
+        if (body) body.style.paddingBottom = "70vh";
         main.scrollTop += el.getBoundingClientRect().top - 8;
       }};
       [0, 300, 1000, 2000, 3000].forEach((ms) => setTimeout(go, ms));
