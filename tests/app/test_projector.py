@@ -17,6 +17,7 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from app.classplan import STOPS
+from app.i18n import STRINGS
 from app.pagelist import page_info
 from tests.browsing import Tab
 
@@ -50,11 +51,18 @@ STEP_JS = r"""() => {
   }
   return -1;
 }"""
-# Play has run `n` steps, or the run ended (its Play button gone: the reveal took its place)
-PLAYED_JS = "n => (" + STEP_JS + ")() >= n || !document.querySelector('.st-key-pred_play button')"
+# the stop's reveal is drawn (the run ended by itself: the reveal took Play's place)
+REVEALED_JS = "id => !!document.querySelector(`.st-key-pred_${id} [data-testid=stAlert]`)"
+# Play has run `n` steps, or the run ended. Not "Play's button is gone": the button leaves the
+# page for a moment during the rerun Play's click starts, and a Pause judged then is never sent
+PLAYED_JS = ("([id, n]) => (" + STEP_JS + ")() >= n || (" + REVEALED_JS + ")(id)")
 PLAY_STEPS = 2
-PAUSE_JS = """() => { const b = document.querySelector('.st-key-pred_play button');
-                     if (b) b.click(); return !!b; }"""
+# Pause, found and clicked in one step in the page (the run may end at any moment): "paused",
+# or "revealed" when the reveal has taken its place; null (wait on) while neither is drawn
+PAUSE_JS = """id => { const b = document.querySelector('.st-key-pred_play button');
+  if (b) { b.click(); return "paused"; }
+  return document.querySelector(`.st-key-pred_${id} [data-testid=stAlert]`) ? "revealed" : null;
+}"""
 
 
 def in_view(tab: Tab, selector: str) -> tuple[float, float]:
@@ -116,12 +124,13 @@ def test_each_stops_prediction_and_run_control_are_on_screen(chromium, app_url, 
                 # a few steps, so the gauges and the KV map hold numbers, then Pause
                 start = tab.page.evaluate(STEP_JS)
                 tab.page.locator(".st-key-pred_play button").click()
-                tab.page.wait_for_function(PLAYED_JS, arg=start + PLAY_STEPS)
+                tab.page.wait_for_function(PLAYED_JS, arg=[stop.id, start + PLAY_STEPS])
                 since = tab.runs()
-                # Pause, unless the run has ended and the reveal took the button's place: found
-                # and clicked in one step in the page, since the run may end at any moment
-                paused = tab.page.evaluate(PAUSE_JS)
+                paused = tab.page.wait_for_function(PAUSE_JS, arg=stop.id).json_value() == "paused"
                 tab.settle(since if paused else None)
+                play = tab.page.locator(".st-key-pred_play button")
+                if paused and play.count() and play.inner_text() == STRINGS["side.pause"][lang]:
+                    problems.append(f"{where}: Pause left the run playing")
             # the page scrolls the prediction to the top up to 3 s after it draws (each run,
             # app/predict.py): give that scroll its time before judging the fold
             with contextlib.suppress(PlaywrightTimeout):
