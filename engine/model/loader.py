@@ -14,6 +14,7 @@ Supported architectures: Llama / SmolLM, Qwen2 / Qwen2.5 (q/k/v bias), Qwen3 (q/
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -139,6 +140,25 @@ def _converting(out: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def _gguf_parsed_once():
+    """transformers' GGUF import parses the whole file three times (config, tokenizer, weights:
+    each a Python walk over every vocabulary string) and builds gguf-py's tensor-name map anew
+    for every tensor, most of a first start's conversion. Both are read-only, so for the
+    conversion's duration each is built once per argument and reused: the same objects, the
+    same weights, in a fraction of the time. gguf-py's module attributes are what transformers
+    imports at call time."""
+    import gguf as gguf_py
+
+    reader, name_map = gguf_py.GGUFReader, gguf_py.get_tensor_name_map
+    gguf_py.GGUFReader = functools.lru_cache(maxsize=2)(reader)
+    gguf_py.get_tensor_name_map = functools.lru_cache(maxsize=8)(name_map)
+    try:
+        yield
+    finally:
+        gguf_py.GGUFReader, gguf_py.get_tensor_name_map = reader, name_map
+
+
 def _convert_gguf(gguf: Path, out: Path, progress: Progress | None) -> None:
     """Dequantize a GGUF file once into a Hugging Face folder (safetensors + tokenizer)."""
     from safetensors.torch import save_file
@@ -147,11 +167,12 @@ def _convert_gguf(gguf: Path, out: Path, progress: Progress | None) -> None:
     report = progress or (lambda f, m: None)
     report(0.05, f"reading tokenizer from {gguf.name}")
     try:
-        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        report(0.35, f"dequantizing {gguf.name} (first start only)")
-        model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-        )
+        with _gguf_parsed_once():
+            tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            report(0.35, f"dequantizing {gguf.name} (first start only)")
+            model = AutoModelForCausalLM.from_pretrained(
+                gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+            )
     except Exception as exc:  # the GGUF reader raises many kinds; name the file
         raise ModelLoadError(f"could not read GGUF file {gguf}: {exc}") from exc
     report(0.85, "writing the safetensors cache")

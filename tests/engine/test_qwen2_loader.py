@@ -77,3 +77,10 @@ def test_a_gguf_file_path_is_converted_once_and_loads(tmp_path, monkeypatch):
     stamp = (folder / "model.safetensors").stat().st_mtime_ns
     assert hf_folder(str(gguf)) == folder
     assert (folder / "model.safetensors").stat().st_mtime_ns == stamp
+    # the conversion's parse-once memo (loader._gguf_parsed_once) is undone afterwards
+    import gguf as gguf_py
+    from gguf.gguf_reader import GGUFReader
+    from gguf.tensor_mapping import get_tensor_name_map
+
+    assert gguf_py.GGUFReader is GGUFReader
+    assert gguf_py.get_tensor_name_map is get_tensor_name_map
