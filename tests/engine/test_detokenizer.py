@@ -83,6 +83,46 @@ def test_an_output_cut_inside_a_character_ends_at_the_last_whole_one(tokenizer):
     assert cuts > 0, "some cut fell inside a character (else this test shows nothing)"
 
 
+def _byte_tokens() -> dict[int, str]:
+    """GPT-2's byte-level alphabet (the bundled tokenizer's): each byte's one-character token."""
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+          *range(ord("®"), ord("ÿ") + 1)]
+    cs = bs[:]
+    others = [b for b in range(256) if b not in bs]  # mapped past U+00FF, in order
+    return dict(zip(bs + others, map(chr, cs + [256 + i for i in range(len(others))])))
+
+
+def test_a_models_own_invalid_bytes_show_as_the_full_decode_shows_them(tokenizer):
+    """Broken characters in an answer ("概\ufffda") are the model's own bytes, not a
+    character the stream split: a byte-level model can sample a UTF-8 lead byte and then a
+    token that is no continuation of it. The stream then shows exactly what decoding the whole
+    output shows (U+FFFD where the bytes are invalid, as Hugging Face and vLLM decode them),
+    nothing more and nothing lost; a character split over byte tokens never shows one.
+    (benchmarks/invalid_utf8.py counts how often the bundled model does this.)"""
+    byte_token = {b: tokenizer.convert_tokens_to_ids(c) for b, c in _byte_tokens().items()}
+    # a byte-level vocabulary: a token for each byte used here (bytes UTF-8 never uses have none)
+    assert all(byte_token[b] != tokenizer.unk_token_id for b in "概a".encode())
+    lead = "概".encode()[0]  # 0xE6: a three-byte character's first byte
+    for tail in ("a", "你好"):
+        ids = tokenizer.encode("概") + [byte_token[lead]] + tokenizer.encode(tail)
+        d = Detokenizer(tokenizer)
+        streamed = ""
+        for t in ids:
+            d.add(t)
+            streamed += d.take(False)
+        d.finish()
+        streamed += d.take(True)
+        whole = tokenizer.decode(ids, skip_special_tokens=False)
+        assert whole == f"概\ufffd{tail}" and streamed == whole, (tail, streamed, whole)
+    # the same character as separate byte tokens: whole, never a U+FFFD on the way
+    d = Detokenizer(tokenizer)
+    for b in "概a".encode():
+        d.add(byte_token[b])
+        assert "\ufffd" not in d.take(False)
+    d.finish()
+    assert d.text == "概a"
+
+
 def test_hold_back_matches_every_prefix_check_and_is_linear_in_the_text():
     """The KMP matcher's held tail equals the plain rule (the longest prefix of a stop string
     the text ends with, shorter than the stop string), and a long stop string costs each
