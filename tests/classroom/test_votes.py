@@ -360,29 +360,29 @@ def test_misconception_shares_count_the_answers_whose_form_could_catch_it():
         class_gains(tabs["pre"], tabs["post"], tags)
 
 
-def test_a_misconception_only_one_form_offers_shows_its_real_share():
-    """The review's case in a class: paging-shrinks-weights is offered by form B's item 1
-    only; every phone that took form B as its pre-test picked it, so the share is 100%."""
+def test_a_misconception_both_twins_offer_counts_both_forms_answers():
+    """The real forms: paging-shrinks-weights is offered by item 1 (kv-throughput) of both
+    forms (the twins offer the same misconceptions). On the pre-test the three phones on
+    form B pick it and the three on form A are right: 3 of 6, each form's answers counted."""
     from classroom.vote_routes import gains_report
 
     c = Classroom("cls", forms=load_test_forms())
     ph = [c.join().pid for _ in range(6)]
-    b1 = c.forms.form("B")[1]
-    trap = b1.misconceptions.index("paging-shrinks-weights")
-    assert all("paging-shrinks-weights" not in q.misconceptions for q in c.forms.form("A"))
+    assert all("paging-shrinks-weights" in c.forms.form(f)[1].misconceptions for f in "AB")
     for phase in ("pre", "post"):
         c.start_test(phase)
         for p in ph:
             form = c.form_of(p, phase)
             for i, q in enumerate(c.forms.form(form)):
                 wrong = phase == "pre" and form == "B" and i == 1
-                c.answer_test(p, i, trap if wrong else q.correct)
+                c.answer_test(p, i, q.misconceptions.index("paging-shrinks-weights")
+                              if wrong else q.correct)
         c.stop_test()
     rep = gains_report(c, "en")
     m = rep["result"]["misconceptions"]["paging-shrinks-weights"]
-    assert m["pre"] == 100.0 and m["post"] == 0.0 and m["n_pre"] == m["n_post"] == 3
+    assert m["pre"] == 50.0 and m["post"] == 0.0 and m["n_pre"] == m["n_post"] == 6
     name = rep["misconception_names"]["paging-shrinks-weights"]
-    assert f"| {name} | 100% | 0% |" in rep["summary"]
+    assert f"| {name} | 50% | 0% |" in rep["summary"]
 
 
 def test_blank_answers_have_csv_rows_and_the_csv_agrees_with_the_gains():
