@@ -26,7 +26,8 @@ projected name passes through),
 "hidden"?}` (a student's name, by the handle `state` lists) or `{"hidden"?}` (the round's
 question), `words` `{"words": [...]}`, `test/start` `{"phase"}`, `test/stop`,
 `test/hand`, `export.csv` (`?nicknames=1` adds them: the teacher's own export),
-`gains` (g, d_z, right-to-wrong per item and misconception, the sentence, the summary).
+`gains` (g, d_z, right-to-wrong per item and misconception, each form's and each order's
+means, the sentence, the summary).
 """
 
 from __future__ import annotations

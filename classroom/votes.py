@@ -426,6 +426,7 @@ class TestTables(NamedTuple):
     tags: dict  # (phase, student, item) -> the misconception the answer fell into, or None
     offers: dict  # (phase, student, item) -> the misconceptions that item of its form offers
     blanks: frozenset  # the (phase, student, item) answers left blank
+    forms: dict = {}  # (phase, student) -> the form ("A" or "B") it took
 
 
 @dataclass
@@ -1073,21 +1074,24 @@ class Classroom:
 
     def test_tables(self) -> TestTables:
         """For gains: student -> item -> right, the misconception each answer fell into, the
-        misconceptions each student's item offers (its form's, the shares' denominator) and
-        the answers left blank. A student is in a test once it answered one of its items."""
+        misconceptions each student's item offers (its form's, the shares' denominator), the
+        answers left blank and the form each student took in each test (the per-form and
+        per-order means). A student is in a test once it answered one of its items."""
         out: dict[str, dict] = {"pre": {}, "post": {}}
         tags: dict[tuple, str | None] = {}
         offers: dict[tuple, frozenset] = {}
+        forms: dict[tuple, str] = {}
         if self.forms is None:
-            return TestTables(out["pre"], out["post"], tags, offers, frozenset())
+            return TestTables(out["pre"], out["post"], tags, offers, frozenset(), forms)
         n = len(self.forms.pairs)
         for phase, t in self.tests.items():
             for pid, ans in t.answers.items():
-                items = self.forms.form(self.form_of(pid, phase))
+                forms[(phase, pid)] = form = self.form_of(pid, phase)
+                items = self.forms.form(form)
                 out[phase][pid] = {i: (i in ans and ans[i] == items[i].correct) for i in range(n)}
                 for i in range(n):
                     tags[(phase, pid, i)] = items[i].misconceptions[ans[i]] if i in ans else None
                     offers[(phase, pid, i)] = frozenset(m for m in items[i].misconceptions if m)
         blanks = frozenset((ph, pid, i) for ph, t in self.tests.items() for pid, ans in
                            t.answers.items() for i in range(n) if i not in ans)
-        return TestTables(out["pre"], out["post"], tags, offers, blanks)
+        return TestTables(out["pre"], out["post"], tags, offers, blanks, forms)
