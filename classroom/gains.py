@@ -31,7 +31,8 @@ The measures (what the summary page and the CSV show):
   item 1 is counted over the students who took form B, and an item that could catch it where
   nobody picked it still counts. None for a test where no answer could catch it. Listed for
   the misconceptions some matched answer fell into.
-Hand counts give pre%, post% and g; d and right-to-wrong need matched students and are None.
+Hand counts give pre%, post% and g, and each form's share right (gains_report: no n, no
+orders); d and right-to-wrong need matched students and are None.
 """
 
 from __future__ import annotations
@@ -235,12 +236,15 @@ def form_tables(result: dict, lang: str) -> list[list[list[str]]]:
     def f(x, pct=False):
         return "-" if x is None else (f"{x:.0f}%" if pct else f"{x:.2f}")
 
+    def n(x):  # hand counts have no students to count
+        return "-" if x is None else str(x)
+
     out = []
     if result.get("forms"):
         rows = [[w["form"], pre, w["n"], post, w["n"]]]
         for k, v in result["forms"].items():
-            rows.append([w[k], f(v["pre"], True), str(v["n_pre"]), f(v["post"], True),
-                         str(v["n_post"])])
+            rows.append([w[k], f(v["pre"], True), n(v["n_pre"]), f(v["post"], True),
+                         n(v["n_post"])])
         out.append(rows)
     if result.get("orders"):
         rows = [[w["order"], w["n"], pre, post, "g"]]

@@ -277,6 +277,14 @@ def test_pre_post_by_hand_counts_give_g_without_d():
     assert rep["result"]["g"] == pytest.approx((b - a) / (100 - a))
     assert rep["result"]["d"] is None and rep["result"]["right_to_wrong"] is None
     assert rep["summary"].startswith("# 课堂学习收获")
+    # each form's share right, from its own counts (right 5 of 8, 14 of 17 on every item)
+    answers = {ph: sum(k + len(q.choices) - 1 for q in c.forms.form("A")) for ph, k in
+           (("pre", 5), ("post", 14))}
+    forms = rep["result"]["forms"]
+    assert forms["A"]["pre"] == pytest.approx(100 * 5 * len(c.forms.pairs) / answers["pre"])
+    assert forms["B"]["post"] == pytest.approx(100 * 14 * len(c.forms.pairs) / answers["post"])
+    assert forms["A"]["n_pre"] is None and rep["result"]["orders"] == {}
+    assert "| A 卷 | " in rep["summary"] and "| - |" in rep["summary"]
 
 
 def test_the_flood_rule_is_a_setting_and_its_window_ends():
