@@ -76,23 +76,12 @@ STRINGS: dict[str, dict[str, str]] = {
     "quiz.your_answer": {"zh": "你的答案", "en": "your answer"},
     "quiz.right_answer": {"zh": "正确答案", "en": "the right answer"},
     "quiz.why_not": {"zh": "这个选项错在：", "en": "Why not this one:"},
-    "quiz.save_pre": {"zh": "记为课前成绩", "en": "Save as my pre-class score"},
-    "quiz.save_pre.help": {"zh": "课前成绩只算上面与课后测成对的那几道自测题（形式 A）。",
-                           "en": "The pre-class score counts the self-test items above that "
-                                 "the post-test pairs (form A)."},
-    "quiz.save_post": {"zh": "记为课后成绩", "en": "Save as my post-class score"},
-    "quiz.save_post.help": {"zh": "课后成绩只算下面的「课后测」（形式 B：同一概念，换了数字和选项）。",
-                            "en": "The post-class score counts the post-test below (form B: "
-                                  "the same ideas with other numbers and choices)."},
-    "quiz.post_set": {"zh": "课后测：平行题", "en": "Post-test: the parallel questions"},
-    "quiz.post_intro": {"zh": "下课后再做。每道题考的概念和上面成对的自测题相同，但数字、选项和正确答案的位置都不同，"
-                              "所以记住上面的答案帮不上忙。",
-                        "en": "Take these after class. Each tests the same idea as a paired "
-                              "self-test item above, with other numbers, other choices and the "
-                              "right answer in another place, so remembering the key above "
-                              "does not help."},
-    "quiz.pre": {"zh": "课前", "en": "Before class"},
-    "quiz.post": {"zh": "课后（与课前比）", "en": "After class (vs before)"},
+    "quiz.tests_elsewhere": {"zh": "课上的前测和后测在手机上做，题目不在这一页，也不会出现在课上的投票里；"
+                                   "这一页的题和解析尽管看。",
+                             "en": "The class's pre-test and post-test are taken on phones; "
+                                   "their questions are not on this page and never open as a "
+                                   "class vote. These questions and their answers are yours "
+                                   "to study."},
     "quiz.retry": {"zh": "重答这题", "en": "Retry this question"},
     "quiz.reset_all": {"zh": "全部重来", "en": "Reset all"},
     "quiz.try_demo": {"zh": "到实时页面看一看", "en": "See it live"},

@@ -7,10 +7,12 @@ return with app/components/votes.py. The Classroom page `attach`es its running s
 (one class per app process, like the Classroom page's own state), so the class plan and the
 self-test pages can open a round on the same server.
 
-The pre/post test's form A is made of self-test items: the Classroom page's picker marks
-them, never preselects one, and warns (as does opening one from any page) while the class is
-between the pre-test and the post-test, when a round on one shows half the class its own
-post-test question answered.
+The pre/post test's two forms (lessons/pretest.json) are held out of the rounds: the
+Classroom page's picker offers the self-test's items only when they are not test items (none
+is; an item whose id or question a test item shares would be left out), so it never offers or
+defaults to one. A round opened on a test item anyway (through the API) comes back marked by
+the class server (`on_test_item`, with its warning), and the panel shows that warning, in zh
+or en, for as long as the round is current.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import streamlit as st
 
 from app.components.votes import count_html, gains_html, reveal_html
 from app.i18n import get_lang
-from classroom.votes import packaged_lessons
+from classroom.votes import TestForm, load_test_forms, packaged_lessons, quiz_question
 
 _SERVER = {"url": None, "headers": {}}
 
@@ -33,20 +35,6 @@ S = {
     "no_class": {"zh": "先在课堂页启动课堂服务器，才能在手机上投票。",
                  "en": "Start the class server on the Classroom page to vote from phones."},
     "pick": {"zh": "自测题", "en": "Self-test item"},
-    "test_mark": {"zh": "（前后测题）", "en": "(pre/post item) "},
-    "test_item_now": {"zh": "这是前后测题，而现在正处在前测和后测之间：一半学生会在后测里遇到这道原题。"
-                            "现在用它开一轮投票，后测就被污染了，算出的学习收获会偏高。"
-                            "请换一道没有「前后测题」标记的题，或等后测结束后再用它。",
-                      "en": "This is a pre/post item, and the class is between the pre-test and "
-                            "the post-test: half the class will meet this very question on the "
-                            "post-test. A round on it now contaminates the post-test, and the "
-                            "gains will read too high. Pick an item without the mark, or use "
-                            "this one after the post-test."},
-    "contaminated": {"zh": "你在前测和后测之间用前后测题开了一轮投票：这道题的后测已被污染"
-                           "（一半学生会在后测里再次遇到它），它的学习收获会偏高。",
-                     "en": "You opened a round on a pre/post item between the pre-test and the "
-                           "post-test: the post-test is now contaminated on this item (half the "
-                           "class will meet it again there), and its gain will read too high."},
     "seconds": {"zh": "时长（秒）", "en": "Time (s)"},
     "lock": {"zh": "锁定", "en": "Lock"},
     "extend": {"zh": "再给 30 秒", "en": "30 s more"},
@@ -147,25 +135,35 @@ def open_button(payload: dict, key: str, seconds: int = 90) -> None:
     st.button(tr("open"), key=f"vote_open_{key}", on_click=_open, args=(payload, seconds))
 
 
-def test_item_ids() -> set[str]:
-    """The self-test items that are on the pre/post test (its form A)."""
-    return set(packaged_lessons().test_quiz_ids())
+def test_forms() -> TestForm | None:
+    """The pre/post test's forms as the class server loads them (None if they do not load:
+    then the picker holds nothing back, and the server says what is wrong)."""
+    try:
+        return load_test_forms(packaged_lessons())
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
-def between_tests(test: dict | None) -> bool:
-    """The class server's test status says the pre-test was given and the post-test is not
-    over: a round on a pre/post item now shows the half of the class that takes form A
-    after its own post-test question, answered."""
-    answered = (test or {}).get("answered") or {}
-    return "pre" in answered and ("post" not in answered or test.get("open") == "post")
+def round_choices() -> list[str]:
+    """The ids of the self-test items the round picker offers: every one that is not a test
+    item (by id or question text, `TestForm.holds`), in the self-test's order."""
+    lessons, forms = packaged_lessons(), test_forms()
+    return [q["id"] for q in lessons.quiz["questions"]
+            if forms is None or forms.holds(quiz_question(q)) is None]
+
+
+def test_item_warning(state: dict | None) -> str | None:
+    """The class server's warning for a current round on a pre/post test item, if any."""
+    r = (state or {}).get("round") if isinstance(state, dict) else None
+    return (r or {}).get("test_item_warning")
 
 
 def _open(payload: dict, seconds: int) -> None:
     state = call("POST", "open", question=payload, seconds=seconds)
     if state is not None:
         st.toast(tr("opened"))
-        if payload["id"] in test_item_ids() and between_tests(state.get("test")):
-            st.warning(tr("contaminated"))
+        if test_item_warning(state):
+            st.warning(test_item_warning(state))
 
 
 def projector(measured: dict | None = None) -> None:
@@ -184,6 +182,8 @@ def projector(measured: dict | None = None) -> None:
         if not isinstance(state, dict):
             return
         r = state.get("round")
+        if test_item_warning(state):  # a round opened on a test item (through the API)
+            st.warning(test_item_warning(state))
         if r:
             st.html(count_html(state, lang) if r["state"] == "open" else
                     count_html(state, lang) + reveal_html(state, lang))
@@ -223,20 +223,16 @@ def projector(measured: dict | None = None) -> None:
 
     quiz = load_quiz()
     qs = {q.id: q for q in quiz.questions}
-    # the pre/post test's items are marked, and the first item off the test is the default
-    # (none when every item is on it)
-    tests, ids, mark = test_item_ids(), list(qs), tr("test_mark")
-    free = [i for i in ids if i not in tests]
+    # the pre/post test's items are never offered (so never the default): the first item
+    # offered is (none when every item were a test item)
+    ids = [i for i in round_choices() if i in qs]
     a, b, c = st.columns([3, 1, 1])
-    pick = a.selectbox(tr("pick"), ids, index=ids.index(free[0]) if free else None,
-                       format_func=lambda i: (mark if i in tests else "")
-                       + qs[i].question.get(lang), key="vote_pick")
+    pick = a.selectbox(tr("pick"), ids, index=0 if ids else None,
+                       format_func=lambda i: qs[i].question.get(lang), key="vote_pick")
     secs = b.number_input(tr("seconds"), 10, 600, 90, step=10, key="vote_secs")
     c.button(tr("open"), key="vote_open_pick", on_click=_open, disabled=pick is None,
              args=(quiz_payload(qs[pick]) if pick else None, int(secs)))
     state = call("GET", "state")
-    if pick in tests and isinstance(state, dict) and between_tests(state.get("test")):
-        st.warning(tr("test_item_now"))
     with st.form("vote_hand_form"):
         st.text_input(tr("hand"), key="vote_hand")
         st.form_submit_button(tr("hand_save"), on_click=_hand, key="vote_hand_save")

@@ -15,7 +15,15 @@ The measures (what the summary page and the CSV show):
   two matched students or when every student moved by the same amount.
 - right-to-wrong rate: of the (student, item) pairs right on the pre-test, the share wrong
   on the post-test.
-- per item: pre%, post%, g and right-to-wrong.
+- per item: pre%, post%, g and right-to-wrong; and, given each student's forms, the item's
+  pre% and post% on each form (`forms`: {"A": {"pre", "n_pre", "post", "n_post"}, "B": ...}).
+- per form (given `forms`, who took which form in each test): each form's mean score on the
+  pre-test, over the matched students who took it then, and on the post-test likewise, with
+  those n. Counterbalanced halves are alike, so two forms far apart within one test tell of
+  twins that are not parallel (one form harder), not of learning.
+- per order: the matched students who took A then B ("AB") and those who took B then A
+  ("BA"): n, their pre% and post%, and g on those. A gain in one order only tells of a form
+  effect too.
 - per misconception, for each test: the share of the matched students' answers that fell into
   it, out of the (student, item) answers whose item, on the form that student took, offers it
   as a choice (a blank answer to such an item counts, as not falling into it). Which form each
@@ -23,7 +31,8 @@ The measures (what the summary page and the CSV show):
   item 1 is counted over the students who took form B, and an item that could catch it where
   nobody picked it still counts. None for a test where no answer could catch it. Listed for
   the misconceptions some matched answer fell into.
-Hand counts give pre%, post% and g; d and right-to-wrong need matched students and are None.
+Hand counts give pre%, post% and g, and each form's share right (gains_report: no n, no
+orders); d and right-to-wrong need matched students and are None.
 """
 
 from __future__ import annotations
@@ -57,12 +66,13 @@ def _pct(xs) -> float:
 
 def class_gains(pre: dict[str, dict[int, bool]], post: dict[str, dict[int, bool]],
                 tags: dict | None = None, offers: dict | None = None,
-                blanks: set | frozenset = frozenset()) -> dict:
+                blanks: set | frozenset = frozenset(), forms: dict | None = None) -> dict:
     """All the measures above from matched students; `tags[(phase, student, item)]` names the
     misconception a wrong answer fell into (None for a right or blank answer) and
     `offers[(phase, student, item)]` the misconceptions that item of the student's form offers
     (the denominator of the per-misconception shares: needed with `tags`); `blanks` holds the
-    (phase, student, item) answers left blank."""
+    (phase, student, item) answers left blank; `forms[(phase, student)]` the form ("A" or
+    "B") the student took in that test (without it, no per-form or per-order means)."""
     if tags and offers is None:
         raise ValueError("offers: which misconceptions each student's item offers, with tags")
     matched = sorted(set(pre) & set(post))
@@ -70,7 +80,8 @@ def class_gains(pre: dict[str, dict[int, bool]], post: dict[str, dict[int, bool]
     items = sorted({i for s in matched for i in pre[s]} | {i for s in matched for i in post[s]})
     if not matched:
         return {"matched": 0, "unmatched": unmatched, "blank": 0, "pre": None, "post": None,
-                "g": None, "d": None, "right_to_wrong": None, "items": {}, "misconceptions": {}}
+                "g": None, "d": None, "right_to_wrong": None, "items": {}, "misconceptions": {},
+                "forms": {}, "orders": {}}
     score = {ph: {s: _pct(tab[s].get(i, False) for i in items) for s in matched}
              for ph, tab in (("pre", pre), ("post", post))}
     pre_pct, post_pct = mean(score["pre"].values()), mean(score["post"].values())
@@ -85,6 +96,21 @@ def class_gains(pre: dict[str, dict[int, bool]], post: dict[str, dict[int, bool]
         per_item[i] = {"pre": a, "post": b, "g": hake_g(a, b),
                        "right_to_wrong": (sum(not post[s].get(i, False) for s in right)
                                           / len(right)) if right else None}
+        if forms:
+            per_item[i]["forms"] = _by_form(
+                {ph: {s: tab[s].get(i, False) for s in matched}
+                 for ph, tab in (("pre", pre), ("post", post))}, forms, pct=True)
+    per_form = _by_form(score, forms) if forms else {}
+    per_order = {}
+    for order, (first, then) in (("AB", ("A", "B")), ("BA", ("B", "A"))):
+        if not forms:
+            break
+        who = [s for s in matched if forms.get(("pre", s)) == first
+               and forms.get(("post", s)) == then]
+        a = mean(score["pre"][s] for s in who) if who else None
+        b = mean(score["post"][s] for s in who) if who else None
+        per_order[order] = {"n": len(who), "pre": a, "post": b,
+                            "g": None if a is None else hake_g(a, b)}
     per_mis: dict[str, dict] = {}
     if tags:
         picked = {m for (ph, s, i), m in tags.items() if m and s in matched}
@@ -105,7 +131,22 @@ def class_gains(pre: dict[str, dict[int, bool]], post: dict[str, dict[int, bool]
     return {"matched": len(matched), "unmatched": unmatched, "blank": blank, "pre": pre_pct,
             "post": post_pct, "g": hake_g(pre_pct, post_pct),
             "d": cohen_dz([score["post"][s] - score["pre"][s] for s in matched]),
-            "right_to_wrong": r2w, "items": per_item, "misconceptions": per_mis}
+            "right_to_wrong": r2w, "items": per_item, "misconceptions": per_mis,
+            "forms": per_form, "orders": per_order}
+
+
+def _by_form(values: dict, forms: dict, pct: bool = False) -> dict:
+    """{"A": {"pre", "n_pre", "post", "n_post"}, "B": ...}: the mean of `values[phase]`
+    ({student: a score, or right?}) over the students who took that form in that test."""
+    out = {}
+    for f in ("A", "B"):
+        v = {}
+        for ph in ("pre", "post"):
+            xs = [x for s, x in values[ph].items() if forms.get((ph, s)) == f]
+            v["n_" + ph] = len(xs)
+            v[ph] = None if not xs else (_pct(xs) if pct else mean(xs))
+        out[f] = v
+    return out
 
 
 def hand_gains(pre_counts: dict[int, tuple[int, int]],
@@ -129,7 +170,8 @@ def hand_gains(pre_counts: dict[int, tuple[int, int]],
         per_item[i] = {"pre": a, "post": b, "g": gain(a, b), "right_to_wrong": None}
     a, b = pct(pre_counts), pct(post_counts)
     return {"matched": 0, "unmatched": 0, "blank": None, "pre": a, "post": b, "g": gain(a, b),
-            "d": None, "right_to_wrong": None, "items": per_item, "misconceptions": {}}
+            "d": None, "right_to_wrong": None, "items": per_item, "misconceptions": {},
+            "forms": {}, "orders": {}}
 
 
 def revisit_sentence(result: dict, item_names: dict[int, dict],
@@ -172,6 +214,57 @@ def matched_line(result: dict, lang: str) -> str:
                                 k=result.get("blank", 0))
 
 
+FORM_WORDS = {
+    "zh": {"forms": "按试卷", "orders": "按顺序", "form": "试卷", "order": "顺序", "n": "人数",
+           "A": "A 卷", "B": "B 卷", "AB": "先 A 卷后 B 卷", "BA": "先 B 卷后 A 卷",
+           "note": "两半学生是随机分的：同一次测验里 A 卷和 B 卷的平均分差得多，说明这对孪生题"
+                   "难度不一样，不是学到了什么；只在一种顺序里有进步也是同样的信号。"},
+    "en": {"forms": "Per form", "orders": "Per order", "form": "Form", "order": "Order",
+           "n": "n", "A": "Form A", "B": "Form B", "AB": "A then B", "BA": "B then A",
+           "note": "The two halves are split at random: forms far apart within one test tell "
+                   "of twins that are not equally hard, not of learning; so does a gain in "
+                   "one order only."},
+}
+
+
+def form_tables(result: dict, lang: str) -> list[list[list[str]]]:
+    """The per-form and per-order tables as rows of cells (a header row first), each form's
+    pre- and post-test mean with its n, each order's n, pre, post and g; [] without them."""
+    w = FORM_WORDS[lang]
+    pre, post = ("前测", "后测") if lang == "zh" else ("Pre", "Post")
+
+    def f(x, pct=False):
+        return "-" if x is None else (f"{x:.0f}%" if pct else f"{x:.2f}")
+
+    def n(x):  # hand counts have no students to count
+        return "-" if x is None else str(x)
+
+    out = []
+    if result.get("forms"):
+        rows = [[w["form"], pre, w["n"], post, w["n"]]]
+        for k, v in result["forms"].items():
+            rows.append([w[k], f(v["pre"], True), n(v["n_pre"]), f(v["post"], True),
+                         n(v["n_post"])])
+        out.append(rows)
+    if result.get("orders"):
+        rows = [[w["order"], w["n"], pre, post, "g"]]
+        for k, v in result["orders"].items():
+            rows.append([w[k], str(v["n"]), f(v["pre"], True), f(v["post"], True), f(v["g"])])
+        out.append(rows)
+    return out
+
+
+def item_by_form(v: dict, lang: str) -> str:
+    """An item's pre/post on each form, "A 40%/80% · B 50%/70%", or "-" without forms."""
+    if not v.get("forms"):
+        return "-"
+
+    def f(x):
+        return "-" if x is None else f"{x:.0f}%"
+
+    return " · ".join(f"{k} {f(x['pre'])}/{f(x['post'])}" for k, x in v["forms"].items())
+
+
 def summary_markdown(result: dict, sentence: dict, item_names: dict[int, dict],
                      misconceptions: dict[str, dict], lang: str) -> str:
     """The one-page summary (markdown) the teacher exports."""
@@ -188,16 +281,26 @@ def summary_markdown(result: dict, sentence: dict, item_names: dict[int, dict],
              f"| {f(result['pre'], True)} | {f(result['post'], True)} | {f(result['g'])} | "
              f"{f(result['d'])} | {f(None if result['right_to_wrong'] is None else 100 * result['right_to_wrong'], True)} |",
              "", "## " + ("每道题" if zh else "Per item"), "",
-             "| " + ("题" if zh else "Item") + " | Pre | Post | g | " +
-             ("对→错" if zh else "right→wrong") + " |", "|---|---|---|---|---|"]
+             "| " + " | ".join(["题" if zh else "Item", "前测" if zh else "Pre",
+                                "后测" if zh else "Post", "g", "对→错" if zh else "right→wrong",
+                                "各卷 前/后" if zh else "Each form pre/post"]) + " |",
+             "|---|---|---|---|---|---|"]
     for i, v in result["items"].items():
         name = item_names.get(i, {}).get(lang, str(i))
         rw = None if v["right_to_wrong"] is None else 100 * v["right_to_wrong"]
         lines.append(f"| {name} | {f(v['pre'], True)} | {f(v['post'], True)} | {f(v['g'])} "
-                     f"| {f(rw, True)} |")
+                     f"| {f(rw, True)} | {item_by_form(v, lang)} |")
+    for title, rows in zip((FORM_WORDS[lang]["forms"], FORM_WORDS[lang]["orders"]),
+                           form_tables(result, lang)):
+        lines += ["", "## " + title, "", "| " + " | ".join(rows[0]) + " |",
+                  "|" + "---|" * len(rows[0])]
+        lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
+    if result.get("forms"):
+        lines += ["", FORM_WORDS[lang]["note"]]
     if result["misconceptions"]:
         lines += ["", "## " + ("误解" if zh else "Misconceptions"), "",
-                  "| " + ("误解" if zh else "Misconception") + " | Pre | Post |", "|---|---|---|"]
+                  "| " + " | ".join(["误解" if zh else "Misconception", "前测" if zh else "Pre",
+                                     "后测" if zh else "Post"]) + " |", "|---|---|---|"]
         for m, v in sorted(result["misconceptions"].items()):
             lines.append(f"| {misconceptions.get(m, {}).get(lang, m)} | {f(v['pre'], True)} | "
                          f"{f(v['post'], True)} |")

@@ -26,7 +26,8 @@ projected name passes through),
 "hidden"?}` (a student's name, by the handle `state` lists) or `{"hidden"?}` (the round's
 question), `words` `{"words": [...]}`, `test/start` `{"phase"}`, `test/stop`,
 `test/hand`, `export.csv` (`?nicknames=1` adds them: the teacher's own export),
-`gains` (g, d_z, right-to-wrong per item and misconception, the sentence, the summary).
+`gains` (g, d_z, right-to-wrong per item and misconception, each form's and each order's
+means, the sentence, the summary).
 """
 
 from __future__ import annotations
@@ -291,6 +292,23 @@ def votes_router(classroom: Classroom | None = None,
     return router
 
 
+def hand_form_means(pre: dict, post: dict, forms) -> dict:
+    """Each form's share right on each test from hand counts (item -> form -> counts per
+    choice): {"A": {"pre", "post", "n_pre": None, "n_post": None}, "B": ...}, None where a
+    form was not counted. A count has answers, not students: no n, and no orders."""
+    out = {}
+    for f in ("A", "B"):
+        v = {}
+        for ph, hand in (("pre", pre), ("post", post)):
+            counted = [(c[forms.form(f)[i].correct], sum(c)) for i, by in hand.items()
+                       for g, c in by.items() if g == f]
+            n = sum(a for _, a in counted)
+            v[ph] = 100.0 * sum(r for r, _ in counted) / n if n else None
+            v["n_" + ph] = None
+        out[f] = v
+    return out
+
+
 def gains_report(room: Classroom, lang: str, lessons: Lessons | None = None) -> dict:
     """The summary page's numbers: from matched phones, else from hand counts. `lessons`
     names the test's items and the misconceptions (default: the packaged `lessons`)."""
@@ -308,6 +326,7 @@ def gains_report(room: Classroom, lang: str, lessons: Lessons | None = None) -> 
                     out[i] = (right, sum(sum(c) for c in by_form.values()))
                 return out
             result, source = hand_gains(tally(hp), tally(hq)), "hand"
+            result["forms"] = hand_form_means(hp.hand, hq.hand, room.forms)
     lessons = lessons or packaged_lessons()
     names = lessons.item_names() if room.forms is not None else {}
     mis = load_misconceptions(lessons)

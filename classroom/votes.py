@@ -19,7 +19,9 @@ What must hold:
   reveal read `Round.counts()`, whichever of the two it holds.
 - Pre/post test: two parallel forms, A and B, item i of one the twin of item i of the other.
   Phones alternate between group 0 (A first, B after) and group 1 (B first), in join order,
-  so the class is counterbalanced.
+  so the class is counterbalanced. Both forms are held out of what the class sees between the
+  tests: no self-test item is a test item, and a round opened on a test item anyway (its id or
+  its question's text) is marked `on_test_item`, in the teacher's state and the export.
 """
 
 from __future__ import annotations
@@ -61,6 +63,14 @@ SUGGESTIONS = {
     "measure": {"zh": "答案由引擎测出：运行演示，再揭晓测得的值。",
                 "en": "The engine measures the answer: run the demo, then reveal the measured value."},
 }
+
+# A round opened on a pre/post test item (through the API: the app's picker offers none)
+ON_TEST_ITEM = {
+    "zh": "这一轮用的是前后测的题：学生在后测前就见到了它（揭晓后还见到了答案），这道题的"
+          "前后测对比因此不再可信。导出的数据已把这一轮标为「用了测验题」。",
+    "en": "This round shows a pre/post test item: the class sees it (and, at the reveal, its "
+          "answer) before the post-test, so that item no longer measures what was learned. "
+          "The export marks this round as on a test item."}
 
 _ERRORS = {
     "unknown_phone": (404, "这部手机还没加入课堂：请刷新页面。",
@@ -216,6 +226,7 @@ class Round:
     previous: Round | None = None  # round 1, for a revote
     hidden: bool = False  # the question is hidden from the projector
     measured: str | None = None  # a prediction's value as the engine measured it, at reveal
+    on_test_item: str | None = None  # the pre/post test item it shows (pair:form), if any
 
     def counts(self) -> list[int]:
         if self.hand is not None:
@@ -268,12 +279,34 @@ class TestForm:
     def form(self, name: str) -> list[Question]:
         return [p[0 if name == "A" else 1] for p in self.pairs]
 
+    def items(self) -> list[Question]:
+        return [q for pair in self.pairs for q in pair]
+
+    def holds(self, question: Question) -> str | None:
+        """The id ("pair:A" or "pair:B") of the test item `question` shows, by its id or by
+        its question's text in either language (a copy sent under another id), else None."""
+        texts = {" ".join(question.text[lang].split()) for lang in LANGS}
+        for q in self.items():
+            if q.qid == question.qid or texts & {" ".join(q.text[lang].split())
+                                                 for lang in LANGS}:
+                return q.qid
+        return None
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of both forms' items (ids, texts, choices, keys): a class file's test
+        answers are read only against the forms they were given on."""
+        data = [[q.qid, q.text, q.choices, q.correct] for q in self.items()]
+        blob = json.dumps(data, ensure_ascii=False, sort_keys=True).encode("utf-8")
+        return hashlib.sha256(blob).hexdigest()[:16]
+
 
 @dataclass(frozen=True)
 class Lessons:
     """What the votes read of the course, as loaded data: `quiz` (lessons/quiz.json: the
-    self-test a round may open), `pretest` (pretest.json: the test's pairs) and
-    `misconceptions` (misconceptions.json: what each wrong choice holds)."""
+    self-test a round may open), `pretest` (pretest.json: the test's pairs, both forms' items
+    written out, none of them a self-test item) and `misconceptions` (misconceptions.json:
+    what each wrong choice holds)."""
 
     quiz: dict
     pretest: dict
@@ -294,10 +327,6 @@ class Lessons:
     def questions(self) -> dict[str, dict]:
         """The self-test's questions by id."""
         return {q["id"]: q for q in self.quiz["questions"]}
-
-    def test_quiz_ids(self) -> list[str]:
-        """The self-test items the pre/post test uses as form A, in the test's order."""
-        return [p["A"]["quiz"] for p in self.pretest["pairs"]]
 
     def item_names(self) -> dict[int, dict]:
         """Each pre/post test pair's idea ({zh, en}), by its index."""
@@ -341,24 +370,50 @@ def _filled(node):
     return node
 
 
+# lessons/pretest.json's format: 2 writes both forms' items out (question, choices, key,
+# each wrong choice's misconception). Format 1 took form A's items from the self-test
+# (quiz.json) by id, so the class saw them answered between the tests; it is refused.
+PRETEST_FORMAT = 2
+
+
+def _test_item(raw: dict, qid: str, known: dict) -> Question:
+    """One form's item of a pair, its figures filled in, checked: exactly one right choice,
+    every wrong choice a known misconception, the right one none."""
+    raw = _filled(raw)
+    choices = raw.get("choices") if isinstance(raw, dict) else None
+    if not isinstance(choices, list) or sum(bool(c.get("correct")) for c in choices) != 1:
+        raise ValueError(f"{qid}: needs its choices, exactly one of them correct")
+    q = Question.from_dict({
+        "id": qid, "kind": "test", "question": raw.get("question"), "choices": choices,
+        "correct": next(i for i, c in enumerate(choices) if c.get("correct"))})
+    for i, m in enumerate(q.misconceptions):
+        if (m is None) != (i == q.correct) or (m is not None and m not in known):
+            raise ValueError(f"{qid}: choice {i} needs a known misconception "
+                             f"(and the right choice none), got {m!r}")
+    return q
+
+
 def load_test_forms(lessons: Lessons | None = None) -> TestForm:
-    """lessons/pretest.json: form A items come from the self-test, form B are their twins."""
+    """lessons/pretest.json: each pair's form A item and its form B twin, both written out
+    there (format 2); ValueError naming the file's format when it is another."""
     lessons = lessons or packaged_lessons()
-    quiz, data = lessons.questions, lessons.pretest
+    data = lessons.pretest
+    version = data.get("version") if isinstance(data, dict) else None
+    if version != PRETEST_FORMAT:
+        raise ValueError(
+            f"lessons/pretest.json: format {version!r}, this course reads format "
+            f"{PRETEST_FORMAT} (each pair's items of form A and form B written out; format 1 "
+            f"took form A from the self-test, which the class sees answered)")
     known = load_misconceptions(lessons)
+    quiz = {" ".join(q["question"][lang].split()) for q in _filled(lessons.quiz["questions"])
+            for lang in LANGS}
     pairs = []
     for p in data["pairs"]:
-        a = quiz_question(quiz[p["A"]["quiz"]], "test", f"{p['id']}:A", p["A"]["misconceptions"])
-        b_raw = _filled(p["B"])  # its figures, as form A's (quiz_question)
-        b = Question.from_dict({
-            "id": f"{p['id']}:B", "kind": "test", "question": b_raw["question"],
-            "correct": next(i for i, c in enumerate(b_raw["choices"]) if c.get("correct")),
-            "choices": b_raw["choices"]})
+        a, b = (_test_item(p[f], f"{p['id']}:{f}", known) for f in ("A", "B"))
         for q in (a, b):
-            for i, m in enumerate(q.misconceptions):
-                if (m is None) != (i == q.correct) or (m is not None and m not in known):
-                    raise ValueError(f"{q.qid}: choice {i} needs a known misconception "
-                                     f"(and the right choice none), got {m!r}")
+            if {" ".join(q.text[lang].split()) for lang in LANGS} & quiz:
+                raise ValueError(f"{q.qid}: is a self-test question (quiz.json); a test item "
+                                 f"is held out of the self-test")
         pairs.append((a, b))
     return TestForm(pairs, data.get("minutes", 3))
 
@@ -371,6 +426,7 @@ class TestTables(NamedTuple):
     tags: dict  # (phase, student, item) -> the misconception the answer fell into, or None
     offers: dict  # (phase, student, item) -> the misconceptions that item of its form offers
     blanks: frozenset  # the (phase, student, item) answers left blank
+    forms: dict = {}  # (phase, student) -> the form ("A" or "B") it took
 
 
 @dataclass
@@ -388,7 +444,12 @@ def _clean_nick(nick: str) -> str:
     return nick.strip()
 
 
-CLASS_FILE_FORMAT = 1
+# 2: each round names the test item it showed (`on_test_item`) and the file names the test
+# forms its answers were given on (`test_forms`, TestForm.fingerprint). A format-1 file
+# loads when it holds no test answers; its answers were given on format-1 forms (form A the
+# self-test's items) and are refused, as are answers given on forms other than this course's.
+CLASS_FILE_FORMAT = 2
+READS_CLASS_FILES = (1, 2)
 
 
 class ClassFileError(Exception):
@@ -541,7 +602,8 @@ class Classroom:
                            "ballots": dict(r.ballots),
                            "hand": None if r.hand is None else list(r.hand),
                            "previous": None if r.previous is None else r.previous.rid,
-                           "hidden": r.hidden, "measured": r.measured})
+                           "hidden": r.hidden, "measured": r.measured,
+                           "on_test_item": r.on_test_item})
         tests = {}
         for ph, t in dict(self.tests).items():
             tests[ph] = {"open": t.open,
@@ -556,14 +618,15 @@ class Classroom:
                 "rounds": rounds, "current": None if cur is None else cur.rid,
                 "tests": tests, "open_test": self.open_test,
                 "test_items": None if self.forms is None else len(self.forms.pairs),
+                "test_forms": None if self.forms is None else self.forms.fingerprint,
                 "hidden_nicks": sorted(set(self.hidden_nicks)), "words": list(self.words),
                 "salt": self.salt}
 
     def restore(self, data: dict) -> None:
         """Fill this (new, empty) class from `snapshot()`'s data. ValueError, KeyError or
         TypeError on data that is not a class file (`load` turns them into ClassFileError)."""
-        if not isinstance(data, dict) or data.get("format") != CLASS_FILE_FORMAT:
-            raise ValueError(f"not a class file of format {CLASS_FILE_FORMAT}")
+        if not isinstance(data, dict) or data.get("format") not in READS_CLASS_FILES:
+            raise ValueError(f"not a class file of format {' or '.join(map(str, READS_CLASS_FILES))}")
         now = self.clock()
         self.class_id = str(data["class"])
         self.version = int(data["version"])
@@ -589,7 +652,7 @@ class Classroom:
             hand = None if d["hand"] is None else [int(c) for c in d["hand"]]
             r = Round(str(d["rid"]), q, int(d["number"]), now + float(d["seconds_left"]),
                       d["state"], ballots, hand, by_rid.get(prev), bool(d["hidden"]),
-                      d["measured"])
+                      d["measured"], d.get("on_test_item"))
             by_rid[r.rid] = r
             rounds.append(r)
         if data["current"] is not None and data["current"] not in by_rid:
@@ -597,6 +660,16 @@ class Classroom:
         n = None if self.forms is None else len(self.forms.pairs)
         if data["tests"] and data["test_items"] != n:
             raise ValueError(f"its tests have {data['test_items']} items, this course's {n}")
+        if data["tests"] and data["format"] == 1:
+            raise ValueError("its pre/post test was given on the old forms (class file format "
+                             "1: form A was the self-test's items); scored against this "
+                             "course's forms its answers would mean other questions. Export its "
+                             "CSV with the version that wrote it, or start a new class file")
+        mine = None if self.forms is None else self.forms.fingerprint
+        if data["tests"] and data["format"] > 1 and data["test_forms"] != mine:
+            raise ValueError(f"its pre/post test was given on other test forms ({data['test_forms']}"
+                             f", this course's {mine}): its answers would be scored against "
+                             f"other questions")
         tests = {}
         for ph, d in data["tests"].items():
             if ph not in ("pre", "post"):
@@ -689,7 +762,8 @@ class Classroom:
         if self.current is not None and self.current.state == "open":
             self.current.state = "locked"
         r = Round(f"{self.class_id}-{len(self.rounds) + 1}", question, 1,
-                  self.clock() + seconds)
+                  self.clock() + seconds,
+                  on_test_item=None if self.forms is None else self.forms.holds(question))
         self.rounds.append(r)
         self.current = r
         self._changed()
@@ -729,7 +803,7 @@ class Classroom:
         if first.number != 1:
             raise ValueError("a revote follows a first round")
         r = Round(f"{first.rid}r", first.question, 2, self.clock() + seconds, previous=first,
-                  hidden=first.hidden)
+                  hidden=first.hidden, on_test_item=first.on_test_item)
         self.rounds.append(r)
         self.current = r
         self._changed()
@@ -856,12 +930,14 @@ class Classroom:
             return out
         q = r.question
         view = {"id": r.rid, "number": r.number, "state": r.state, "kind": q.kind,
-                "qid": q.qid, "hidden": r.hidden,
+                "qid": q.qid, "hidden": r.hidden, "on_test_item": r.on_test_item,
                 "question": None if r.hidden else q.text[lang],
                 "choices": [c[lang] for c in q.choices], "voted": r.voters(),
                 "hand": r.hand is not None,
                 "seconds_left": max(0.0, round(r.deadline - self.clock(), 1))
                 if r.state == "open" else 0.0}
+        if r.on_test_item:  # the teacher's warning, in the view the teacher's page draws
+            view["test_item_warning"] = ON_TEST_ITEM[lang]
         if r.state != "open":
             share = r.share_right()
             view["counts"] = r.counts()
@@ -952,6 +1028,7 @@ class Classroom:
     # --- export -----------------------------------------------------------------------------
     def records(self) -> list[dict]:
         """One row a student an item: rounds' ballots and both tests' answers, pseudonymous.
+        A round's rows name the test item it showed, if it showed one (`on_test_item`).
         A test's item a student left blank (of a test it answered) has its row too, `blank` 1,
         no choice, `correct` 0: the gains count it wrong, so the CSV agrees with them."""
         rows = []
@@ -962,7 +1039,8 @@ class Classroom:
                              "form": "", "choice": c,
                              "correct": "" if q.correct is None else int(c == q.correct),
                              "misconception": (q.misconceptions[c] if c < len(q.misconceptions)
-                                               else None) or "", "blank": 0})
+                                               else None) or "", "blank": 0,
+                             "on_test_item": r.on_test_item or ""})
         for phase, t in self.tests.items():
             for pid, ans in t.answers.items():
                 form = self.form_of(pid, phase)
@@ -974,14 +1052,15 @@ class Classroom:
                                  "choice": "" if c is None else c,
                                  "correct": int(c == q.correct),
                                  "misconception": "" if c is None else q.misconceptions[c] or "",
-                                 "blank": int(c is None)})
+                                 "blank": int(c is None), "on_test_item": ""})
         return rows
 
     def export_csv(self, with_nicknames: bool = False) -> str:
         """CSV of `records()`, each student by a pseudonymous id (`handle`); the nickname
         column only in the teacher's export."""
         cols = ["student"] + (["nickname"] if with_nicknames else []) + [
-            "source", "item", "form", "choice", "correct", "misconception", "blank"]
+            "source", "item", "form", "choice", "correct", "misconception", "blank",
+            "on_test_item"]
         buf = io.StringIO()
         w = csv.DictWriter(buf, cols, extrasaction="ignore")
         w.writeheader()
@@ -995,21 +1074,24 @@ class Classroom:
 
     def test_tables(self) -> TestTables:
         """For gains: student -> item -> right, the misconception each answer fell into, the
-        misconceptions each student's item offers (its form's, the shares' denominator) and
-        the answers left blank. A student is in a test once it answered one of its items."""
+        misconceptions each student's item offers (its form's, the shares' denominator), the
+        answers left blank and the form each student took in each test (the per-form and
+        per-order means). A student is in a test once it answered one of its items."""
         out: dict[str, dict] = {"pre": {}, "post": {}}
         tags: dict[tuple, str | None] = {}
         offers: dict[tuple, frozenset] = {}
+        forms: dict[tuple, str] = {}
         if self.forms is None:
-            return TestTables(out["pre"], out["post"], tags, offers, frozenset())
+            return TestTables(out["pre"], out["post"], tags, offers, frozenset(), forms)
         n = len(self.forms.pairs)
         for phase, t in self.tests.items():
             for pid, ans in t.answers.items():
-                items = self.forms.form(self.form_of(pid, phase))
+                forms[(phase, pid)] = form = self.form_of(pid, phase)
+                items = self.forms.form(form)
                 out[phase][pid] = {i: (i in ans and ans[i] == items[i].correct) for i in range(n)}
                 for i in range(n):
                     tags[(phase, pid, i)] = items[i].misconceptions[ans[i]] if i in ans else None
                     offers[(phase, pid, i)] = frozenset(m for m in items[i].misconceptions if m)
         blanks = frozenset((ph, pid, i) for ph, t in self.tests.items() for pid, ans in
                            t.answers.items() for i in range(n) if i not in ans)
-        return TestTables(out["pre"], out["post"], tags, offers, blanks)
+        return TestTables(out["pre"], out["post"], tags, offers, blanks, forms)

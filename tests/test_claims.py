@@ -76,7 +76,7 @@ def _class_plan_texts() -> list:
 def zh_texts() -> dict[str, str]:
     return {name: text for name, text in raw_texts().items()
             if name.startswith("zh/") or name.endswith(" zh") or name in (
-                "quiz.json", "glossary.json", "notes/zh.md")}
+                "quiz.json", "pretest.json", "glossary.json", "notes/zh.md")}
 
 
 def glossary_by_id() -> dict:
@@ -233,7 +233,7 @@ def test_zh_and_en_quiz_glossary_and_strings_quote_the_same_figures():
             for v in obj:
                 yield from pairs(v)
 
-    for name in ("quiz.json", "glossary.json"):
+    for name in ("quiz.json", "pretest.json", "glossary.json", "misconceptions.json"):
         for pair in pairs(json.loads((LESSONS_DIR / name).read_text(encoding="utf-8"))):
             assert figure_names(pair["zh"]) == figure_names(pair["en"]), (name, pair["en"][:60])
     for key, entry in STRINGS.items():

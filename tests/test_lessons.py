@@ -127,6 +127,7 @@ def test_chinese_text_does_not_copy_the_chapter():
     assert grams, "the chapter should contain long runs of Chinese"
     ours = {f"zh/{s}.md": (LESSONS_DIR / "zh" / f"{s}.md").read_text() for s in LESSON_PAGES}
     ours["quiz.json"] = (LESSONS_DIR / "quiz.json").read_text(encoding="utf-8")
+    ours["pretest.json"] = (LESSONS_DIR / "pretest.json").read_text(encoding="utf-8")
     ours["glossary.json"] = (LESSONS_DIR / "glossary.json").read_text(encoding="utf-8")
     ours["notes/zh.md"] = (LESSONS_DIR / "notes" / "zh.md").read_text(encoding="utf-8")
     ours["app/classplan.py"] = (ROOT / "app" / "classplan.py").read_text(encoding="utf-8")
@@ -257,18 +258,30 @@ def test_the_length_and_why_checks_can_fail():
 
 # ---------------------------------------------------------------- the pre- and post-test
 
-MAX_KEY_LONGEST = 2  # items of a form whose key may be the strictly longest choice
-MAX_LENGTH_RATIO = 1.25  # an item's longest choice over its shortest
+# A form's items whose key may be the strictly longest choice: 2 of 7, under half (3), so
+# "pick the longest" scores below a blind guess's quarter plus luck on neither form.
+MAX_KEY_LONGEST = 2
+# An item's longest choice over its shortest (characters, figures filled in as the student
+# reads them): 1.25, the longest at most a quarter longer. The chapter's own short choices
+# differ by a few characters; past a quarter the odd one out shows at a glance on a phone
+# (a 20-character line against a 26-character one); all 14 items hold it in zh and en.
+MAX_LENGTH_RATIO = 1.25
+# A pair's twins: the mean length of one form's choices over the other's, at most 1.3, so
+# neither twin asks for noticeably more reading (in the 3 minutes the test has).
+MAX_TWIN_RATIO = 1.3
 
 
-def _test_forms(pretest: dict, quiz: dict) -> dict[str, list[tuple[str, list[dict], int]]]:
+def pretest_data() -> dict:
+    return json.loads((LESSONS_DIR / "pretest.json").read_text(encoding="utf-8"))
+
+
+def _test_forms(pretest: dict) -> dict[str, list[tuple[str, list[dict], int]]]:
     """lessons/pretest.json's two forms: for each item, (pair id, its four choices, the key's
-    index); form A's items are self-test questions of quiz.json, form B's their twins."""
-    questions = {q["id"]: q for q in quiz["questions"]}
+    index); both forms' items are written out in the file (format 2)."""
     forms: dict[str, list] = {"A": [], "B": []}
     for pair in pretest["pairs"]:
-        for form, choices in (("A", questions[pair["A"]["quiz"]]["choices"]),
-                              ("B", pair["B"]["choices"])):
+        for form in ("A", "B"):
+            choices = pair[form]["choices"]
             key = next(i for i, c in enumerate(choices) if c.get("correct"))
             forms[form].append((pair["id"], choices, key))
     return forms
@@ -293,30 +306,115 @@ def _length_tells(forms: dict) -> list[str]:
     return tells
 
 
+def _norm(text: str) -> str:
+    return " ".join(fill_figures(text, "zh" if CJK_RUN.search(text) else "en").split())
+
+
+def test_the_pre_post_test_is_two_written_out_forms_of_well_formed_twins():
+    """Format 2: each pair's form A and form B item written out (no form taken from the
+    self-test), each a question and four choices in zh and en, exactly one right, every wrong
+    choice tagged with a misconception misconceptions.json names, the right one untagged; the
+    twins offer the same misconceptions, and every misconception is offered by some pair."""
+    data = pretest_data()
+    known = [m["id"] for m in json.loads(
+        (LESSONS_DIR / "misconceptions.json").read_text(encoding="utf-8"))["misconceptions"]]
+    assert data["version"] == 2 and len(known) == len(set(known))
+    offered = set()
+    for pair in data["pairs"]:
+        assert pair["id"] and all(pair["idea"][lang].strip() for lang in LANGS)
+        tags = {}
+        for form in ("A", "B"):
+            item = pair[form]
+            assert set(item) == {"question", "choices"}, (pair["id"], form, set(item))
+            assert all(item["question"][lang].strip() for lang in LANGS)
+            assert len(item["choices"]) == 4
+            assert [c.get("correct", False) for c in item["choices"]].count(True) == 1
+            for c in item["choices"]:
+                assert all(c[lang].strip() for lang in LANGS), (pair["id"], form)
+                assert ("misconception" in c) != bool(c.get("correct")), (pair["id"], form, c)
+                assert c.get("misconception") is None or c["misconception"] in known, c
+            tags[form] = sorted(c["misconception"] for c in item["choices"] if not c.get("correct"))
+            offered |= set(tags[form])
+        assert tags["A"] == tags["B"], (pair["id"], tags)
+    assert offered == set(known), f"misconceptions no item offers: {set(known) - offered}"
+
+
+def test_no_test_item_is_a_self_test_item():
+    """Both forms are held out of the self-test: no item's question, and no choice, is one of
+    quiz.json's (in either language, figures filled in)."""
+    quiz = quiz_data()["questions"]
+    questions = {_norm(q["question"][lang]) for q in quiz for lang in LANGS}
+    choices = {_norm(c[lang]) for q in quiz for c in q["choices"] for lang in LANGS}
+    for pair in pretest_data()["pairs"]:
+        for form in ("A", "B"):
+            item = pair[form]
+            assert "quiz" not in item
+            for lang in LANGS:
+                assert _norm(item["question"][lang]) not in questions, (pair["id"], form, lang)
+                same = [c[lang] for c in item["choices"] if _norm(c[lang]) in choices]
+                assert not same, (pair["id"], form, same)
+
+
+def test_a_misconception_tag_names_one_error():
+    """The tags the review found overloaded are split: padding the prompts (static
+    batching's waste) is offered by that idea's items only; reserved slots taken for padding
+    by internal fragmentation's only."""
+    where: dict[str, set] = {}
+    for pair in pretest_data()["pairs"]:
+        for form in ("A", "B"):
+            for c in pair[form]["choices"]:
+                if c.get("misconception"):
+                    where.setdefault(c["misconception"], set()).add(pair["id"])
+    assert where["padding-main-waste"] == {"static-waste"}
+    assert where["reserved-is-padding"] == {"internal-frag"}
+
+
+def test_the_prefix_twins_leave_a_partial_block():
+    """prefix-blocks: in both forms the shared prompt does not fill its last block, so the
+    "one shared half-full block" choice has its basis and the item is not bare division."""
+    pair = next(p for p in pretest_data()["pairs"] if p["id"] == "prefix-blocks")
+    for form in ("A", "B"):
+        text = pair[form]["question"]["en"]
+        tokens = int(re.search(r"(\d+)-token", text).group(1))
+        block = int(re.search(r"holds (\d+) tokens", text).group(1))
+        assert tokens % block, (form, tokens, block)
+
+
 def test_the_pre_and_post_tests_keys_are_not_told_by_length():
     """Both forms feed the class's gain (Hake's g, d_z): in neither form, in neither language,
     may the right choice stand out by its length."""
-    pretest = json.loads((LESSONS_DIR / "pretest.json").read_text(encoding="utf-8"))
-    tells = _length_tells(_test_forms(pretest, quiz_data()))
+    assert MAX_KEY_LONGEST <= len(pretest_data()["pairs"]) // 2
+    tells = _length_tells(_test_forms(pretest_data()))
     assert not tells, "choices guessable by length:\n" + "\n".join(tells)
 
 
+def test_twins_ask_for_about_the_same_reading():
+    forms = _test_forms(pretest_data())
+    for (pid, a, _), (_, b, _) in zip(forms["A"], forms["B"]):
+        for lang in LANGS:
+            la, lb = (sum(len(fill_figures(c[lang], lang)) for c in x) / 4 for x in (a, b))
+            assert max(la, lb) <= MAX_TWIN_RATIO * min(la, lb), (pid, lang, la, lb)
+
+
 def test_the_test_forms_length_check_can_fail():
-    pretest = json.loads((LESSONS_DIR / "pretest.json").read_text(encoding="utf-8"))
+    pretest = pretest_data()
     for pair in pretest["pairs"]:
-        key = next(c for c in pair["B"]["choices"] if c.get("correct"))
-        key.update(zh=key["zh"] + "甲" * 60, en=key["en"] + " a" * 60)
-    tells = _length_tells(_test_forms(pretest, quiz_data()))
-    for lang in LANGS:
-        assert f"B {lang}: the key is the longest choice in" in "\n".join(tells)
-        assert any(t.startswith(f"B {lang} static-waste: lengths") for t in tells)
+        for form in ("A", "B"):
+            key = next(c for c in pair[form]["choices"] if c.get("correct"))
+            key.update(zh=key["zh"] + "甲" * 60, en=key["en"] + " a" * 60)
+    tells = "\n".join(_length_tells(_test_forms(pretest)))
+    for form in ("A", "B"):
+        for lang in LANGS:
+            assert f"{form} {lang}: the key is the longest choice in" in tells
+            assert f"{form} {lang} static-waste: lengths" in tells
 
 
 def test_the_quiz_uses_the_apps_chinese_terms():
     """One word per idea, as the chapter and the UI: 显存 not 'KV 内存', 验证 not 校验."""
-    text = (LESSONS_DIR / "quiz.json").read_text(encoding="utf-8")
-    for wrong in ("KV 内存", "校验", "推测解码", "分页注意力机制"):
-        assert wrong not in text, f"quiz.json says {wrong}"
+    for name in ("quiz.json", "pretest.json", "misconceptions.json"):
+        text = (LESSONS_DIR / name).read_text(encoding="utf-8")
+        for wrong in ("KV 内存", "校验", "推测解码", "分页注意力机制"):
+            assert wrong not in text, f"{name} says {wrong}"
 
 
 def test_a_why_on_the_right_answer_is_refused():

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import html
 
-from classroom.gains import matched_line
+from classroom.gains import FORM_WORDS, form_tables, item_by_form, matched_line
 
 STRINGS = {
     "voted": {"zh": "已投票：{n} / {phones} 部手机", "en": "Voted: {n} of {phones} phones"},
@@ -42,6 +42,7 @@ STRINGS = {
                     "en": "(from hand counts: d and right→wrong need matched phones)"},
     "item": {"zh": "概念", "en": "Idea"},
     "mis": {"zh": "误解", "en": "Misconception"},
+    "by_form": {"zh": "各卷 前/后", "en": "Each form pre/post"},
 }
 
 
@@ -160,7 +161,8 @@ def _f(x, pct=False) -> str:
 
 
 def gains_html(report: dict, lang: str) -> str:
-    """The class's gain: the four headline numbers, per idea, per misconception, the sentence."""
+    """The class's gain: the four headline numbers, per idea (and per form), each form's and
+    each order's means, per misconception, the sentence."""
     res = report["result"]
     r2w = None if res["right_to_wrong"] is None else 100 * res["right_to_wrong"]
     head = (f"<table class='vt-tab'><tr><th>{vt('pre', lang)}</th><th>{vt('post', lang)}</th>"
@@ -171,8 +173,17 @@ def gains_html(report: dict, lang: str) -> str:
     items = "".join(
         f"<tr><td>{html.escape(names.get(k, k))}</td><td>{_f(v['pre'], True)}</td>"
         f"<td>{_f(v['post'], True)}</td><td>{_f(v['g'])}</td><td>"
-        f"{_f(None if v['right_to_wrong'] is None else 100 * v['right_to_wrong'], True)}</td></tr>"
+        f"{_f(None if v['right_to_wrong'] is None else 100 * v['right_to_wrong'], True)}</td>"
+        f"<td>{html.escape(item_by_form(v, lang))}</td></tr>"
         for k, v in res["items"].items())
+    # each form's and each order's means: a twin that is not parallel shows here
+    forms = "".join(
+        "<table class='vt-tab' style='margin-top:10px'>"
+        + "".join("<tr>" + "".join(f"<{t}>{html.escape(c)}</{t}>" for c in row) + "</tr>"
+                  for t, row in (("th" if j == 0 else "td", row) for j, row in enumerate(rows)))
+        + "</table>" for rows in form_tables(res, lang))
+    if forms:
+        forms += f"<div class='vt-note'>{html.escape(FORM_WORDS[lang]['note'])}</div>"
     mnames = report.get("misconception_names", {})
     mis = "".join(f"<tr><td>{html.escape(mnames.get(m, m))}</td><td>{_f(v['pre'], True)}</td>"
                   f"<td>{_f(v['post'], True)}</td></tr>"
@@ -183,7 +194,8 @@ def gains_html(report: dict, lang: str) -> str:
     return (f"{CSS}<div class='vt-note'>{html.escape(source)}</div>{head}"
             f"<table class='vt-tab' style='margin-top:10px'><tr><th>{vt('item', lang)}</th>"
             f"<th>{vt('pre', lang)}</th><th>{vt('post', lang)}</th><th>g</th>"
-            f"<th>{vt('r2w', lang)}</th></tr>{items}</table>"
+            f"<th>{vt('r2w', lang)}</th><th>{vt('by_form', lang)}</th></tr>{items}</table>"
+            + forms
             + (f"<table class='vt-tab' style='margin-top:10px'><tr><th>{vt('mis', lang)}</th>"
                f"<th>{vt('pre', lang)}</th><th>{vt('post', lang)}</th></tr>{mis}</table>"
                if mis else "")

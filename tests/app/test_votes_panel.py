@@ -290,44 +290,54 @@ def test_the_csv_exports_once_the_pre_test_has_answers_and_gains_say_who_counts(
         assert {b.key for b in at.download_button} == {"vote_csv", "vote_summary"}
 
 
-def _form_a_ids() -> set[str]:
-    """The self-test items on the pre/post test, read from lessons/pretest.json here."""
-    from classroom.votes import packaged_lessons
-
-    return {p["A"]["quiz"] for p in packaged_lessons().pretest["pairs"]}
+def _labels(at: AppTest) -> list[str]:
+    return [str(o) for o in at.selectbox(key="vote_pick").options]
 
 
-def test_the_round_picker_marks_test_items_and_defaults_to_one_off_the_test(router_server):
+def test_the_round_picker_never_offers_or_defaults_to_a_test_item(router_server):
+    """Both forms of the pre/post test are held out of the rounds: the picker offers the
+    self-test's items (none of which is a test item) and no test item's question, in either
+    language, and starts on the self-test's first item."""
     from app.lessons import load_quiz
 
     _fresh(router_server)
-    tests = _form_a_ids()
-    assert tests == {"ch1", "ch3", "ch4", "internal-frag", "prefix-sharing", "bonus-token",
-                     "lone-request"}
+    forms = load_test_forms()
     ids = [q.id for q in load_quiz().questions]
-    first_free = next(i for i in ids if i not in tests)
-    for lang, mark in (("zh", "（前后测题）"), ("en", "(pre/post item) ")):
+    assert votes_panel.round_choices() == ids  # no self-test item is a test item
+    for lang in ("zh", "en"):
         at = AppTest.from_function(_projector_script, default_timeout=60)
         at.session_state["lang"] = lang
         at.run()
         assert not at.exception
-        box = at.selectbox(key="vote_pick")
-        assert box.value == first_free == "ch2"  # not ch1, form A's first item
-        labels = dict(zip(ids, box.options))
-        assert all(labels[i].startswith(mark) == (i in tests) for i in ids), labels
-        assert not at.warning  # no test given yet: nothing to warn of
+        assert at.selectbox(key="vote_pick").value == ids[0]
+        shown = set(_labels(at))
+        assert len(shown) == len(ids)
+        assert not {q.text[lang] for q in forms.items()} & shown
+        assert not at.warning  # no round on a test item: nothing to warn of
 
 
-def test_the_round_picker_preselects_nothing_when_every_item_is_on_the_test(
-        router_server, monkeypatch):
+def test_the_picker_holds_back_an_item_a_test_item_copies(router_server, monkeypatch):
+    """Were a test item the copy of a self-test item (its question's text, under another id),
+    the picker leaves that item out and defaults to the first one left; with every item a
+    test item it offers nothing and its button is off."""
     from app.lessons import load_quiz
-    from classroom.votes import Lessons, packaged_lessons
+    from classroom.votes import TestForm, packaged_lessons, quiz_question
 
     _fresh(router_server)
-    real = packaged_lessons()
-    every = {"pairs": [{"A": {"quiz": q.id}} for q in load_quiz().questions]}
-    monkeypatch.setattr(votes_panel, "packaged_lessons",
-                        lambda: Lessons(real.quiz, every, real.misconceptions), raising=False)
+    quiz = packaged_lessons().quiz["questions"]
+
+    def copies(qs):
+        items = [quiz_question(q, "test", f"{q['id']}-copy:A") for q in qs]
+        return TestForm([(a, a) for a in items])
+
+    monkeypatch.setattr(votes_panel, "test_forms", lambda: copies(quiz[:2]))
+    ids = [q.id for q in load_quiz().questions]
+    assert votes_panel.round_choices() == ids[2:]
+    at = AppTest.from_function(_projector_script, default_timeout=60)
+    at.session_state["lang"] = "en"
+    at.run()
+    assert at.selectbox(key="vote_pick").value == ids[2]
+    monkeypatch.setattr(votes_panel, "test_forms", lambda: copies(quiz))
     at = AppTest.from_function(_projector_script, default_timeout=60)
     at.session_state["lang"] = "en"
     at.run()
@@ -336,37 +346,40 @@ def test_the_round_picker_preselects_nothing_when_every_item_is_on_the_test(
     assert at.button(key="vote_open_pick").disabled
 
 
-def test_between_the_tests_a_round_on_a_test_item_is_warned_of(router_server):
+def test_a_round_opened_on_a_test_item_is_marked_and_warned_of(router_server):
+    """Through the API (the picker offers none): a round on a test item, by its id or by its
+    question's text under another id, is marked `on_test_item` in the teacher's state, the
+    CSV and the revote, and the panel shows the server's warning in the page's language."""
+    import csv
+    import io
+
+    import httpx
+
     room = _fresh(router_server)
     pid = room.join().pid
-    warn = {"zh": ("一半学生会在后测里遇到这道原题", "这道题的后测已被污染"),
-            "en": ("A round on it now contaminates the post-test",
-                   "the post-test is now contaminated on this item")}
-    room.start_test("pre")
-    room.answer_test(pid, 0, 1)
-    room.stop_test()
-    for lang, (before, after) in warn.items():
+    forms = room.forms
+    item = forms.form("A")[0]
+    url = votes_panel._SERVER["url"] + "/v1/servelab/votes/open"
+    payload = {"id": "renamed", "kind": "selftest", "correct": item.correct,
+               "question": item.text, "choices": item.choices}
+    r = httpx.post(url, json={"question": payload, "seconds": 60}, params={"lang": "zh"},
+                   headers=votes_panel._SERVER["headers"], timeout=5)
+    assert r.status_code == 200, r.text
+    view = r.json()["round"]
+    assert view["on_test_item"] == item.qid == room.current.on_test_item
+    assert "前后测" in view["test_item_warning"]
+    room.vote(pid, room.current.rid, 0)
+    for lang, words in (("zh", "前后测的题"), ("en", "pre/post test item")):
         at = AppTest.from_function(_projector_script, default_timeout=60)
         at.session_state["lang"] = lang
         at.run()
-        at.selectbox(key="vote_pick").set_value("ch2").run()
-        assert not at.warning  # an item off the test
-        at.selectbox(key="vote_pick").set_value("ch1").run()
-        assert [w.value for w in at.warning if before in w.value], at.warning
-        at.button(key="vote_open_pick").click().run()
-        assert room.current.question.qid == "ch1"
-        assert any(after in w.value for w in at.warning), at.warning
-        room.lock()
-    assert votes_panel.between_tests(room.test_status())
-    room.start_test("post")
-    assert votes_panel.between_tests(room.test_status())  # while the post-test is open
-    room.answer_test(pid, 0, 1)
-    room.stop_test()
-    assert not votes_panel.between_tests(room.test_status())
+        assert any(words in w.value for w in at.warning), at.warning
+    assert room.revote(30).on_test_item == item.qid
+    rows = list(csv.DictReader(io.StringIO(room.export_csv())))
+    assert [r["on_test_item"] for r in rows if r["source"] == "round1"] == [item.qid]
+    room.open_round(Question.from_dict(Q), 60)  # a question off the test: no mark, no warning
+    assert room.current.on_test_item is None
     at = AppTest.from_function(_projector_script, default_timeout=60)
     at.session_state["lang"] = "en"
     at.run()
-    at.selectbox(key="vote_pick").set_value("ch1").run()
-    at.button(key="vote_open_pick").click().run()
-    assert room.current.question.qid == "ch1" and not at.warning  # after the post-test
-    assert not votes_panel.between_tests({"open": None, "answered": {}})
+    assert not at.warning

@@ -225,3 +225,40 @@ def test_the_apps_class_restarts_on_its_class_and_its_port(monkeypatch):
     room.start(client.DEFAULT_SWITCHES, False)
     assert calls[0] == (None, room.class_id) and calls[1] == (room.port, room.class_id)
     assert client.port_is_free("127.0.0.1", room.port)
+
+
+def test_a_round_on_a_test_item_keeps_its_mark_through_the_file(tmp_path):
+    path = tmp_path / "cls.json"
+    c = Classroom("cls", forms=load_test_forms(), state_path=path)
+    item = c.forms.form("B")[3]
+    c.open_round(item, 60)
+    d = reload(c, path)
+    assert d.rounds[0].on_test_item == item.qid == "internal-frag:B"
+    assert d.projector("en")["round"]["on_test_item"] == item.qid
+
+
+def test_an_old_class_file_loads_only_without_test_answers(tmp_path):
+    """Format 1 (before the test forms were written out: form A was the self-test's items)
+    loads its phones and rounds; with pre/post answers it is refused, saying why, since its
+    answers would be scored against other questions. So is a format-2 file whose answers were
+    given on other forms than this course's."""
+    path = tmp_path / "cls.json"
+    c, ph = a_class(path)
+    c.file.flush()
+    data = json.loads(path.read_text("utf-8"))
+    assert data["format"] == 2 and data["test_forms"] == load_test_forms().fingerprint
+    old = dict(data, format=1)
+    old.pop("test_forms")
+    for r in old["rounds"]:
+        r.pop("on_test_item")
+    path.write_text(json.dumps(old), "utf-8")
+    with pytest.raises(ClassFileError, match="old forms") as exc:
+        Classroom.load(path, forms=load_test_forms())
+    assert str(path) in str(exc.value) and "format" in str(exc.value)
+    path.write_text(json.dumps(dict(old, tests={}, open_test=None)), "utf-8")
+    d = Classroom.load(path, forms=load_test_forms())
+    assert set(d.phones) == set(ph) and len(d.rounds) == len(c.rounds) and not d.tests
+    assert all(r.on_test_item is None for r in d.rounds)
+    path.write_text(json.dumps(dict(data, test_forms="0123456789abcdef")), "utf-8")
+    with pytest.raises(ClassFileError, match="other test forms"):
+        Classroom.load(path, forms=load_test_forms())

@@ -277,6 +277,14 @@ def test_pre_post_by_hand_counts_give_g_without_d():
     assert rep["result"]["g"] == pytest.approx((b - a) / (100 - a))
     assert rep["result"]["d"] is None and rep["result"]["right_to_wrong"] is None
     assert rep["summary"].startswith("# 课堂学习收获")
+    # each form's share right, from its own counts (right 5 of 8, 14 of 17 on every item)
+    answers = {ph: sum(k + len(q.choices) - 1 for q in c.forms.form("A")) for ph, k in
+           (("pre", 5), ("post", 14))}
+    forms = rep["result"]["forms"]
+    assert forms["A"]["pre"] == pytest.approx(100 * 5 * len(c.forms.pairs) / answers["pre"])
+    assert forms["B"]["post"] == pytest.approx(100 * 14 * len(c.forms.pairs) / answers["post"])
+    assert forms["A"]["n_pre"] is None and rep["result"]["orders"] == {}
+    assert "| A 卷 | " in rep["summary"] and "| - |" in rep["summary"]
 
 
 def test_the_flood_rule_is_a_setting_and_its_window_ends():
@@ -360,29 +368,29 @@ def test_misconception_shares_count_the_answers_whose_form_could_catch_it():
         class_gains(tabs["pre"], tabs["post"], tags)
 
 
-def test_a_misconception_only_one_form_offers_shows_its_real_share():
-    """The review's case in a class: paging-shrinks-weights is offered by form B's item 1
-    only; every phone that took form B as its pre-test picked it, so the share is 100%."""
+def test_a_misconception_both_twins_offer_counts_both_forms_answers():
+    """The real forms: paging-shrinks-weights is offered by item 1 (kv-throughput) of both
+    forms (the twins offer the same misconceptions). On the pre-test the three phones on
+    form B pick it and the three on form A are right: 3 of 6, each form's answers counted."""
     from classroom.vote_routes import gains_report
 
     c = Classroom("cls", forms=load_test_forms())
     ph = [c.join().pid for _ in range(6)]
-    b1 = c.forms.form("B")[1]
-    trap = b1.misconceptions.index("paging-shrinks-weights")
-    assert all("paging-shrinks-weights" not in q.misconceptions for q in c.forms.form("A"))
+    assert all("paging-shrinks-weights" in c.forms.form(f)[1].misconceptions for f in "AB")
     for phase in ("pre", "post"):
         c.start_test(phase)
         for p in ph:
             form = c.form_of(p, phase)
             for i, q in enumerate(c.forms.form(form)):
                 wrong = phase == "pre" and form == "B" and i == 1
-                c.answer_test(p, i, trap if wrong else q.correct)
+                c.answer_test(p, i, q.misconceptions.index("paging-shrinks-weights")
+                              if wrong else q.correct)
         c.stop_test()
     rep = gains_report(c, "en")
     m = rep["result"]["misconceptions"]["paging-shrinks-weights"]
-    assert m["pre"] == 100.0 and m["post"] == 0.0 and m["n_pre"] == m["n_post"] == 3
+    assert m["pre"] == 50.0 and m["post"] == 0.0 and m["n_pre"] == m["n_post"] == 6
     name = rep["misconception_names"]["paging-shrinks-weights"]
-    assert f"| {name} | 100% | 0% |" in rep["summary"]
+    assert f"| {name} | 50% | 0% |" in rep["summary"]
 
 
 def test_blank_answers_have_csv_rows_and_the_csv_agrees_with_the_gains():
@@ -463,3 +471,72 @@ def test_the_pre_test_cannot_reopen_once_the_post_test_began():
     with pytest.raises(ValueError, match="post-test has started"):
         c.start_test("pre")
     assert c.open_test is None and c.tests["pre"].answers[p] == {0: 1}
+
+
+def _item(qid: str, correct: int, tags: list) -> Question:
+    return Question.from_dict({
+        "id": qid, "kind": "test", "correct": correct,
+        "question": {"zh": f"题 {qid}", "en": f"Item {qid}"},
+        "choices": [{"zh": f"{qid} 选{i}", "en": f"{qid} c{i}", "misconception": m}
+                    for i, m in enumerate(tags)]})
+
+
+def test_per_form_and_per_order_means_and_a_one_form_tag_by_hand():
+    """A hand-made class on hand-made forms of two items; "x" is offered by form B's item 1
+    only. p0, p2 take A then B, p1, p3 B then A (join order); p4 takes the pre-test only.
+    Scores (%), pre / post: p0 50 / 100, p1 50 / 50, p2 0 / 50, p3 50 / 100."""
+    from classroom.gains import FORM_WORDS
+    from classroom.vote_routes import gains_report
+    from classroom.votes import Lessons, TestForm, packaged_lessons
+
+    forms = TestForm([(_item("0:A", 0, [None, "w", "w", "z"]), _item("0:B", 2, ["w", "w", None, "z"])),
+                      (_item("1:A", 1, ["y", None, "y", "y"]), _item("1:B", 3, ["x", "y", "y", None]))])
+    c = Classroom("cls", forms=forms)
+    p = [c.join().pid for _ in range(5)]
+    assert [c.form_of(s, "pre") for s in p] == ["A", "B", "A", "B", "A"]
+    picks = {"pre": [(0, 0), (2, 0), (1, 2), (0, 3), (0, 1)],  # (item 0, item 1) choices
+             "post": [(2, 3), (0, 0), (2, 0), (0, 1)]}
+    for phase, rows in picks.items():
+        c.start_test(phase)
+        for s, row in zip(p, rows):
+            for i, choice in enumerate(row):
+                c.answer_test(s, i, choice)
+        c.stop_test()
+    r = class_gains(**c.test_tables()._asdict())
+    assert (r["matched"], r["unmatched"]) == (4, 1)
+    assert (r["pre"], r["post"]) == (37.5, 75.0)
+    assert r["forms"] == {"A": {"pre": 25.0, "n_pre": 2, "post": 75.0, "n_post": 2},
+                          "B": {"pre": 50.0, "n_pre": 2, "post": 75.0, "n_post": 2}}
+    assert r["orders"]["AB"] == {"n": 2, "pre": 25.0, "post": 75.0,
+                                 "g": pytest.approx((75 - 25) / 75)}
+    assert r["orders"]["BA"] == {"n": 2, "pre": 50.0, "post": 75.0, "g": 0.5}
+    assert r["items"][0]["forms"] == {"A": {"pre": 50.0, "n_pre": 2, "post": 100.0, "n_post": 2},
+                                      "B": {"pre": 50.0, "n_pre": 2, "post": 100.0, "n_post": 2}}
+    assert r["items"][1]["forms"] == {"A": {"pre": 0.0, "n_pre": 2, "post": 50.0, "n_post": 2},
+                                      "B": {"pre": 50.0, "n_pre": 2, "post": 50.0, "n_post": 2}}
+    mis = r["misconceptions"]
+    # x: only the two matched students who took form B could pick it, in each test (p1 did
+    # before, p2 after): 1 of 2, not 1 of the 4 matched students' item 1
+    assert (mis["x"]["pre"], mis["x"]["n_pre"], mis["x"]["post"], mis["x"]["n_post"]) == (
+        50.0, 2, 50.0, 2)
+    # y on item 1 of both forms: p0 and p2 before (2 of 4), p1 after (1 of 4)
+    assert (mis["y"]["pre"], mis["y"]["n_pre"], mis["y"]["post"]) == (50.0, 4, 25.0)
+    assert (mis["w"]["pre"], mis["w"]["post"]) == (50.0, 0.0) and "z" not in mis
+    # the summary and the teacher's page read the same numbers, in zh and en
+    real = packaged_lessons()
+    lessons = Lessons(real.quiz, {"pairs": [{"idea": {"zh": "甲", "en": "one"}},
+                                            {"idea": {"zh": "乙", "en": "two"}}]},
+                      real.misconceptions)
+    for lang, rows in (("zh", ["| A 卷 | 25% | 2 | 75% | 2 |", "| B 卷 | 50% | 2 | 75% | 2 |",
+                               "| 先 A 卷后 B 卷 | 2 | 25% | 75% | 0.67 |",
+                               "| 先 B 卷后 A 卷 | 2 | 50% | 75% | 0.50 |",
+                               "A 0%/50% · B 50%/50%"]),
+                       ("en", ["| Form A | 25% | 2 | 75% | 2 |", "| A then B | 2 | 25% | 75% | 0.67 |",
+                               "| B then A | 2 | 50% | 75% | 0.50 |"])):
+        summary = gains_report(c, lang, lessons)["summary"]
+        assert all(row in summary for row in rows), summary
+        assert FORM_WORDS[lang]["note"] in summary
+    # without the forms (an older caller): no per-form or per-order means
+    tabs = c.test_tables()._asdict()
+    tabs.pop("forms")
+    assert class_gains(**tabs)["forms"] == {} and class_gains(**tabs)["orders"] == {}
