@@ -1,7 +1,9 @@
-"""Models the teacher has on disk, for the class server (`python -m classroom.serve --model
-PATH`): Llama- and Qwen-family Hugging Face folders (config.json + safetensors) and GGUF
-files. No hub access: only what is already on this machine. Streamlit-free; the app's
-Classroom page shows the list and passes `serve_args_for(path)` to the server it starts.
+"""Models for the class server (`python -m classroom.serve --model NAME`): the ones the teacher
+has on disk (Llama- and Qwen-family Hugging Face folders with safetensors, and GGUF files,
+found without any hub access), a Hub id the server downloads on its start, and the one this
+module recommends for a class that asks in Chinese (`RECOMMENDED_ZH`). Streamlit-free; the
+app's Classroom page shows the list and the recommendation and passes `serve_args_for(name)`
+to the server it starts.
 
 The roots searched: `SERVELAB_MODEL_DIRS` (paths separated by os.pathsep), else
 ~/models, ~/.cache/servelab and the Hugging Face cache's snapshots.
@@ -16,6 +18,45 @@ from pathlib import Path
 from engine.model.loader import BUNDLED_MODELS, SUPPORTED_ARCHITECTURES
 
 MAX_DEPTH = 4  # folders below a root (the HF cache: models--x/snapshots/<hash>)
+
+# A small Chinese-capable instruct model the engine runs (Qwen2 architecture), offered on the
+# Classroom page as one button. Its config.json's numbers, so what a step reads on this
+# machine is known before anything is downloaded; lessons/figures.json cites its size.
+RECOMMENDED_ZH = {
+    "hub_id": "Qwen/Qwen2.5-0.5B-Instruct",
+    "config": {"architectures": ["Qwen2ForCausalLM"], "hidden_size": 896,
+               "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+               "intermediate_size": 4864, "vocab_size": 151936, "tie_word_embeddings": True,
+               "attention_bias": True, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+               "max_position_embeddings": 32768, "eos_token_id": 151645},
+    "figures": {"params": "qwen25_05b_params", "download": "qwen25_05b_download",
+                "float32": "qwen25_05b_step_fp32", "bfloat16": "qwen25_05b_step_bf16"},
+}
+
+
+def parameter_count(cfg: dict) -> int:
+    """A Llama/Qwen2 model's parameters from its config: embedding, per layer the attention's
+    q/k/v/o (with q/k/v biases where `attention_bias`), the SwiGLU MLP and two norms, the
+    final norm, and an output layer of its own unless tied to the embedding."""
+    h, layers, inter, vocab = (cfg["hidden_size"], cfg["num_hidden_layers"],
+                               cfg["intermediate_size"], cfg["vocab_size"])
+    d = cfg.get("head_dim") or h // cfg["num_attention_heads"]
+    q, kv = cfg["num_attention_heads"] * d, cfg["num_key_value_heads"] * d
+    attn = h * (q + 2 * kv) + q * h + ((q + 2 * kv) if cfg.get("attention_bias") else 0)
+    per_layer = attn + 3 * h * inter + 2 * h
+    head = 0 if cfg.get("tie_word_embeddings") else vocab * h
+    return vocab * h + layers * per_layer + h + head
+
+
+def recommended_dtype(rec: dict = RECOMMENDED_ZH) -> str:
+    """The dtype this machine's execution plan gives the recommended model (dtype "auto", as
+    the class server starts it): bfloat16 where the CPU has bf16 matrix units, else float32."""
+    from engine import EngineConfig
+    from engine.model.loader import ModelConfig
+    from engine.plan import ModelFacts, plan_for
+
+    facts = ModelFacts.of(rec["hub_id"], ModelConfig.from_hf(rec["config"]))
+    return plan_for(EngineConfig(model=rec["hub_id"]), facts).dtype
 
 
 def default_roots() -> list[Path]:
@@ -94,3 +135,21 @@ def serve_args_for(model: str) -> list[str]:
                          f"({', '.join(SUPPORTED_ARCHITECTURES)})")
     # clients see the folder's name, not where it lies on the teacher's disk
     return ["--model", str(path), "--served-model-name", path.name]
+
+
+def read_bandwidth(nbytes: int = 256 << 20, repeats: int = 3) -> float:
+    """This machine's memory read speed now, in bytes per second: the best of `repeats` sums
+    over a buffer larger than any cache, with torch's threads (as a decode step reads its
+    weights). A floor for a step's time is the bytes it reads divided by this."""
+    import time
+
+    import torch
+
+    buf = torch.ones(nbytes // 4, dtype=torch.float32)
+    buf.sum()  # the pages touched and the threads up before timing
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        buf.sum()
+        best = min(best, time.perf_counter() - t0)
+    return nbytes / best
