@@ -302,3 +302,60 @@ def test_which_names_are_hub_ids(name, remote):
 def test_a_name_that_is_no_path_and_no_hub_id_is_unknown(hub_env, tmp_path):
     with pytest.raises(ModelLoadError, match="unknown model"):
         hf_folder(str(Path("no") / "such" / "folder"))
+
+
+# Qwen2.5-Instruct's chat template (its tokenizer_config.json), without the tool-calling
+# branches: its own default system line, ChatML turns
+QWEN_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content']"
+    " + '<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba "
+    "Cloud. You are a helpful assistant.<|im_end|>\\n' }}{%- endif %}{%- for message in messages "
+    "%}{%- if (message.role == 'user') or (message.role == 'system' and not loop.first) or "
+    "(message.role == 'assistant') %}{{- '<|im_start|>' + message.role + '\\n' + message.content "
+    "+ '<|im_end|>\\n' }}{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- "
+    "'<|im_start|>assistant\\n' }}{%- endif %}")
+
+
+def test_a_chinese_question_to_a_hub_model_gets_that_models_chat_template(
+        tiny_repos, hub_env, monkeypatch):
+    """A student's question, in Chinese, to the class server running a model fetched by its Hub
+    id: the prompt is the model's own chat template around the question (Qwen's system line,
+    not the bundled model's), and the answer streams to its end."""
+    import httpx
+    from transformers import AutoTokenizer
+
+    from engine.server import ServerSettings
+    from tests.classroom.test_student import ask, join
+    from tests.conftest import running_server
+
+    repos, _ = tiny_repos
+    files = dict(repos[REPO])
+    tok_cfg = json.loads(files["tokenizer_config.json"])
+    tok_cfg["chat_template"] = QWEN_TEMPLATE
+    files["tokenizer_config.json"] = json.dumps(tok_cfg).encode()
+    files.pop("chat_template.jinja", None)  # the bundled model's, were it copied
+    chat = "tiny-org/tiny-qwen2-chat"
+    question = "你好，请用中文介绍一下自己。"
+    with fake_hub({**repos, chat: files}) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        eng = LLMEngine(EngineConfig(model=chat, dtype="float32", cpu_kernels=False,
+                                     max_num_seqs=2, num_kv_blocks=32, max_model_len=256))
+    want = eng.tokenizer.apply_chat_template([{"role": "user", "content": question}],
+                                             add_generation_prompt=True, tokenize=False)
+    assert want == ("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a "
+                    f"helpful assistant.<|im_end|>\n<|im_start|>user\n{question}<|im_end|>\n"
+                    "<|im_start|>assistant\n")
+    bundled = AutoTokenizer.from_pretrained(hf_folder("smollm2-135m")).apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=True)
+    want_ids = eng.tokenizer.encode(want, add_special_tokens=False)
+    assert len(want_ids) != len(bundled)  # the two templates tell apart by length
+    settings = ServerSettings(api_key="join", admin_key="admin")
+    with running_server(eng, settings) as (url, _), httpx.Client(base_url=url, timeout=60) as c:
+        status, events = ask(c, "小明", question, code="join", phone=join(c, "join"))
+    assert status == 200, events
+    done = [e for e in events if e["type"] == "done"]
+    assert done, events
+    prompt_tokens = [e for e in events if e["type"] == "accepted"][0].get("prompt_tokens")
+    if prompt_tokens is None:  # the count rides on the done event's usage
+        prompt_tokens = done[0]["usage"]["prompt_tokens"]
+    assert prompt_tokens == len(want_ids), (prompt_tokens, len(want_ids), len(bundled))
