@@ -245,4 +245,4 @@ def draw_sidebar(session: Session) -> Settings:
 
 
 def device_line(description: str) -> None:
-    st.sidebar.caption(f":material/memory: {description}")
+    st.sidebar.caption(f":material/memory: `{description}`")  # the plan's own terms, as code

@@ -74,10 +74,10 @@ def launch(pw):
 class Tab:
     """One browser tab with its console errors collected; `with Tab(...) as tab:` closes it."""
 
-    def __init__(self, browser, server: str, width: int, height: int):
+    def __init__(self, browser, server: str, width: int, height: int, locale: str = "en-US"):
         self.server = server
         self.context = browser.new_context(viewport={"width": width, "height": height},
-                                           locale="en-US")
+                                           locale=locale)
         self.context.add_init_script(WATCH_JS)
         self.page = self.context.new_page()
         self.page.set_default_timeout(TIMEOUT_MS)

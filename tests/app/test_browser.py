@@ -9,6 +9,9 @@ assets/screenshots/, which the README shows). Install the browser with
 
 from __future__ import annotations
 
+import functools
+import json
+import pathlib
 import re
 import time
 
@@ -18,18 +21,69 @@ from app.pagelist import LIVE_PAGES, OWN_ENGINE_PAGES, PAGE_TABLE, PAGES
 from app.sidebar import PLAY_INTERVAL_S
 from tests.browsing import SHOTS, Tab
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 VIEWPORTS = ((1920, 1080), (1280, 800))
 PAUSED_INTERVALS = 3  # how many of Play's intervals a paused clock must stay still
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
+# Text a Chinese page may show in English: Streamlit's own (its skip link and file uploader
+# are not translated), and words quoted from data that is English by nature: the prompts the
+# workloads send, the sources' citations, the glossary's English terms, the probe prompts.
+FRAMEWORK_ENGLISH = ("Skip to main content", "Drag and drop file here", "Browse files",
+                     "per file")
+ENGLISH_DATA = (ROOT / "lessons" / "figures.json", ROOT / "lessons" / "glossary.json")
+# text nodes to read: not icons (Material Symbols ligatures), code, styles or scripts
+PAGE_TEXT_JS = """() => { const app = document.querySelector('[data-testid="stApp"]')
+    .cloneNode(true);
+  app.querySelectorAll('[data-testid="stIconMaterial"], code, pre, style, script')
+    .forEach(e => e.remove());
+  return app.textContent; }"""
+ENGLISH_RUN = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ ,:;]+[A-Za-z][A-Za-z'’-]*){2,}")
+
+
+CHAT_MARKUP = re.compile(r"<\|[a-z_]+\|>(?:user|assistant|system)?")
+
+
+@functools.cache
+def _english_corpus() -> str:
+    import benchmarks.workloads as workloads
+
+    texts: list[str] = []
+
+    def walk(x) -> None:
+        if isinstance(x, str):
+            texts.append(x)
+        elif isinstance(x, (list, tuple)):
+            for y in x:
+                walk(y)
+        elif isinstance(x, dict):
+            for y in x.values():
+                walk(y)
+
+    walk(list(vars(workloads).values()))
+    walk([json.loads(p.read_text(encoding="utf-8")) for p in ENGLISH_DATA])
+    return re.sub(r"\s+", " ", CHAT_MARKUP.sub(" ", " | ".join(texts)))
+
+
+def english_on_page(page) -> list[str]:
+    """Runs of three or more English words on the page, outside code, icons, Streamlit's
+    own words and the data quoted as it is (workload prompts, citations, glossary terms)."""
+    text = re.sub(r"\s+", " ", CHAT_MARKUP.sub(" ", page.evaluate(PAGE_TEXT_JS)))
+    corpus = _english_corpus()
+    return sorted({run for run in ENGLISH_RUN.findall(text)
+                   if run not in corpus and not any(f in run for f in FRAMEWORK_ENGLISH)})
+
+
 def test_every_page_renders_without_errors(chromium, app_url):
     """Each page is visited once and checked at both sizes: the app draws the same at any
     width (it reads none), so a resize re-lays out what a fresh load at that size would draw;
-    on the live pages Step then runs the script again at the new size."""
+    on the live pages Step then runs the script again at the new size. In Chinese (a zh-CN
+    browser, as the class's), and no page shows English words beyond code, Streamlit's own
+    and the data quoted as it is (`english_on_page`). The other browser tests read English."""
     width, height = VIEWPORTS[0]
-    with Tab(chromium, app_url, width, height) as tab:
+    with Tab(chromium, app_url, width, height, locale="zh-CN") as tab:
         tab.open("/")
         first = PAGE_TABLE[0].slug
         assert tab.page.url.endswith(f"/{first}"), f"the root opens the first page, {first}"
@@ -40,9 +94,13 @@ def test_every_page_renders_without_errors(chromium, app_url):
                 if n:
                     tab.page.set_viewport_size({"width": width, "height": height})
                 if slug in LIVE_PAGES and slug not in OWN_ENGINE_PAGES:  # the classroom: no Step
-                    tab.press("Step")
+                    since = tab.runs()
+                    tab.page.locator(".st-key-ctl_step button").click()
+                    tab.settle(since)
                 elif n:  # the frontend's relayout at the new size
                     tab.settle()
+                if not n:
+                    assert english_on_page(tab.page) == [], f"{slug}: English on the zh page"
                 assert tab.exceptions() == 0, f"{slug}: an exception box at {width}x{height}"
                 assert tab.page.locator("h1").count() >= 1, f"{slug}: no heading"
                 assert tab.errors == [], (f"{slug} at {width}x{height}", tab.errors)

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
 
-from classroom.server import ClassLimits, _Students, request_lang, router
+import classroom
+from classroom.server import FIELDS_ZH, REFUSALS, ClassLimits, _Students, request_lang, router
 from engine.server.errors import add_error_handlers
 from engine.server.metrics import ServerMetrics
 from engine.server.protocol import APIError
@@ -173,3 +175,24 @@ def test_the_page_sends_its_language_with_each_request():
     from classroom.page import PAGE
     for path in ('"/class/ask?lang=" + lang', '"/class/token?lang=" + lang', '"&lang=" + lang'):
         assert path in PAGE, path
+
+
+# three or more English words in a row: an English sentence on a Chinese phone
+ENGLISH_RUN = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ ,:;]+[A-Za-z][A-Za-z'’-]*){2,}")
+
+
+def test_no_english_sentence_in_the_chinese_phones_words():
+    """Every refusal a zh phone can get and every word of the page's zh table (classroom/static/
+    student.js STR.zh: labels, notes, wait reasons) is Chinese: no run of three English words
+    (names like KV, TTFT or ServeLab stand alone)."""
+    fields = {"name": "nickname", "n": 3, "limit": 32, "prefix": "sim-", "interval": 3,
+              "wait": 2}
+    for key, (zh, _en) in REFUSALS.items():
+        text = zh.format(zname=FIELDS_ZH["nickname"], **fields)
+        assert not ENGLISH_RUN.findall(text), (key, text)
+    js = (Path(classroom.__file__).parent / "static" / "student.js").read_text(encoding="utf-8")
+    zh_table = js[js.index("\n  zh: {"):js.index("\n};", js.index("\n  zh: {"))]
+    words = " | ".join(re.findall(r'"((?:[^"\\]|\\.)*)"', zh_table))
+    assert len(words) > 500, "the zh table was not found whole"
+    english = [r for r in ENGLISH_RUN.findall(words) if r != "English"]
+    assert not english, english
