@@ -59,9 +59,10 @@ shares (a count), its drafts' verdicts, the step of its tokens. Nothing in that 
 or measures another request. The loop also adds each step to such a ticket's `Timeline`
 (engine/waits.py): its stretches, with ms since its arrival.
 
-Besides the recorder and the tracer, `sinks` takes more `report(dict)` listeners (the class
-server's `RecentSteps`, for its trace download); the step's dict is built once for the step
-stream and all of them.
+Besides the recorder and the tracer (`report(dict)`, the step's dict built once for them and
+the step stream), `sinks` takes more listeners that read the StepReport itself
+(`report(step_report)`: the class server's `RecentSteps`, for its trace download), so a
+server nobody watches builds no dict for them.
 """
 
 from __future__ import annotations
@@ -171,7 +172,7 @@ class EngineLoop:
         self.hub = StepHub()
         self.recorder = None  # a Recorder (engine/recording.py): every step, with who asked
         self.tracer = None  # a TraceWriter (engine/trace.py): every step, as a trace
-        self.sinks: list = []  # more of them (`report(dict)`): the class server's RecentSteps
+        self.sinks: list = []  # more, reading the StepReport itself: the class's RecentSteps
         # recent aborts: {"request_id", "received_step" (steps done when the abort came),
         # "freed_step" (the step whose report lists it)}: how fast a disconnect frees blocks
         self.abort_log: deque[dict] = deque(maxlen=1024)
@@ -474,11 +475,13 @@ class EngineLoop:
         if self.hub.watched:
             d = self._step_dict(report)
             self.hub.publish(report.step, json.dumps(d, ensure_ascii=False))
-        sinks = [s for s in (self.recorder, self.tracer, *self.sinks) if s is not None]
+        sinks = [s for s in (self.recorder, self.tracer) if s is not None]
         if sinks:
             d = d if d is not None else self._step_dict(report)
             for sink in sinks:
                 sink.report(d)
+        for sink in self.sinks:  # they read the report itself: no dict built for them
+            sink.report(report)
         seated = {s.request_id for s in report.seats if s.request_id is not None}
         for rid in [*report.finished, *report.aborted]:
             if rid not in seated:

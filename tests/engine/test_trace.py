@@ -234,3 +234,4 @@ def test_serve_takes_a_trace_path():
     from engine.serve import build_parser
 
     assert build_parser().parse_args(["--trace", "t.json"]).trace == "t.json"
+
