@@ -226,6 +226,17 @@ function reset(nickname, question) {
   $("pages").textContent = ""; $("tokens").textContent = "";
   drawStats();
 }
+function snapshot() {
+  return {view, asked: $("asked").textContent, answer: $("answer").textContent,
+          pages: [...$("pages").childNodes], tokens: [...$("tokens").childNodes]};
+}
+function restore(b) {
+  view = b.view; say("");
+  $("asked").textContent = b.asked; $("answer").textContent = b.answer;
+  $("pages").replaceChildren(...b.pages); $("tokens").replaceChildren(...b.tokens);
+  if (!view) { $("journey").hidden = true; $("timeline").hidden = true; }
+  drawStats();
+}
 function token(text, step, cls) {
   const el = document.createElement("span");
   el.className = "tk" + (cls ? " " + cls : "");
@@ -312,8 +323,9 @@ async function ask() {
   localStorage.setItem("servelab-nick", nickname);
   if (window.servelabNickname) window.servelabNickname(nickname).catch(() => {});
   showOwn(null);
+  const before = snapshot();  // the last answer, back on screen if this one is refused as too soon
+  reset(nickname, question);
   $("ask").disabled = true;
-  let started = false;  // the page keeps the last answer until this one is accepted
   try {
     for (let attempt = 0; attempt < 20; attempt++) {
       const st = {nickname, question, sent: performance.now(), first: null, next: 0, rid: null};
@@ -329,12 +341,11 @@ async function ask() {
           try { const err = (await r.json()).error; m = err.message; wait = err.wait || null; } catch (e) {}
           if (r.status === 503 && attempt < 19) { note(S().waitingEngine); await sleep(1000); continue; }
           // the phone's own limit: a wait of its own, said apart from the engine's reasons
-          // (the last answer stays on screen)
-          if (r.status === 429 && wait && S().own[wait.code]) { say(""); showOwn(wait); return; }
+          // (the last answer comes back on screen)
+          if (r.status === 429 && wait && S().own[wait.code]) { restore(before); showOwn(wait); return; }
           say(r.status === 401 ? S().wrongCode : m);  // m: the server's message, in `lang`
           return;
         }
-        if (!started) { reset(nickname, question); started = true; }
         outcome = await read(r, st);
         if (outcome === "cut" && st.rid) outcome = await follow(code, st);
       } catch (e) {

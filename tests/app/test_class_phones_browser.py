@@ -186,6 +186,7 @@ def test_a_phone_at_the_door_reads_its_own_reason_in_chinese(chromium, class_ser
         p.locator("#own").scroll_into_view_if_needed()
         p.screenshot(path=str(SHOTS / "class-phone-zh-own.png"))
         assert p.inner_text("#answer") == answer and p.inner_text("#msg") == ""
+        assert p.inner_text("#timeline") == timeline_text  # the last answer's, back on screen
         # the page gave the class the nickname it asked with: the one name the teacher's
         # hide list and the projector's masking know (listed by handle, never the phone's id)
         deadline = time.monotonic() + 30
