@@ -56,15 +56,15 @@ Everything from a student is untrusted: nickname and question are length-limited
 turn the projector's text around or hide as another's; the page writes every string with
 `textContent` (never innerHTML); the teacher's page escapes them with `html.escape`. Rate
 limits per phone (its token and address; without a token, the address): one question in
-flight and `min_interval_s` between questions (counted from the end of the last answer the student received; an answer cut by a
-switch change does not count),
-answered with 429 and `Retry-After`, whose error carries `wait`: the phone's own limit as a
-wait reason of its own (`OWN_WAIT_CODES`: `own_in_flight`; `own_pause` with `seconds_left`
-and `interval_s`), apart from the engine's codes, which the page says in its language with a
-countdown, keeping the last answer on screen. Every refusal on these routes speaks the phone's language
+flight and `min_interval_s` between questions (counted from the end of the last answer the
+student received; an answer cut by a switch change does not count), answered with 429 and
+`Retry-After`, whose error carries `wait`: the phone's own limit as a wait reason of its own
+(`OWN_WAIT_CODES`: `own_in_flight`; `own_pause` with `seconds_left` and `interval_s`), apart
+from the engine's codes, which the page says in its language with a countdown, putting the
+last answer back on screen. Every refusal on these routes speaks the phone's language
 (`?lang=zh|en`, which the page sends, else Accept-Language, as the votes pick it): the texts
-are `REFUSALS`, zh and en; an en phone reads the same English as before. A nickname is a label: a new nickname is not a new
-student. The page's Content-Security-Policy allows only its own script and style, by a nonce
+are `REFUSALS`, zh and en; an en phone reads the same English as before. A nickname is a
+label: a new nickname is not a new student. The page's Content-Security-Policy allows only its own script and style, by a nonce
 made for each response, and no framing (`frame-ancestors 'none'`).
 """
 

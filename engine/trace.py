@@ -148,7 +148,8 @@ class TraceBuilder:
         span = self.waited.get(boarded)
         # inside its wait slice, which ends where the step that seated it starts (half a
         # microsecond after the finish's point, which is one before its slice's end)
-        waited = span is not None and abs(span[1] - start) < 1e-9 and _us(start) - _us(span[0]) > 0.5
+        waited = (span is not None and abs(span[1] - start) < 1e-9
+                  and _us(start) - _us(span[0]) > 0.5)
         ts = _us(start) - 0.5 if waited else _us(start)
         self.flows += 1
         common = {"cat": "wait", "name": "freed its seat", "id": self.flows,
