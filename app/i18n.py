@@ -1049,6 +1049,33 @@ STRINGS.update({
     "cls.state.waiting": {"zh": "等待中", "en": "waiting"},
     "cls.state.seated": {"zh": "已就座", "en": "seated"},
     "cls.state.answered": {"zh": "已答完", "en": "answered"},
+    "cls.timeline.pick": {"zh": "点一个昵称，看这个请求一步一步的经过",
+                          "en": "Click a nickname for that request, step by step"},
+    "cls.timeline.pick.help": {
+        "zh": "排队（以及每段等待的原因）、预填充、解码、被抢占：步数和毫秒，和学生手机上画的一样。",
+        "en": "Queued (with the reason for each stretch of waiting), prefill, decode, "
+              "preempted: steps and milliseconds, as the student's phone draws them."},
+    "cls.timeline.gone": {"zh": "服务器已不再保留这个请求。",
+                          "en": "The class server no longer keeps this request."},
+    "cls.trace": {"zh": "下载课堂服务器最近的步骤（trace，Perfetto、chrome://tracing 可打开）",
+                  "en": "Download the class server's recent steps as a trace (Perfetto, "
+                        "chrome://tracing)"},
+    "cls.trace.help": {
+        "zh": "每个座位一条轨道、每个请求一条轨道（等待原因、预填充、解码），以及从某人答完到下一位入座的箭头。",
+        "en": "A track per seat and per request (wait reasons, prefill, decode), with arrows "
+              "from the finish that freed a seat to whoever boarded it."},
+    "tl.title": {"zh": "{name} 的请求，一步一步", "en": "{name}'s request, step by step"},
+    "tl.none": {"zh": "它还没有经过一步。", "en": "It has not been through a step yet."},
+    "tl.queued": {"zh": "排队", "en": "queued"},
+    "tl.prefill": {"zh": "预填充", "en": "prefill"},
+    "tl.decode": {"zh": "解码", "en": "decode"},
+    "tl.preempted": {"zh": "被抢占", "en": "preempted"},
+    "tl.steps": {"zh": "第 {a}–{b} 步（{n} 步）· {t0}–{t1} 毫秒",
+                 "en": "steps {a}–{b} ({n}) · {t0}–{t1} ms"},
+    "tl.step": {"zh": "第 {a} 步（1 步）· {t0}–{t1} 毫秒", "en": "step {a} (1) · {t0}–{t1} ms"},
+    "tl.redo": {"zh": "重算规则：要重新计算 {n} 个 token", "en": "recompute: {n} tokens to redo"},
+    "tl.ms": {"zh": "{x} 毫秒", "en": "{x} ms"},
+    "tl.s": {"zh": "{x} 秒", "en": "{x} s"},
     "seats.state.answered": {"zh": "已答完", "en": "answered"},
     "cls.kv.block": {"zh": "块 #{n} · {who} · {tokens}/{size} 个 token",
                      "en": "block #{n} · {who} · {tokens}/{size} tokens"},

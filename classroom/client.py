@@ -45,6 +45,7 @@ import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 
@@ -517,6 +518,32 @@ class ClassRoom:
             return r.json() if r.status_code == 200 else {}
         except (httpx.HTTPError, ValueError):
             return {}
+
+    def timeline(self, request_id: str) -> dict | None:
+        """One student's request, stretch by stretch, as the class server keeps it
+        (`GET /v1/servelab/class/timeline/{id}`); None when it no longer does."""
+        if self.server is None:
+            return None
+        try:
+            r = self.server.get(f"/v1/servelab/class/timeline/{quote(request_id, safe='')}",
+                                timeout=2)
+            return r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    def trace(self) -> bytes:
+        """The class server's recent steps as a Chrome trace (`GET /v1/servelab/class/trace`),
+        the JSON file's bytes; a trace with no events, saying why, when it cannot be read
+        (the download runs in a thread of its own: nothing there can show an error)."""
+        try:
+            if self.server is None:
+                raise RuntimeError("no class server is running")
+            r = self.server.get("/v1/servelab/class/trace", timeout=30)
+            r.raise_for_status()
+            return r.content
+        except (httpx.HTTPError, RuntimeError) as exc:
+            return json.dumps({"traceEvents": [], "displayTimeUnit": "ms",
+                               "otherData": {"error": str(exc)}}).encode()
 
     @property
     def status(self) -> str:

@@ -7,7 +7,10 @@ One page, no framework, no external resource (a classroom may be offline):
   languages; it starts in the phone's language (navigator.language, the same as
   Accept-Language) and the button in its corner switches. It keeps a random secret and the
   id of its last answer in localStorage, so a reload reattaches to the answer (running or
-  finished) instead of losing it.
+  finished) instead of losing it. After the answer it draws the request's own timeline
+  (the `done` event's stretches: a bar each on a 1-2-5 ms axis, its steps, its reasons),
+  and a 429 for the phone's own limit as a wait of its own, with a countdown. Bars are
+  placed through the CSSOM (`el.style`), which the CSP allows; no style attribute.
 - `student.js`: the answer panel's script, put inside the page's one `<script>` tag.
 - `vote_panel.html`: the vote panel, one self-contained HTML/CSS/JS block put before
   `</body>`, so the panel and the answer panel stay separate. It joins the class once (`POST

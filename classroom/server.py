@@ -27,14 +27,24 @@ Routes (`router(state, lessons)`):
   place and the reasons it waited, or its seat, boarding step and wait, its page table
   growing, the count of its blocks shared with others, its drafts' verdicts), `seat`, `delta`
   (answer text with the step it came from), `done` (token count, the server's TTFT and where
-  that falls among the class's, as a percentile only) or `error` (`code`
-  "engine_restarting" when the teacher changed a switch: the page asks again by itself).
-  A student never receives another request's text, nickname or timing.
+  that falls among the class's, as a percentile only, and `timeline`: its own life stretch
+  by stretch, engine/waits.py `Timeline`: queued with the codes of each stretch of waiting,
+  prefill (its chunks), decode, preempted with the rule and the tokens to redo, each with
+  its steps and its ms since it arrived; the page draws it after the answer on a 1-2-5 ms
+  axis, so two neighbours' phones compare) or `error` (`code` "engine_restarting" when the
+  teacher changed a switch: the page asks again by itself). A student never receives
+  another request's text, nickname or timing (the timeline's waits lose whom they waited
+  behind or were preempted for).
 - `GET /class/answer/{id}?start=N` (join code, `X-Phone-Secret`): the same answer's events
   from N. The answer runs on whether or not a phone is attached (kept `keep_answers_s` after
   it ends, aborted if nobody reads it for `detached_grace_s`), so a reload reattaches.
 - `GET /v1/servelab/class/questions`: recent questions by request id, for the teacher's
   "show questions on screen" (under /v1/servelab/, so the teacher's admin key guards it).
+- `GET /v1/servelab/class/timeline/{id}`: a kept student's request's timeline (the `done`
+  event's, or so far while it runs), for the projector's click on a nickname (admin key).
+- `GET /v1/servelab/class/trace`: the class server's recent steps (`RecentSteps`, a sink of
+  the stepping loop, bounded in steps and in the requests they name) as a Chrome trace
+  (engine/trace.py), the Classroom page's download (admin key).
 
 - `POST /class/token` (the join code): `{"phone": <token>}`, a token the server signs for
   this phone at this address (`ServerState.phone_token`); the page sends it back with each
@@ -46,12 +56,15 @@ Everything from a student is untrusted: nickname and question are length-limited
 turn the projector's text around or hide as another's; the page writes every string with
 `textContent` (never innerHTML); the teacher's page escapes them with `html.escape`. Rate
 limits per phone (its token and address; without a token, the address): one question in
-flight and `min_interval_s` between questions (counted from the end of the last answer the student received; an answer cut by a
-switch change does not count),
-answered with 429 and `Retry-After`. Every refusal on these routes speaks the phone's language
+flight and `min_interval_s` between questions (counted from the end of the last answer the
+student received; an answer cut by a switch change does not count), answered with 429 and
+`Retry-After`, whose error carries `wait`: the phone's own limit as a wait reason of its own
+(`OWN_WAIT_CODES`: `own_in_flight`; `own_pause` with `seconds_left` and `interval_s`), apart
+from the engine's codes, which the page says in its language with a countdown, putting the
+last answer back on screen. Every refusal on these routes speaks the phone's language
 (`?lang=zh|en`, which the page sends, else Accept-Language, as the votes pick it): the texts
-are `REFUSALS`, zh and en; an en phone reads the same English as before. A nickname is a label: a new nickname is not a new
-student. The page's Content-Security-Policy allows only its own script and style, by a nonce
+are `REFUSALS`, zh and en; an en phone reads the same English as before. A nickname is a
+label: a new nickname is not a new student. The page's Content-Security-Policy allows only its own script and style, by a nonce
 made for each response, and no framing (`frame-ancestors 'none'`).
 """
 
@@ -81,6 +94,7 @@ from engine.server.app import RouterFactory
 from engine.server.loop import SIMULATED_PREFIX, Delta, Ticket
 from engine.server.protocol import APIError
 from engine.server.state import ServerState
+from engine.trace import RecentSteps
 
 PAGE_PATH = "/class"  # served without a key (it holds no data): the router's `open_paths`
 
@@ -139,6 +153,13 @@ REFUSALS = {
     "shutting_down": ("服务器正在关闭：请稍后再试。", None),
 }
 FIELDS_ZH = {"nickname": "昵称", "question": "问题"}
+
+# The phone's own limits as wait reasons, apart from the engine's (engine/waits.py, which never
+# imports the classroom): a 429 from `/class/ask` for one of these carries `error.wait` =
+# {"code", ...}, and the page says it in its language (student.js `STR.own`).
+#   own_in_flight  this phone's previous question is still being answered (one at a time)
+#   own_pause      the pause after an answer (`min_interval_s`): seconds_left, interval_s
+OWN_WAIT_CODES = ("own_in_flight", "own_pause")
 
 
 def refusal_text(key: str, lang: str, **fields) -> str:
@@ -211,13 +232,17 @@ class _Students:
         if key in self.in_flight:
             raise APIError(429, refusal_text("one_question_at_a_time", lang),
                            "rate_limit_error", code="one_question_at_a_time",
-                           headers={"Retry-After": "1"})
+                           headers={"Retry-After": "1"},
+                           extra={"wait": {"code": "own_in_flight"}})
         wait = self.limits.min_interval_s - (time.monotonic() - self.last_ask.get(key, -1e9))
         if wait > 0:
             raise APIError(429, refusal_text("too_many_questions", lang,
                                              interval=f"{self.limits.min_interval_s:g}",
                                              wait=f"{max(wait, 1):.0f}"), "rate_limit_error",
-                           code="too_many_questions", headers={"Retry-After": f"{wait:.0f}"})
+                           code="too_many_questions", headers={"Retry-After": f"{wait:.0f}"},
+                           extra={"wait": {"code": "own_pause",
+                                           "seconds_left": round(wait, 1),
+                                           "interval_s": self.limits.min_interval_s}})
 
     def remember(self, request_id: str, nickname: str, question: str) -> None:
         self.questions[request_id] = {"nickname": nickname, "question": question}
@@ -255,6 +280,7 @@ class Answer:
         self.detached_at = time.monotonic()
         self.ended_at: float | None = None
         self.task: asyncio.Task | None = None  # the pump: held here so it is not collected
+        self.timeline = None  # its Timeline (engine/waits.py), which the loop builds
 
     def add(self, event: dict) -> None:
         self.events.append(event)
@@ -325,6 +351,9 @@ def router(state: ServerState, lessons: Lessons | None = None,
     votes = votes_router(classroom, lessons=lessons, limits=limits)
     state.votes = votes.classroom
     r.include_router(votes)
+    # the recent steps, for the teacher's trace download (a sink of the loop, as a recorder)
+    recent = RecentSteps(name="python -m classroom.serve")
+    state.loop.sinks.append(recent)
 
     def keep(ans: Answer) -> None:
         """Remember an answer for reloads: the newest `max_kept_answers`, ended ones for
@@ -357,6 +386,22 @@ def router(state: ServerState, lessons: Lessons | None = None,
     @r.get("/v1/servelab/class/questions")
     async def questions():
         return {"questions": students.questions, "limits": limits.__dict__}
+
+    @r.get("/v1/servelab/class/timeline/{request_id}")
+    async def timeline(request_id: str):
+        """One student's request, stretch by stretch (what its phone gets in `done`), for
+        the projector: running or kept for a reload."""
+        ans = answers.get(request_id)
+        if ans is None or ans.timeline is None:
+            raise APIError(404, f"no student's request {request_id[:64]!r} is kept",
+                           param="request_id", code="request_not_found")
+        return {"request_id": request_id, "done": ans.done,
+                "timeline": ans.timeline.to_list()}
+
+    @r.get("/v1/servelab/class/trace")
+    async def trace():
+        """The class server's recent steps as a Chrome trace (engine/trace.py)."""
+        return recent.trace()
 
     @r.get(PAGE_PATH + "/answer/{request_id}")
     async def resume(request_id: str, request: Request, start: int = 0):
@@ -401,6 +446,7 @@ def router(state: ServerState, lessons: Lessons | None = None,
         students.remember(ticket.request_id, nickname, question)
         rid = ticket.request_id
         ans = Answer(rid, _digest(phone) if phone else None)
+        ans.timeline = ticket.timeline
         keep(ans)
         answered = False
 
@@ -457,7 +503,8 @@ def router(state: ServerState, lessons: Lessons | None = None,
                         answered = True
                         ans.add({"type": "done", "tokens": n_out,
                                  "finish_reason": d.finish_reason, "server_ttft_s": ttft,
-                                 "ttft_percentile": pct, "class_answers": len(ttfts) - 1})
+                                 "ttft_percentile": pct, "class_answers": len(ttfts) - 1,
+                                 "timeline": ticket.timeline.to_list()})
                         break
             finally:
                 ans.end()

@@ -14,7 +14,13 @@ left out):
     finished it, so they add up to its latency on that clock;
   * counters: KV blocks in use, the queue's length, tokens computed per step, and the waiting
     requests by code;
-  * flows: from the finish that freed a seat to the request that boarded it next.
+  * flows: from the finish that freed a seat to the request that boarded it next, on the
+    seats' tracks ("seat freed") and on the requests' ("freed its seat": from the finished
+    request's last slice to the end of the newcomer's wait, so a wait: seats_full slice
+    shows whose finish ended it).
+
+`RecentSteps` keeps a server's recent steps for a trace on demand (the class server's
+`GET /v1/servelab/class/trace`, the Classroom page's download).
 
 Pure (no torch): the app builds a trace from a session's history or a recording.
 """
@@ -41,9 +47,12 @@ class TraceBuilder:
         self.events: list[dict] = []
         self.t = 0.0  # the step clock, in seconds
         self.request_tid: dict[str, int] = {}
+        self._rid_of: dict[int, str] = {}
         self.open: dict[str, tuple[str, float, dict]] = {}  # rid -> (phase, start, args)
         self.seat_open: dict[int, tuple[str, float, str]] = {}  # seat -> (rid, start, state)
         self.freed: dict[int, tuple[str, float]] = {}  # seat -> (who left it, when)
+        self.finished_at: dict[str, float] = {}  # rid -> the end of the step that finished it
+        self.waited: dict[str, tuple[float, float]] = {}  # rid -> its last wait slice's span
         self.named_seats: set[int] = set()
         self.flows = 0
         self.steps = 0
@@ -86,6 +95,7 @@ class TraceBuilder:
         for rid, (phase, args) in seen.items():
             if rid not in self.request_tid:
                 self.request_tid[rid] = len(self.request_tid) + 1
+                self._rid_of[self.request_tid[rid]] = rid
                 self._meta(self.pids[1], self.request_tid[rid], f"request {rid}")
             tid = self.request_tid[rid]
             cur = self.open.get(rid)
@@ -101,6 +111,7 @@ class TraceBuilder:
             if rid in self.open:
                 phase, t0, args = self.open.pop(rid)
                 self._slice(self.pids[1], self.request_tid[rid], phase, t0, end, args)
+                self.finished_at[rid] = end
 
     def _seats(self, seats_now: dict, start: float, step) -> None:
         for index in set(self.seat_open) | set(seats_now):
@@ -124,6 +135,29 @@ class TraceBuilder:
                                         "args": {"left": left}})
                     self.events.append({**common, "ph": "f", "bp": "e", "ts": _us(start),
                                         "args": {"boarded": now[0], "step": step}})
+                    self._wait_flow(left, now[0], start, step)
+
+    def _wait_flow(self, left: str, boarded: str, start: float, step) -> None:
+        """On the requests' tracks: from the finish of `left` (its last slice) to the end of
+        the wait of `boarded`, who took the seat it freed in the step that starts at `start`
+        (to its first slice when it did not wait)."""
+        if left not in self.finished_at or left not in self.request_tid \
+                or boarded not in self.request_tid:
+            return  # the seat's rider left without a finish (aborted): nothing freed it
+        t_end = self.finished_at[left]
+        span = self.waited.get(boarded)
+        # inside its wait slice, which ends where the step that seated it starts (half a
+        # microsecond after the finish's point, which is one before its slice's end)
+        waited = (span is not None and abs(span[1] - start) < 1e-9
+                  and _us(start) - _us(span[0]) > 0.5)
+        ts = _us(start) - 0.5 if waited else _us(start)
+        self.flows += 1
+        common = {"cat": "wait", "name": "freed its seat", "id": self.flows,
+                  "pid": self.pids[1]}
+        self.events.append({**common, "ph": "s", "tid": self.request_tid[left],
+                            "ts": max(0.0, _us(t_end) - 1), "args": {"left": left}})
+        self.events.append({**common, "ph": "f", "bp": "e", "tid": self.request_tid[boarded],
+                            "ts": ts, "args": {"boarded": boarded, "step": step}})
 
     def _counters(self, report: dict, start: float, waits: dict) -> None:
         kv = report.get("kv") or {}
@@ -159,6 +193,8 @@ class TraceBuilder:
 
     def _slice(self, pid: int, tid: int, name: str, t0: float, t1: float, args: dict) -> None:
         self.events.append(_x(pid, tid, name, t0, t1, args))
+        if pid == self.pids[1] and name.startswith("wait: "):
+            self.waited[self._rid_of[tid]] = (t0, t1)
 
     def _meta(self, pid: int, tid: int, name: str) -> None:
         self.events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
@@ -212,6 +248,64 @@ class TraceWriter:
     def close(self) -> None:
         with open(self.path, "w", encoding="utf-8") as f:
             json.dump(self.builder.trace(), f, ensure_ascii=False)
+
+
+# what a trace reads of a report (TraceBuilder.add): the rest of it stays out of RecentSteps
+_TRACED = ("step", "wall_s", "waits", "waiting", "admitted", "finished", "aborted",
+           "num_batched_tokens")
+
+
+def traced(report) -> dict:
+    """A StepReport, or its dict, cut to what a trace reads (its lists and `waits` shared,
+    not copied: each step's report is new and nothing changes one). From the object it
+    costs no `to_dict` (about a millisecond a step on a class server)."""
+    if not isinstance(report, dict):
+        d = {k: getattr(report, k) for k in _TRACED}
+        d["seats"] = [{"index": s.index, "request_id": s.request_id, "state": s.state}
+                      for s in report.seats]
+        d["kv"] = {"num_blocks": report.kv.num_blocks, "free_blocks": report.kv.free_blocks}
+        return d
+    d = {k: report[k] for k in _TRACED if k in report}
+    d["waits"], d["waiting"] = report.get("waits") or {}, report.get("waiting") or []
+    d["seats"] = [{"index": s["index"], "request_id": s["request_id"], "state": s["state"]}
+                  for s in report.get("seats") or []]
+    kv = report.get("kv") or {}
+    d["kv"] = {"num_blocks": kv.get("num_blocks", 0), "free_blocks": kv.get("free_blocks", 0)}
+    return d
+
+
+class RecentSteps:
+    """A server's sink (`report(step_report)` each step, from the stepping thread: the
+    StepReport itself, or its dict) that keeps its recent steps, cut to what a trace reads,
+    and makes their trace on demand (`trace()`, from any thread): the class server's trace
+    download. Bounded by steps and by the requests they name (a thousand simulated users in
+    the queue name a thousand each step)."""
+
+    def __init__(self, name: str = "ServeLab", max_steps: int = 2000,
+                 max_entries: int = 100_000):
+        import threading
+        from collections import deque
+
+        self.name, self.max_entries = name, max_entries
+        self.steps: deque[tuple[dict, int]] = deque(maxlen=max_steps)
+        self.entries = 0
+        self.lock = threading.Lock()
+
+    def report(self, report, run: int = 0) -> None:
+        d = traced(report)
+        n = len(d["waits"]) + len(d["waiting"]) + len(d["seats"])
+        with self.lock:
+            if len(self.steps) == self.steps.maxlen:
+                self.entries -= self.steps[0][1]
+            self.steps.append((d, n))
+            self.entries += n
+            while self.entries > self.max_entries and len(self.steps) > 1:
+                self.entries -= self.steps.popleft()[1]
+
+    def trace(self) -> dict:
+        with self.lock:
+            reports = [d for d, _ in self.steps]
+        return trace_of(reports, self.name)
 
 
 def main(argv: list[str] | None = None) -> int:

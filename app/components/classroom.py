@@ -225,7 +225,8 @@ def student_rows(history: list[dict], owners: dict, limit: int = 12) -> list[dic
             if who is None or who.get("kind") == "simulated":
                 continue
             row = rows.setdefault(rid, {"nickname": who.get("user", rid), "seat": None,
-                                        "blocks": 0, "tokens": 0, "state": "waiting"})
+                                        "blocks": 0, "tokens": 0, "state": "waiting",
+                                        "request_id": rid})
             if rid in seated:
                 row["seat"], row["state"] = seated[rid], "seated"
                 row["blocks"] = max(row["blocks"], held.get(rid, 0))
@@ -316,3 +317,66 @@ LARGE_CSS = """
 [data-testid="stMarkdownContainer"] p{font-size:22px;}
 </style>
 """
+
+
+TL_COLORS = {"queued": "#e0a030", "prefill": "#3a7bd5", "decode": "#2e9e4f",
+             "preempted": "#c0392b"}  # as on the phones (classroom/static/student.html)
+TL_CSS = """
+<style>
+.sl-tl{font-size:15px;max-width:560px;}
+.sl-tl h4{margin:0 0 4px;font-size:17px;}
+.sl-tl .sl-tl-row{display:grid;grid-template-columns:88px 1fr;gap:2px 8px;align-items:center;
+ margin:3px 0;}
+.sl-tl .sl-tl-track{position:relative;height:12px;background:#eef1f4;border-radius:3px;}
+.sl-tl .sl-tl-bar{position:absolute;top:0;bottom:0;border-radius:3px;}
+.sl-tl .sl-tl-why{grid-column:2;font-size:13px;color:#444;}
+.sl-tl .sl-tl-scale{grid-column:2;display:flex;justify-content:space-between;font-size:12px;
+ color:#555;}
+</style>
+"""
+
+
+def _ms(x: float) -> str:
+    return t("tl.s", x=f"{x / 1000:g}") if x >= 1000 else t("tl.ms", x=f"{x:g}")
+
+
+def timeline_scale(ms: float) -> float:
+    """The axis's end: the first of 1, 2, 5 x 10^k ms at or above `ms` (as the phones draw)."""
+    m = 100.0
+    while True:
+        for f in (1, 2, 5):
+            if f * m >= ms or f * m >= 1e7:
+                return f * m
+        m *= 10
+
+
+def timeline_html(stretches: list[dict], name: str) -> str:
+    """One student's request, stretch by stretch (engine/waits.py Timeline, from the class
+    server): a bar per stretch on one ms axis, its steps and ms, and the reasons it waited in
+    the app's language. `name` is the label the projector shows (already masked); escaped."""
+    title = html.escape(t("tl.title", name=name))
+    if not stretches:
+        return f'{TL_CSS}<div class="sl-tl"><h4>{title}</h4>{html.escape(t("tl.none"))}</div>'
+    end = timeline_scale(stretches[-1]["end_ms"])
+    rows = ['<div class="sl-tl-row"><span></span><div class="sl-tl-scale">'
+            + "".join(f"<span>{html.escape(_ms(x))}</span>" for x in (0, end / 2, end))
+            + "</div></div>"]
+    for st in stretches:
+        left = 100 * st["start_ms"] / end
+        width = max(0.6, 100 * (st["end_ms"] - st["start_ms"]) / end)
+        color = TL_COLORS.get(st["phase"], "#888")
+        why = [t("tl.step" if st["from_step"] == st["to_step"] else "tl.steps",
+                 a=st["from_step"], b=st["to_step"], n=st["steps"],
+                 t0=round(st["start_ms"]), t1=round(st["end_ms"]))]
+        for r in st["reasons"]:
+            if r["code"] == "preempted":
+                why.append(t("tl.redo", n=r["fields"].get("redo_tokens", "?")))
+            else:
+                why.append(f"{t('wait.' + r['code'])} × {r['steps']}")
+        rows.append(
+            f'<div class="sl-tl-row" data-phase="{html.escape(st["phase"], quote=True)}">'
+            f"<b>{html.escape(t('tl.' + st['phase']))}</b>"
+            f'<div class="sl-tl-track"><div class="sl-tl-bar" style="left:{left:.2f}%;'
+            f'width:{width:.2f}%;background:{color}"></div></div>'
+            f'<div class="sl-tl-why">{html.escape(" · ".join(why))}</div></div>')
+    return f'{TL_CSS}<div class="sl-tl"><h4>{title}</h4>{"".join(rows)}</div>'

@@ -11,7 +11,8 @@ Flipping a switch swaps the engine inside the class server, which keeps its addr
 code and QR code: after the requests in flight finish (a countdown with a bound) or at once
 (their phones ask again by themselves); the page follows the swap to its end without a
 reload. Each configuration's measured TTFT, TPOT and throughput stay in a table for the end
-of the class. Every string is in the app's language; "Large type" enlarges the live view for
+of the class. A click on a nickname under the students list draws that request's timeline
+(app/class_timeline.py); the class server's recent steps download as a trace. Every string is in the app's language; "Large type" enlarges the live view for
 a big room.
 
 There is one class per app process (the server and the stream are `st.cache_resource`), so
@@ -29,6 +30,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import streamlit as st  # noqa: E402
 
+from app.class_timeline import timeline_picker  # noqa: E402
 from app.components.charts import gauge_history_chart  # noqa: E402
 from app.components.classroom import (  # noqa: E402
     LARGE_CSS,
@@ -267,6 +269,7 @@ def live(room: ClassRoom, show_questions: bool, large: bool = False) -> None:
         st.html(door_html(report, owners, labels))
         if rows := student_rows(history, owners):  # (st.html refuses an empty body)
             st.html(students_html(rows))
+            timeline_picker(rows, room.timeline)  # a click on a name: its request's timeline
     with kv_col:
         st.html(class_kv_html(shown["kv"], full))
         st.html(legend_html())
@@ -317,6 +320,10 @@ def main() -> None:
         return
     with left:
         simulated_users(room)
+        # the class server's recent steps as a trace, read from it when the button is clicked
+        st.download_button(t("cls.trace"), room.trace, file_name="servelab-class.trace.json",
+                           mime="application/json", key="cls_trace", help=t("cls.trace.help"),
+                           on_click="ignore")
         a, b = st.columns(2)
         show_questions = a.toggle(t("cls.questions"), value=False, key="cls_questions",
                                   help=t("cls.questions.help"))

@@ -33,7 +33,21 @@ const STR = {
       bus_running: (w) => "the static bus boards again only when its " + w.riders_left + " riders are done",
       queued_behind: (w) => w.position + " ahead of you; the first in line waits because: " + (STR.en.reasons[w.head_code] || STR.en.reasons.other),
       preempted: (w) => "your " + w.redo_tokens + " computed tokens were dropped to let another answer go on; you recompute them when you board again",
-      prefill_chunk: (w) => w.remaining + " tokens of your prompt are left for the coming steps"}},
+      prefill_chunk: (w) => w.remaining + " tokens of your prompt are left for the coming steps"},
+    // after the answer: its own timeline (the server's `done.timeline`, engine/waits.py)
+    timeline: "Your request, step by step",
+    tlNote: "Every phone draws on the same scale (milliseconds and engine steps): put yours next to a neighbour's.",
+    phase: {queued: "queued", prefill: "prefill", decode: "decode", preempted: "preempted"},
+    when: (a, b, n, t0, t1) => (a === b ? "step " + a : "steps " + a + "–" + b) + " (" + n + (n === 1 ? " step" : " steps") + ") · " + t0 + "–" + t1 + " ms",
+    steps: (n) => n + (n === 1 ? " step" : " steps"),
+    chunks: (n) => "computed in " + n + " chunks",
+    redo: (rule, n) => "rule: " + (rule === "recompute" ? "recompute (the latest admitted goes)" : rule) + "; " + n + " tokens to compute again",
+    ms: (x) => x >= 1000 ? (x / 1000) + " s" : x + " ms",
+    // the phone's own limits (classroom/server.py OWN_WAIT_CODES): not the engine's reasons
+    ownTitle: "Waiting on your own limit, not the engine: ",
+    own: {own_in_flight: () => "your previous question is still being answered (one question at a time per phone)",
+      own_pause: (w) => "the pause after an answer: you may ask again in " + w.left + " s"},
+    ownReady: "The pause is over: you may ask again."},
   zh: {title: "ServeLab：向全班的引擎提问", code: "加入码", nick: "昵称",
     question: "问题", ask: "提问", other: "English",
     journey: "你的请求的旅程",
@@ -66,7 +80,19 @@ const STR = {
       bus_running: (w) => "静态批处理的大巴要等车上 " + w.riders_left + " 位乘客都答完才再次上客",
       queued_behind: (w) => "你前面还有 " + w.position + " 位；排第一的在等，因为：" + (STR.zh.reasons[w.head_code] || STR.zh.reasons.other),
       preempted: (w) => "为了让别人的回答继续，你已算好的 " + w.redo_tokens + " 个 token 被丢弃；再次上车时重新计算",
-      prefill_chunk: (w) => "你的提示词还剩 " + w.remaining + " 个 token，留给接下来的几步"}}
+      prefill_chunk: (w) => "你的提示词还剩 " + w.remaining + " 个 token，留给接下来的几步"},
+    timeline: "你的请求，一步一步",
+    tlNote: "每部手机都用同样的刻度（毫秒和引擎步数）：和旁边同学的比一比。",
+    phase: {queued: "排队", prefill: "预填充", decode: "解码", preempted: "被抢占"},
+    when: (a, b, n, t0, t1) => (a === b ? "第 " + a + " 步" : "第 " + a + "–" + b + " 步") + "（" + n + " 步）· " + t0 + "–" + t1 + " 毫秒",
+    steps: (n) => n + " 步",
+    chunks: (n) => "分 " + n + " 块计算",
+    redo: (rule, n) => "规则：" + (rule === "recompute" ? "重算（最后入座的让出座位）" : rule) + "；要重新计算 " + n + " 个 token",
+    ms: (x) => x >= 1000 ? (x / 1000) + " 秒" : x + " 毫秒",
+    ownTitle: "在等你自己的限制，不是引擎：",
+    own: {own_in_flight: () => "你的上一个问题还在回答中（每部手机一次只能问一个问题）",
+      own_pause: (w) => "每次回答后要停一下：" + w.left + " 秒后可以再问"},
+    ownReady: "停顿结束了：现在可以再问了。"}
 };
 const $ = (id) => document.getElementById(id);
 let lang = localStorage.getItem("servelab-lang") ||
@@ -75,7 +101,7 @@ const S = () => STR[lang];
 let view = null;  // what the page shows of the current answer, redrawn on a language change
 function fresh() {
   return {seat: null, ttft: null, rate: null, door: null, seated: null, pages: [],
-          shared: null, pct: null, n: 0};
+          shared: null, pct: null, n: 0, timeline: null};
 }
 function applyLang() {
   document.documentElement.lang = lang === "zh" ? "zh-CN" : "en";
@@ -83,6 +109,7 @@ function applyLang() {
   document.querySelectorAll("[data-t]").forEach((el) => { el.textContent = S()[el.dataset.t]; });
   $("lang").textContent = S().other;
   drawStats();
+  drawOwn();
 }
 function reasonText(r) { return S().reasons[r] || S().reasons.other; }
 function drawStats() {
@@ -100,6 +127,81 @@ function drawStats() {
   $("j-seat").textContent = s ? S().seated(s.index, s.boarded_step, s.waited_steps, s.waited_s.toFixed(2)) + reasons(s.reasons) : "";
   $("j-shared").textContent = v.shared !== null ? S().shared(v.shared) : "";
   $("j-class").textContent = v.pct === null ? "" : (v.n < 1 ? S().pct1 : S().pct(v.pct, v.n));
+  drawTimeline(v.timeline);
+}
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+// the axis's end: the first of 1, 2, 5 x 10^k ms at or above the request's time, so two
+// neighbours' phones with answers of a similar length draw on one scale
+function scaleOf(ms) {
+  for (let m = 100; ; m *= 10) {
+    for (const f of [1, 2, 5]) { if (f * m >= ms || f * m >= 1e7) return f * m; }
+  }
+}
+function drawTimeline(tl) {
+  const box = $("timeline");
+  box.hidden = !tl || !tl.length;
+  $("tl-rows").textContent = ""; $("tl-scale").textContent = "";
+  if (box.hidden) return;
+  const max = scaleOf(tl[tl.length - 1].end_ms);
+  for (const x of [0, max / 2, max]) $("tl-scale").appendChild(el("span", "", S().ms(x)));
+  for (const st of tl) {
+    const row = el("div", "tl-row");
+    row.dataset.phase = st.phase;
+    const head = el("div", "tl-head");
+    const name = el("span", "tl-phase");
+    name.appendChild(el("span", "tl-dot ph-" + st.phase));
+    name.appendChild(document.createTextNode(S().phase[st.phase] || st.phase));
+    head.appendChild(name);
+    head.appendChild(el("span", "tl-when", S().when(st.from_step, st.to_step, st.steps,
+      Math.round(st.start_ms), Math.round(st.end_ms))));
+    row.appendChild(head);
+    const track = el("div", "tl-track"), bar = el("div", "tl-bar ph-" + st.phase);
+    // CSSOM, not a style attribute: the page's CSP allows no inline style
+    bar.style.left = (100 * st.start_ms / max).toFixed(2) + "%";
+    bar.style.width = Math.max(0.6, 100 * (st.end_ms - st.start_ms) / max).toFixed(2) + "%";
+    track.appendChild(bar);
+    row.appendChild(track);
+    const why = el("div", "tl-why");
+    const budget = st.reasons.filter((r) => r.code === "token_budget").reduce((a, r) => a + r.steps, 0);
+    if (st.phase === "prefill" && st.steps - budget > 1) why.appendChild(el("span", "", S().chunks(st.steps - budget)));
+    for (const r of st.reasons) {
+      if (why.childNodes.length) why.appendChild(document.createTextNode(" · "));
+      const text = r.code === "preempted" ? S().redo(r.fields.rule, r.fields.redo_tokens)
+        : reasonText(r.code) + " × " + S().steps(r.steps);
+      const c = el("span", "tl-code", text);
+      c.dataset.code = r.code;
+      why.appendChild(c);
+    }
+    if (why.childNodes.length) row.appendChild(why);
+    $("tl-rows").appendChild(row);
+  }
+}
+// the phone's own limit (a 429 whose error carries `wait`), with its countdown
+let own = null, ownTimer = null;
+function showOwn(wait) {
+  if (ownTimer) { clearInterval(ownTimer); ownTimer = null; }
+  own = wait ? {code: wait.code, until: performance.now() + 1000 * (wait.seconds_left || 0)} : null;
+  if (own && own.code === "own_pause") {
+    ownTimer = setInterval(() => {
+      if (performance.now() >= own.until) { clearInterval(ownTimer); ownTimer = null; }
+      drawOwn();
+    }, 250);
+  }
+  drawOwn();
+}
+function drawOwn() {
+  const box = $("own");
+  box.hidden = !own;
+  if (!own) return;
+  box.dataset.code = own.code;
+  const left = Math.max(0, Math.ceil((own.until - performance.now()) / 1000));
+  if (own.code === "own_pause" && left <= 0) { box.textContent = S().ownReady; return; }
+  box.textContent = S().ownTitle + S().own[own.code]({left});
 }
 $("lang").addEventListener("click", () => {
   lang = lang === "zh" ? "en" : "zh";
@@ -122,6 +224,17 @@ function reset(nickname, question) {
   view = fresh();
   say(""); $("answer").textContent = ""; $("asked").textContent = nickname + ": " + question;
   $("pages").textContent = ""; $("tokens").textContent = "";
+  drawStats();
+}
+function snapshot() {
+  return {view, asked: $("asked").textContent, answer: $("answer").textContent,
+          pages: [...$("pages").childNodes], tokens: [...$("tokens").childNodes]};
+}
+function restore(b) {
+  view = b.view; say("");
+  $("asked").textContent = b.asked; $("answer").textContent = b.answer;
+  $("pages").replaceChildren(...b.pages); $("tokens").replaceChildren(...b.tokens);
+  if (!view) { $("journey").hidden = true; $("timeline").hidden = true; }
   drawStats();
 }
 function token(text, step, cls) {
@@ -177,6 +290,7 @@ async function read(r, st) {
         const s = (performance.now() - (st.first || st.sent)) / 1000;
         if (ev.tokens > 1 && s > 0) view.rate = ((ev.tokens - 1) / s).toFixed(1);
         if (st.resumed && ev.server_ttft_s) view.ttft = ev.server_ttft_s.toFixed(2);
+        view.timeline = ev.timeline || null;
         if (ev.ttft_percentile !== null && ev.ttft_percentile !== undefined) {
           view.pct = Math.round(ev.ttft_percentile); view.n = ev.class_answers;
         } else { view.pct = 0; view.n = 0; }
@@ -208,6 +322,8 @@ async function ask() {
   if (!code) { say(S().needCode); return; }
   localStorage.setItem("servelab-nick", nickname);
   if (window.servelabNickname) window.servelabNickname(nickname).catch(() => {});
+  showOwn(null);
+  const before = snapshot();  // the last answer, back on screen if this one is refused as too soon
   reset(nickname, question);
   $("ask").disabled = true;
   try {
@@ -221,9 +337,12 @@ async function ask() {
         const r = await fetch("/class/ask?lang=" + lang, {method: "POST", headers,
           body: JSON.stringify({nickname, question, phone})});
         if (!r.ok) {
-          let m = S().said(r.status);
-          try { m = (await r.json()).error.message; } catch (e) {}
+          let m = S().said(r.status), wait = null;
+          try { const err = (await r.json()).error; m = err.message; wait = err.wait || null; } catch (e) {}
           if (r.status === 503 && attempt < 19) { note(S().waitingEngine); await sleep(1000); continue; }
+          // the phone's own limit: a wait of its own, said apart from the engine's reasons
+          // (the last answer comes back on screen)
+          if (r.status === 429 && wait && S().own[wait.code]) { restore(before); showOwn(wait); return; }
           say(r.status === 401 ? S().wrongCode : m);  // m: the server's message, in `lang`
           return;
         }

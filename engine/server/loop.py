@@ -56,7 +56,13 @@ on serving and the status says why.
 A request marked `journey` (a student's) gets its own slice of each step's report with its
 deltas: where it is (at the door and why, or its seat), its page table, the prefix blocks it
 shares (a count), its drafts' verdicts, the step of its tokens. Nothing in that slice names
-or measures another request.
+or measures another request. The loop also adds each step to such a ticket's `Timeline`
+(engine/waits.py): its stretches, with ms since its arrival.
+
+Besides the recorder and the tracer (`report(dict)`, the step's dict built once for them and
+the step stream), `sinks` takes more listeners that read the StepReport itself
+(`report(step_report)`: the class server's `RecentSteps`, for its trace download), so a
+server nobody watches builds no dict for them.
 """
 
 from __future__ import annotations
@@ -81,6 +87,7 @@ from engine.server.outputs import (
     TokenText,
 )
 from engine.server.protocol import APIError
+from engine.waits import PRIVATE_FIELDS
 
 log = logging.getLogger("servelab.server")
 
@@ -165,6 +172,7 @@ class EngineLoop:
         self.hub = StepHub()
         self.recorder = None  # a Recorder (engine/recording.py): every step, with who asked
         self.tracer = None  # a TraceWriter (engine/trace.py): every step, as a trace
+        self.sinks: list = []  # more, reading the StepReport itself: the class's RecentSteps
         # recent aborts: {"request_id", "received_step" (steps done when the abort came),
         # "freed_step" (the step whose report lists it)}: how fast a disconnect frees blocks
         self.abort_log: deque[dict] = deque(maxlen=1024)
@@ -463,13 +471,17 @@ class EngineLoop:
         """The report, with its owners, to the step stream's viewers and the recorder; then
         the owners of requests that left and hold no seat are forgotten (static riders keep
         theirs)."""
+        d = None
         if self.hub.watched:
-            self.hub.publish(report.step, self._step_json(report))
-        if self.recorder is not None or self.tracer is not None:
             d = self._step_dict(report)
-            for sink in (self.recorder, self.tracer):
-                if sink is not None:
-                    sink.report(d)
+            self.hub.publish(report.step, json.dumps(d, ensure_ascii=False))
+        sinks = [s for s in (self.recorder, self.tracer) if s is not None]
+        if sinks:
+            d = d if d is not None else self._step_dict(report)
+            for sink in sinks:
+                sink.report(d)
+        for sink in self.sinks:  # they read the report itself: no dict built for them
+            sink.report(report)
         seated = {s.request_id for s in report.seats if s.request_id is not None}
         for rid in [*report.finished, *report.aborted]:
             if rid not in seated:
@@ -491,9 +503,16 @@ class EngineLoop:
         pos = {rid: i for i, rid in enumerate(report.waiting)}
         shared = {b["block"] for b in kv.blocks if len(b["owners"]) > 1}
         spec = {rec.request_id: rec for rec in report.spec}
+        state_of = {s.request_id: s.state for s in report.seats if s.request_id is not None}
+        admitted, finished = set(report.admitted), set(report.finished)
         for rid, t in [*self.tickets.items(), *finishing.items()]:
             if not t.journey:
                 continue
+            if t.timeline is not None:  # its own stretches: the phone's and projector's view
+                t.timeline.add(report.step, 1000.0 * (now - t.arrival), waiting=rid in pos,
+                               seated=state_of.get(rid) not in (None, "idle-finished"),
+                               admitted=rid in admitted, finished=rid in finished,
+                               wait=own_wait(report.waits.get(rid)))
             view: dict = {}
             if rid in pos:
                 view["door"] = {"position": pos[rid], "of": len(report.waiting)}
@@ -525,9 +544,6 @@ class EngineLoop:
             if rec is not None:
                 d.journey["drafts"] = [{"text": x.text, "accepted": x.accepted}
                                        for x in rec.drafted]
-
-    def _step_json(self, report) -> str:
-        return json.dumps(self._step_dict(report), ensure_ascii=False)
 
     def _step_dict(self, report) -> dict:
         d = report.to_dict()
@@ -567,7 +583,7 @@ def own_wait(wait: dict | None) -> dict | None:
     does not move."""
     if not wait:
         return None
-    return {k: v for k, v in wait.items() if k not in ("behind", "for_request")}
+    return {k: v for k, v in wait.items() if k not in PRIVATE_FIELDS}
 
 
 def _jsonable(config) -> dict:

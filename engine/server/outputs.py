@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from engine.config import SamplingParams
 from engine.server.protocol import APIError, finish_reason
+from engine.waits import Timeline
 
 log = logging.getLogger("servelab.server")
 
@@ -84,6 +85,12 @@ class Ticket:
     board_wait_s: float = 0.0  # seconds from arrival to that step's end
     waited_for: list[str] = field(default_factory=list)  # reason codes seen at the door
     last_view: dict | None = None
+    # a journey ticket's own life, stretch by stretch (engine/waits.py), built by the loop
+    timeline: Timeline | None = None
+
+    def __post_init__(self):
+        if self.journey and self.timeline is None:
+            self.timeline = Timeline()
 
     @property
     def kind(self) -> str:

@@ -27,13 +27,19 @@ class APIError(Exception):
 
     def __init__(self, status: int, message: str, type: str = "invalid_request_error",
                  param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None):
+                 headers: dict[str, str] | None = None, extra: dict | None = None):
+        """`extra`: more fields of the error object, after OpenAI's four (a router's own,
+        such as the class server's `wait`)."""
         super().__init__(message)
         self.status, self.message, self.type = status, message, type
         self.param, self.code, self.headers = param, code, headers
+        self.extra = extra
 
     def body(self) -> dict:
-        return error_body(self.message, self.type, self.param, self.code)
+        body = error_body(self.message, self.type, self.param, self.code)
+        if self.extra:
+            body["error"].update(self.extra)
+        return body
 
 
 def error_body(message: str, type: str, param: str | None = None,

@@ -1,9 +1,13 @@
 """The students' page in chromium, on a real class server (in this process): its language
 follows the phone's (zh-CN, en-US) with a toggle, the journey panel fills from the phone's
-own request, and a reload mid-answer reattaches to the answer and shows the rest of it.
-Screenshots of a Chinese phone's journey go to build/screenshots/."""
+own request, a reload mid-answer reattaches to the answer and shows the rest of it, and a
+phone that waited at the door reads, after its answer, its own timeline with the codes the
+step stream sent for it, then its own pause as a wait of its own. Screenshots of a Chinese
+phone's journey, door and timeline go to build/screenshots/."""
 
 from __future__ import annotations
+
+import re
 
 import httpx
 import pytest
@@ -21,8 +25,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def class_server():
+    from classroom.server import ClassLimits, routers
+
     engine = LLMEngine(EngineConfig(**SMALL))
-    with running_server(engine, ServerSettings(api_key=JOIN, admin_key=ADMIN)) as (url, app):
+    # a pause after an answer long enough that a phone asking again at once meets it
+    with running_server(engine, ServerSettings(api_key=JOIN, admin_key=ADMIN),
+                        routers=routers(limits=ClassLimits(min_interval_s=30))) as (url, app):
         yield url
 
 
@@ -32,6 +40,9 @@ def phone(chromium, url: str, locale: str):
     p.set_default_timeout(120_000)
     errors: list[str] = []
     p.on("pageerror", lambda e: errors.append(str(e)))
+    # the page's CSP refuses any inline style or script: chromium says so on the console
+    p.on("console", lambda m: errors.append(m.text)
+         if "Content Security Policy" in m.text else None)
     p.goto(f"{url}/class#code={JOIN}")
     return ctx, p, errors
 
@@ -158,6 +169,24 @@ def test_a_phone_at_the_door_reads_its_own_reason_in_chinese(chromium, class_ser
         p.wait_for_function("() => /[0-9]/.test(document.getElementById('rate').textContent)",
                             timeout=240_000)
         rid = p.evaluate("() => JSON.parse(localStorage.getItem('servelab-answer')).rid")
+        # after the answer, its own timeline: one row a stretch, the reasons' codes on them
+        p.locator("#timeline").wait_for(state="visible")
+        rows = p.evaluate("""() => [...document.querySelectorAll('#tl-rows .tl-row')].map(r => ({
+            phase: r.dataset.phase, text: r.textContent,
+            codes: [...r.querySelectorAll('.tl-code')].map(c => c.dataset.code),
+            bar: r.querySelector('.tl-bar').getBoundingClientRect().width}))""")
+        timeline_text = p.inner_text("#timeline")
+        answer = p.inner_text("#answer")
+        p.screenshot(path=str(SHOTS / "class-phone-zh-timeline.png"), full_page=True)
+        # asking again at once: the phone's own limit, said as a wait of its own, in Chinese
+        p.fill("#q", "再问一次")
+        p.click("#ask")
+        p.wait_for_function("() => document.getElementById('own').dataset.code === 'own_pause'")
+        own = p.inner_text("#own")
+        p.locator("#own").scroll_into_view_if_needed()
+        p.screenshot(path=str(SHOTS / "class-phone-zh-own.png"))
+        assert p.inner_text("#answer") == answer and p.inner_text("#msg") == ""
+        assert p.inner_text("#timeline") == timeline_text  # the last answer's, back on screen
         # the page gave the class the nickname it asked with: the one name the teacher's
         # hide list and the projector's masking know (listed by handle, never the phone's id)
         deadline = time.monotonic() + 30
@@ -180,3 +209,14 @@ def test_a_phone_at_the_door_reads_its_own_reason_in_chinese(chromium, class_ser
     assert sent and sent[0]["code"] == "seats_full", sent[:3]
     assert f"全部 {sent[0]['seats']} 个座位都坐满了" in door, door
     assert "在门口" in door and "座位已满" in door  # its place, and the reasons it waited for
+    # the timeline names the very codes the step stream sent for this request, in order
+    assert [r["phase"] for r in rows][0] == "queued" and rows[-1]["phase"] == "decode"
+    assert "prefill" in [r["phase"] for r in rows], rows
+    codes = list(dict.fromkeys(c for r in rows for c in r["codes"]))
+    assert codes == list(dict.fromkeys(w["code"] for w in sent)), (codes, sent[:5])
+    waited = [e["step"] for e in events if rid in e.get("waiting", [])]
+    assert re.search(rf"第 {waited[0]}(–| 步)", rows[0]["text"]), (waited[:3], rows[0])
+    assert all(r["bar"] > 0 for r in rows), rows  # drawn through CSSOM, under the CSP
+    assert "排队" in timeline_text and "解码" in timeline_text and "毫秒" in timeline_text
+    assert "座位已满" in rows[0]["text"], rows[0]
+    assert own.startswith("在等你自己的限制") and "秒后可以再问" in own, own

@@ -314,3 +314,78 @@ def test_a_hidden_or_masked_name_is_so_in_every_projected_view(monkeypatch):
     assert "小明" not in page and "badword99" not in page
     assert mask_questions([("小明", "q1"), ("ann", "q2")], masking) == [("(hidden)", "q1"),
                                                                         ("ann", "q2")]
+
+
+
+def _timeline_script(path: str):
+    """The Classroom page's students list and its nickname buttons over a recorded run: the
+    student who waited at the door (r3) hidden by the teacher, another masked by the word
+    list; a click fetches that request's timeline (built here from the same reports)."""
+    import json
+    import pathlib
+
+    import streamlit as st
+
+    from app.class_timeline import timeline_picker
+    from app.components.classroom import mask_owners, student_rows
+    from classroom.client import slim
+    from engine.waits import Timeline
+
+    full = json.loads(pathlib.Path(path).read_text())["continuous_paged_prefix"]
+    owners = {"r3": {"user": "小明", "kind": "person"},
+              "r1": {"user": "badword99", "kind": "person"},
+              "r2": {"user": "ann", "kind": "person"}}
+    shown = mask_owners(owners, {"hidden": ["小明"], "words": ["BADWORD"]})
+    rows = student_rows([slim(r) for r in full], shown)
+
+    def fetch(rid):
+        st.session_state["fetched"] = [*st.session_state.get("fetched", []), rid]
+        tl, t = Timeline(), 0.0
+        for r in full:
+            t += 1000 * r["wall_s"]
+            tl.add_report(rid, r, t)
+        return {"request_id": rid, "done": True, "timeline": tl.to_list()}
+
+    timeline_picker(rows, fetch)
+
+
+def test_a_click_on_a_nickname_opens_its_requests_timeline_and_a_hidden_name_stays_hidden(
+        monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from app.class_timeline import KEY, md_escape
+
+    at = AppTest.from_function(_timeline_script, args=(str(FIXTURE),), default_timeout=60)
+    at.session_state["lang"] = "en"
+    at.run()
+    assert not at.exception
+    pills = at.button_group(key=KEY)
+    assert "小明" not in str(pills.options) and "badword99" not in str(pills.options)
+    # as the buttons show them, markdown escaped: stars are a name, not a rule
+    assert {md_escape("(hidden)"), md_escape("*" * 9), "ann"} <= set(pills.options), pills.options
+    assert not at.get("html") and "fetched" not in at.session_state  # nothing picked yet
+    pills.set_value("r3").run()  # a click on "(hidden)"
+    assert not at.exception
+    page = "".join(h.proto.body for h in at.get("html"))
+    assert "(hidden)" in page and "step by step" in page and "小明" not in page
+    for phase in ("queued", "prefill", "decode"):
+        assert f'data-phase="{phase}"' in page, phase
+    assert " × " in page and "steps 1–" in page and " ms" in page  # its reasons, steps, ms
+    assert at.session_state["fetched"] == ["r3"]
+    at.run()  # a finished request's timeline is read once
+    assert at.session_state["fetched"] == ["r3"]
+    monkeypatch.setattr("app.i18n.get_lang", lambda: "zh")
+    at.run()
+    page = "".join(h.proto.body for h in at.get("html"))
+    assert "（已隐藏） 的请求，一步一步" in page and "第 7 步（1 步）" in page
+    assert "毫秒" in page and "座位已满" in page
+    assert "小明" not in page
+
+
+def test_without_a_class_server_the_trace_is_empty_and_says_why():
+    from classroom.client import ClassRoom
+
+    room = ClassRoom()
+    trace = json.loads(room.trace())
+    assert trace["traceEvents"] == [] and "no class server" in trace["otherData"]["error"]
+    assert room.timeline("class-1") is None

@@ -6,19 +6,24 @@ QR code (join code in the fragment): two ask at once with nicknames and question
 `<script>` and `<img onerror=...>`, the third types a wrong join code and is refused. Each
 answer streams to its own student (and the students' pages never open the step stream); the
 teacher's page shows the nicknames in seats, as text, and with "Show questions on screen" the
-questions too; no payload runs on either page. Screenshots of the teacher's page mid-class and
-of a phone-sized student page go to build/screenshots/ (`SERVELAB_SCREENSHOTS` to change).
+questions too; a click on a nickname draws that request's timeline; no payload runs on either
+page. Screenshots of the teacher's page mid-class, of its timeline at 1280x720 and of a
+phone-sized student page go to build/screenshots/ (`SERVELAB_SCREENSHOTS` to change).
 """
 
 from __future__ import annotations
 
+import json
+import pathlib
 import re
 import time
 
+import jsonschema
 import pytest
 
 from app.components.classroom import CHIP_WIDTH, SEAT_WIDTH, fit
 from tests.browsing import SHOTS, Tab
+from tests.engine.test_trace import SCHEMA
 
 # nicknames fit the page's 32 characters
 XSS_NICK = ("<script>self.__x=1</script>", "<img src=x onerror=self.__x=2>")
@@ -118,6 +123,34 @@ def test_a_class_in_the_browser_with_screenshots(chromium, app_url):
                 assert p.inner_text("#asked") == f"{nick}: {q}"  # the payloads as text
                 no_payload_ran(p)
             students[0][0].screenshot(path=str(SHOTS / "classroom-student.png"), full_page=True)
+            # a click on a student's nickname: that request's timeline, from the class server
+            # (the live view redraws every second: a click lost in a redraw is made again)
+            pill = page.get_by_role("radio", name=fit(XSS_NICK[0], CHIP_WIDTH))  # st.pills
+            for _ in range(6):
+                pill.first.click(force=True, timeout=30_000)
+                try:
+                    page.locator(".sl-tl").wait_for(timeout=10_000)
+                    break
+                except Exception:
+                    continue
+            timeline = page.locator(".sl-tl").inner_text()
+            assert "step by step" in timeline and "decode" in timeline and " ms" in timeline
+            assert fit(XSS_NICK[0], CHIP_WIDTH) in timeline  # the name as text, escaped
+            no_payload_ran(page)
+            page.set_viewport_size({"width": 1280, "height": 720})  # a small projector
+            page.locator(".sl-tl").scroll_into_view_if_needed()
+            page.screenshot(path=str(SHOTS / "classroom-teacher-timeline.png"))
+            page.set_viewport_size({"width": 1920, "height": 1080})
+            # the class server's recent steps as a trace, from the page's download button
+            with page.expect_download(timeout=60_000) as download:
+                page.get_by_role("button", name="Download the class server's recent steps") \
+                    .click(force=True, timeout=30_000)
+            trace = json.loads(pathlib.Path(download.value.path()).read_text())
+            jsonschema.validate(trace, SCHEMA)
+            assert trace["otherData"]["steps"] > 0
+            assert any(e["ph"] == "X" and e["name"] == "decode" for e in trace["traceEvents"])
+            assert sum(e["ph"] == "M" and e["args"]["name"].startswith("request class-")
+                       for e in trace["traceEvents"]) >= 2  # the two students' requests
             # the questions on the projector, only when the teacher asks for them
             assert page.locator(".sl-qs").count() == 0
             page.get_by_text("Show questions on screen").click()

@@ -34,10 +34,11 @@ def chinese(msg: str) -> str:
     return msg
 
 
-def refusal(r, status: int) -> dict:
+def refusal(r, status: int, extra: tuple = ()) -> dict:
     assert r.status_code == status, r.text
     body = r.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"message", "type", "param", "code", *extra}
     return body["error"]
 
 
@@ -45,7 +46,7 @@ class FakeState:
     """What the class router reaches of `ServerState` before a question is admitted."""
 
     def __init__(self, admit_error: APIError | None = None):
-        self.loop = SimpleNamespace(max_tokens_cap=96, generation=0)
+        self.loop = SimpleNamespace(max_tokens_cap=96, generation=0, sinks=[])
         self.settings = SimpleNamespace(max_queue=7, max_requests_per_user=1,
                                         max_requests_per_address=4)
         self.votes = None
@@ -112,24 +113,43 @@ def test_the_pause_after_an_answer_and_one_question_in_flight_in_the_phones_lang
 
     with TestClient(app) as c:
         students.in_flight.add("phone:a")
-        en = refusal(c.post("/check", **EN), 429)
+        en = refusal(c.post("/check", **EN), 429, ("wait",))
         assert en["message"] == "your previous question is still being answered; wait for it"
-        zh = refusal(c.post("/check", **ZH), 429)
+        zh = refusal(c.post("/check", **ZH), 429, ("wait",))
         chinese(zh["message"])
         assert zh["code"] == en["code"] == "one_question_at_a_time"
         assert zh["type"] == en["type"] == "rate_limit_error"
+        # the phone's own limit, as a wait reason of its own (not one of the engine's)
+        assert zh["wait"] == en["wait"] == {"code": "own_in_flight"}
 
         students.in_flight.clear()
         students.last_ask["phone:a"] = time.monotonic()
         r = c.post("/check", **EN)
-        en = refusal(r, 429)
+        en = refusal(r, 429, ("wait",))
         assert en["message"].startswith("one question per 3 s after an answer: try again in ")
         assert "retry-after" in r.headers
         r = c.post("/check", **ZH_HEADER)
-        zh = refusal(r, 429)
+        zh = refusal(r, 429, ("wait",))
         chinese(zh["message"])
         assert "3" in zh["message"] and "retry-after" in r.headers
         assert zh["code"] == en["code"] == "too_many_questions"
+        for w in (en["wait"], zh["wait"]):
+            assert w["code"] == "own_pause" and w["interval_s"] == 3.0
+            assert 0 < w["seconds_left"] <= 3.0
+
+
+def test_the_phones_own_limits_are_codes_of_their_own_with_words_in_both_languages():
+    """The class's own codes stay apart from the engine's, and the page says each in zh and
+    en (the browser test sees a zh phone say own_pause)."""
+    from classroom.page import PAGE
+    from classroom.server import OWN_WAIT_CODES
+    from engine.waits import WAIT_CODES
+
+    assert OWN_WAIT_CODES == ("own_in_flight", "own_pause")
+    assert not set(OWN_WAIT_CODES) & set(WAIT_CODES)
+    for code in OWN_WAIT_CODES:
+        assert PAGE.count(f"{code}: ") == 2, code  # STR.en.own and STR.zh.own
+    assert "在等你自己的限制" in PAGE and "Waiting on your own limit" in PAGE
 
 
 def test_an_unknown_answer_is_refused_in_the_phones_language(client):

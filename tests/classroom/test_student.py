@@ -10,11 +10,14 @@ import re
 import threading
 
 import httpx
+import jsonschema
 import pytest
 
 from classroom.page import PAGE
 from engine.server import ServerSettings
+from engine.trace import REQUESTS_PID
 from tests.conftest import running_server
+from tests.engine.test_trace import SCHEMA
 
 JOIN, ADMIN = "join-code", "teacher-key"
 
@@ -102,7 +105,41 @@ def test_students_over_a_real_server(engine):
             done = events[-1]
             assert done["tokens"] >= 1 and done["server_ttft_s"] > 0
             rids[nick] = events[0]["request_id"]
+            # its own timeline after the answer: back to back from 0 ms, its prompt, its
+            # tokens, and the steps its journey events named
+            tl = done["timeline"]
+            assert tl[0]["start_ms"] == 0 and [s["phase"] for s in tl][-1] == "decode"
+            assert "prefill" in [s["phase"] for s in tl]
+            for a, b in zip(tl, tl[1:]):
+                assert b["start_ms"] == a["end_ms"] and b["from_step"] == a["to_step"] + 1
+            assert 1000 * done["server_ttft_s"] <= tl[-1]["end_ms"] + 1
+            steps = {e["step"] for e in events if e["type"] == "journey"}
+            assert tl[0]["from_step"] == min(steps) and tl[-1]["to_step"] >= max(steps)
+            assert "behind" not in json.dumps(tl) and "for_request" not in json.dumps(tl)
+            # the projector's click on this student reads the same, with the teacher's key
+            r = c.get(f"/v1/servelab/class/timeline/{rids[nick]}",
+                      headers={"Authorization": f"Bearer {ADMIN}"})
+            assert r.json() == {"request_id": rids[nick], "done": True, "timeline": tl}
+            r = c.get(f"/v1/servelab/class/timeline/{rids[nick]}",
+                      headers={"Authorization": f"Bearer {JOIN}"})
+            assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
         assert rids[next(iter(questions))] != rids[list(questions)[1]]
+        r = c.get("/v1/servelab/class/timeline/class-none",
+                  headers={"Authorization": f"Bearer {ADMIN}"})
+        assert r.status_code == 404 and r.json()["error"]["code"] == "request_not_found"
+
+        # the class server's recent steps as a trace: the teacher's key only
+        for headers in ({}, {"Authorization": f"Bearer {JOIN}"}):
+            r = c.get("/v1/servelab/class/trace", headers=headers)
+            assert r.status_code == 401, r.text
+            assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+            assert r.json()["error"]["code"] == "invalid_api_key"
+        trace = c.get("/v1/servelab/class/trace",
+                      headers={"Authorization": f"Bearer {ADMIN}"}).json()
+        jsonschema.validate(trace, SCHEMA)
+        tracks = {e["args"]["name"] for e in trace["traceEvents"]
+                  if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == REQUESTS_PID}
+        assert {f"request {rid}" for rid in rids.values()} <= tracks
 
         # the teacher's view of the questions, and only with the teacher's key
         assert c.get("/v1/servelab/class/questions",

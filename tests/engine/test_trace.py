@@ -133,6 +133,61 @@ def test_a_seat_holds_one_rider_at_a_time_and_flows_lead_to_who_boarded(run):
     assert {"KV blocks in use", "queue", "tokens per step", "waiting by reason"} <= counters
 
 
+def test_flows_lead_from_a_finish_to_the_end_of_the_wait_it_ended(run):
+    """On the requests' tracks: each flow starts inside the finished request's last slice and
+    binds (bp "e") inside the slice of whoever took its seat: the end of that one's wait."""
+    rids, history = run
+    events = trace_of(history)["traceEvents"]
+    rid_of = {e["tid"]: e["args"]["name"].removeprefix("request ") for e in events
+              if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == REQUESTS_PID}
+    slices: dict[int, list[dict]] = {}
+    for e in events:
+        if e["ph"] == "X" and e["pid"] == REQUESTS_PID:
+            slices.setdefault(e["tid"], []).append(e)
+
+    def enclosing(tid, ts):
+        (s,) = [e for e in slices[tid] if e["ts"] <= ts < e["ts"] + e["dur"]]
+        return s
+
+    starts = {e["id"]: e for e in events if e["ph"] == "s" and e["cat"] == "wait"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f" and e["cat"] == "wait"}
+    assert starts and set(starts) == set(ends)
+    waited = 0
+    for i, f in ends.items():
+        s = starts[i]
+        assert s["pid"] == f["pid"] == REQUESTS_PID and s["ts"] < f["ts"]
+        assert rid_of[s["tid"]] == s["args"]["left"] and rid_of[f["tid"]] == f["args"]["boarded"]
+        last = max(slices[s["tid"]], key=lambda e: e["ts"])
+        assert enclosing(s["tid"], s["ts"]) is last  # the finish
+        bound = enclosing(f["tid"], f["ts"])
+        if bound["name"].startswith("wait: "):  # and its wait ends where the next slice starts
+            waited += 1
+            assert any(e["ts"] == pytest.approx(bound["ts"] + bound["dur"], abs=0.01)
+                       and not e["name"].startswith("wait: ") for e in slices[f["tid"]])
+    assert waited >= 1  # someone waited for a seat that a finish freed
+
+
+def test_recent_steps_keep_a_bounded_window_for_a_trace_on_demand(run):
+    from engine.trace import RecentSteps
+
+    _, history = run
+    recent = RecentSteps("class")
+    for r in history:
+        recent.report(r)
+    trace = json.loads(json.dumps(recent.trace()))
+    jsonschema.validate(trace, SCHEMA)
+    assert trace == json.loads(json.dumps(trace_of(history, "class")))  # all of it kept
+    small = RecentSteps("class", max_steps=5)
+    for r in history:
+        small.report(r)
+    assert small.trace()["otherData"]["steps"] == 5
+    few = RecentSteps("class", max_entries=4)
+    for r in history:
+        few.report(r)
+    assert 1 <= len(few.steps) < len(history) and (few.entries <= 4 or len(few.steps) == 1)
+    jsonschema.validate(few.trace(), SCHEMA)
+
+
 def test_the_cli_turns_a_recording_into_a_trace(run, tmp_path, capsys):
     from engine.recording import Recorder
 
@@ -179,3 +234,4 @@ def test_serve_takes_a_trace_path():
     from engine.serve import build_parser
 
     assert build_parser().parse_args(["--trace", "t.json"]).trace == "t.json"
+

@@ -11,7 +11,7 @@ from engine.config import EngineConfig, SamplingParams
 from engine.kv import ContiguousAllocator, PagedAllocator
 from engine.request import Request
 from engine.scheduler import Scheduler
-from engine.waits import WAIT_CODES, Wait, waiting_by_reason
+from engine.waits import WAIT_CODES, Timeline, Wait, waiting_by_reason
 from tests.conftest import computed_prompt
 
 
@@ -190,6 +190,67 @@ def test_the_engines_reports_carry_the_waits_and_the_page_says_them(batching, la
     df = seats.waits_frame(history)
     assert df["requests"].sum() == sum(len(r["waits"]) for r in history)
     assert seats.waits_chart(history) is not None and seats.waits_chart(history[:0]) is None
+    # each request's own timeline from the same reports: back to back from 0 ms, a queued
+    # stretch for each step it waited, and the very codes the reports gave it
+    ends, t = [], 0.0
+    for rep in history:
+        t += 1000 * rep["wall_s"]
+        ends.append(t)
+    for rid in {r for rep in history for r in [*rep["waiting"], *rep["admitted"]]}:
+        tl = Timeline()
+        for rep, end in zip(history, ends):
+            tl.add_report(rid, rep, end)
+        got = tl.to_list()
+        assert got[0]["start_ms"] == 0.0 and got[-1]["phase"] == "decode"
+        for a, b in zip(got, got[1:]):
+            assert b["start_ms"] == a["end_ms"] and b["from_step"] == a["to_step"] + 1
+        queued = {s for st in got if st["phase"] == "queued"
+                  for s in range(st["from_step"], st["to_step"] + 1)}
+        assert queued == {rep["step"] for rep in history if rid in rep["waiting"]}, rid
+        sent = [rep["waits"][rid]["code"] for rep in history if rid in rep["waits"]]
+        assert tl.codes() == list(dict.fromkeys(sent))
+        assert sum(r["steps"] for st in got for r in st["reasons"]) == len(sent)
+        assert "prefill" in [st["phase"] for st in got]
+        assert all("behind" not in r["fields"] for st in got for r in st["reasons"])
+
+
+def test_a_timeline_tells_chunks_preemption_and_the_recompute_apart():
+    """One request's steps as the loop sees them: two stretches of waiting reasons, a chunked
+    prompt, decode, a preemption, the queue again, the recompute and decode to the end."""
+    tl = Timeline()
+    steps = [  # (waiting, seated, admitted, finished, wait)
+        (True, False, False, False, {"code": "seats_full", "seats": 2, "taken": 2}),
+        (True, False, False, False, {"code": "queued_behind", "position": 1, "behind": "x",
+                                     "head_code": "seats_full"}),
+        (False, True, True, False, {"code": "prefill_chunk", "computed": 8, "remaining": 4}),
+        (False, True, False, False, None),  # the last chunk
+        (False, True, False, False, None),
+        (True, False, False, False, {"code": "preempted", "rule": "recompute",
+                                     "redo_tokens": 13, "for_request": "y"}),
+        (True, False, False, False, {"code": "kv_short", "needed": 2, "free": 1}),
+        (False, True, True, False, None),
+        (False, True, False, False, {"code": "token_budget", "budget": 32}),
+        (False, False, False, True, None),
+    ]
+    phases = [tl.add(i + 1, 10.0 * (i + 1), waiting=w, seated=s, admitted=a, finished=f,
+                     wait=wait) for i, (w, s, a, f, wait) in enumerate(steps)]
+    assert phases == ["queued", "queued", "prefill", "prefill", "decode", "preempted",
+                      "queued", "prefill", "decode", "decode"]
+    got = tl.to_list()
+    assert [(s["phase"], s["from_step"], s["to_step"], s["steps"]) for s in got] == [
+        ("queued", 1, 2, 2), ("prefill", 3, 4, 2), ("decode", 5, 5, 1), ("preempted", 6, 6, 1),
+        ("queued", 7, 7, 1), ("prefill", 8, 8, 1), ("decode", 9, 10, 2)]
+    assert [(s["start_ms"], s["end_ms"]) for s in got][:2] == [(0.0, 20.0), (20.0, 40.0)]
+    assert [r["code"] for r in got[0]["reasons"]] == ["seats_full", "queued_behind"]
+    assert got[0]["reasons"][1]["fields"] == {"position": 1, "head_code": "seats_full"}
+    assert got[3]["reasons"] == [{"code": "preempted", "steps": 1, "from_step": 6,
+                                  "to_step": 6, "fields": {"rule": "recompute",
+                                                           "redo_tokens": 13}}]
+    assert got[6]["reasons"][0]["code"] == "token_budget" and got[-1]["end_ms"] == 100.0
+    assert tl.codes() == ["seats_full", "queued_behind", "prefill_chunk", "preempted",
+                          "kv_short", "token_budget"]
+    assert tl.add(11, 110.0, waiting=False, seated=False, admitted=False, finished=False,
+                  wait=None) is None  # a step it was not in
 
 
 def test_the_overhead_bench_times_both_kinds_of_step(monkeypatch, tmp_path):
