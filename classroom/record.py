@@ -34,6 +34,7 @@ What must hold:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -96,8 +97,9 @@ class ClassRecord:
             except OSError as exc:
                 raise ClassFileError(path, f"cannot be read ({exc})") from None
             if head != SQLITE_HEADER:
-                hint = (" (it holds JSON: a class file of an earlier ServeLab; pass --state "
-                        "with a .sqlite path beside it to read it into a new record)"
+                sqlite_path = os.path.splitext(path)[0] + ".sqlite"
+                hint = (f" (it holds JSON: a class file of an earlier ServeLab; --state "
+                        f"{sqlite_path} reads it into a new record there once)"
                         if head.lstrip()[:1] == b"{" else "")
                 raise ClassFileError(path, f"is not a SQLite database{hint}")
         else:
@@ -171,10 +173,14 @@ class ClassRecord:
         try:
             for sql, args in statements:
                 c.execute(sql, args)
+            c.execute("COMMIT")
         except BaseException:
-            c.execute("ROLLBACK")
+            # a failed statement or commit (a full disk) leaves nothing half done, and no
+            # transaction open that would refuse every later write
+            if c.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    c.execute("ROLLBACK")
             raise
-        c.execute("COMMIT")
 
     @staticmethod
     def _meta(values: dict):

@@ -162,8 +162,9 @@ def test_a_damaged_foreign_or_busy_record_is_refused_naming_the_file(tmp_path):
         Classroom.load(other, forms=forms)
     old = tmp_path / "old.json"
     old.write_text(json.dumps({"format": 1}), "utf-8")
-    with pytest.raises(ClassFileError, match="holds JSON"):
+    with pytest.raises(ClassFileError, match="holds JSON") as exc:
         Classroom.load(old, forms=forms)
+    assert f"--state {tmp_path / 'old.sqlite'} reads it" in str(exc.value)
     # a record another class server holds open: refused, not written by two
     held = Classroom.load(path, forms=forms)
     with pytest.raises(ClassFileError, match="in use by another class server"):
