@@ -103,7 +103,10 @@ class ClassRecord:
                         if head.lstrip()[:1] == b"{" else "")
                 raise ClassFileError(path, f"is not a SQLite database{hint}")
         else:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            try:
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            except OSError as exc:
+                raise ClassFileError(path, f"cannot be made ({exc})") from None
         try:
             # autocommit (isolation_level None): each write names its own transaction; the
             # event loop's thread uses it, which need not be the thread that opened it

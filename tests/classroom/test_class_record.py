@@ -177,6 +177,10 @@ def test_a_damaged_foreign_or_busy_record_is_refused_naming_the_file(tmp_path):
     bad.record.close()
     with pytest.raises(ClassFileError, match="999 items"):
         Classroom.load(tmp_path / "short.sqlite", forms=forms)
+    # a place no record can be made: refused by name, not a traceback
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(ClassFileError, match="cannot be made"):
+        Classroom.load(tmp_path / "a-file" / "cls.sqlite", forms=forms)
     # nothing there: a new, empty class with its record
     fresh = Classroom.load(tmp_path / "none.sqlite", forms=forms)
     assert fresh.phones == {} and fresh.record is not None and fresh.record.new
