@@ -24,17 +24,16 @@ What must hold:
   by item and form), and `meta` (the class id, the salt of the handles, the phone tokens'
   signing secret, the join code, the current round and open test, the test's item count and
   the fingerprint of the test forms its answers are taken on, `test_forms`, hidden names,
-  the word list). `read()` gives that data back
-  in the snapshot's shape, and the class loads it with `Classroom.restore`, which checks
-  it as a whole: a record that is damaged, foreign or not this course's is refused with a
+  the word list). `read()` gives that data back in the snapshot's shape, and the class
+  loads it with `Classroom.restore`, which checks it as a whole: a record that is damaged, foreign or not this course's is refused with a
   `ClassFileError` naming the file and what is wrong.
 - An open round's deadline is kept as wall-clock time: the seconds a class server was down
   count against the round (its deadline may lock it at the restart; the teacher extends it).
 - Layout 2 (`PRAGMA user_version`) added `rounds.on_test_item` and the `test_forms` key. A
   layout-1 record reads as a class of format 1 (no round marked, no forms named), which
   `restore` loads only without test answers (they were taken on the old forms, form A the
-  self-test's items); once loaded, `upgrade` brings it to layout 2 in one transaction. A
-  refused record is left as it is.
+  self-test's items); once loaded (or when it holds no class yet), `upgrade` brings it to
+  layout 2 in one transaction. A refused record is left as it is.
 - Rows keep their first write's order (`rowid`): the phones' join order (the form groups
   alternate by it) and the ballots' and answers' order (the CSV's rows) come back the same.
 """
@@ -163,8 +162,6 @@ class ClassRecord:
         except ClassFileError:
             conn.close()
             raise
-        if new:
-            layout = RECORD_FORMAT
         return cls(path, conn, new, layout)
 
     @staticmethod
@@ -186,9 +183,9 @@ class ClassRecord:
         return fmt
 
     def upgrade(self, test_forms: str | None) -> None:
-        """A layout-1 record, its class loaded (so without test answers), to this layout:
-        the rounds' `on_test_item` column (none marked) and the forms' fingerprint, in one
-        transaction."""
+        """A layout-1 record, its class loaded (so without test answers) or none in it yet, to
+        this layout: the rounds' `on_test_item` column (none marked) and the forms'
+        fingerprint, in one transaction."""
         if self.layout == RECORD_FORMAT:
             return
         self._tx([("ALTER TABLE rounds ADD COLUMN on_test_item TEXT", ()),

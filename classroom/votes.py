@@ -675,18 +675,16 @@ class Classroom:
         try:
             if not record.new:
                 room._restore_from(path, record.read)
-                try:  # a layout-1 record, loaded: to this layout (`ClassRecord.upgrade`)
-                    record.upgrade(room._test_forms())
-                except sqlite3.Error as exc:
-                    raise ClassFileError(path, f"cannot be written ({exc})") from None
-            else:
-                if legacy is not None and os.path.exists(legacy):
-                    room._restore_from(os.fspath(legacy), lambda: _read_json(legacy))
-                    room.migrated_from = os.fspath(legacy)
-                try:
+            elif legacy is not None and os.path.exists(legacy):
+                room._restore_from(os.fspath(legacy), lambda: _read_json(legacy))
+                room.migrated_from = os.fspath(legacy)
+            try:
+                # a layout-1 record, its class loaded or none in it yet: to this layout
+                record.upgrade(room._test_forms())
+                if record.new:
                     record.write_all(room.snapshot())
-                except sqlite3.Error as exc:
-                    raise ClassFileError(path, f"cannot be written ({exc})") from None
+            except sqlite3.Error as exc:
+                raise ClassFileError(path, f"cannot be written ({exc})") from None
         except BaseException:
             record.close()
             raise

@@ -427,6 +427,16 @@ def test_a_record_of_the_layout_before_loads_only_without_test_answers(tmp_path)
     db.close()
     with pytest.raises(ClassFileError, match="layout 3; this ServeLab reads layout 1 or 2"):
         Classroom.load(path, forms=load_test_forms())
+    # a layout-1 record made but never filled (killed before the class's first write)
+    path = tmp_path / "unfilled.sqlite"
+    ClassRecord.open(path).close()
+    as_layout_1(path)
+    f = Classroom.load(path, forms=load_test_forms(), class_id="later")
+    assert f.record.new and f.record.layout == 2
+    f.open_round(f.forms.form("A")[0], 60)
+    f.record.close()
+    g = Classroom.load(path, forms=load_test_forms())
+    assert g.class_id == "later" and g.rounds[0].on_test_item == g.forms.form("A")[0].qid
 
 
 def test_an_old_class_file_is_read_into_the_record_only_without_test_answers(tmp_path):
