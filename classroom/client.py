@@ -136,7 +136,7 @@ def serve_args(switches: dict, host: str, port: int, join_code: str | None,
                kv_blocks: int | None = DEFAULT_KV_BLOCKS, class_id: str | None = None,
                state: str | None = None) -> list[str]:
     """The `python -m classroom.serve` command line for the class switches. `class_id`,
-    `state`: the class and its class file (`--class-id`, `--state`: classroom/serve.py)."""
+    `state`: the class and its record (`--class-id`, `--state`: classroom/serve.py)."""
     args = [sys.executable, "-m", "classroom.serve", "--host", host, "--port", str(port),
             "--batching", switches["batching"], "--kv-layout", switches["kv_layout"],
             "--max-num-seqs", str(seats), "--max-tokens-cap", str(max_tokens_cap),
@@ -210,13 +210,14 @@ class ClassServer:
     def start(cls, switches: dict, on_network: bool = False, port: int | None = None,
               seats: int = 16, ready_timeout: float = 180.0,
               kv_blocks: int | None = DEFAULT_KV_BLOCKS, class_id: str | None = None,
-              state: str | None = None) -> ClassServer:
+              state: str | None = None, join_code: str | None = None) -> ClassServer:
         """Start `python -m classroom.serve` on 127.0.0.1 (only this computer can join), or on
         this machine's network address when the teacher asks for it (phones on the same
-        network can; the join code is then required)."""
+        network can; the join code is then required). `join_code`: the class's (default: a
+        new one)."""
         host = (lan_address() or "127.0.0.1") if on_network else "127.0.0.1"
         port = port or free_port(host)
-        join_code = secrets.token_urlsafe(6)  # short enough to read off a projector
+        join_code = join_code or secrets.token_urlsafe(6)  # short: read off a projector
         admin_key = secrets.token_urlsafe(24)
         log = tempfile.NamedTemporaryFile("w", prefix="servelab-class-", suffix=".log",
                                           delete=False)
@@ -500,10 +501,12 @@ class ClassRoom:
         self.kv_blocks = DEFAULT_KV_BLOCKS
         self.redraw_ms: deque[float] = deque(maxlen=200)
         # the class every server this app starts keeps: a Stop and Start, a model change or
-        # a crashed class server picks its phones, rounds and tests up again from its class
-        # file (<ServeLab cache>/class/<class_id>.json, or $SERVELAB_CLASS_STATE)
+        # a crashed class server picks its phones, rounds and tests up again from its record
+        # (<ServeLab cache>/class/<class_id>.sqlite, or $SERVELAB_CLASS_STATE), with the same
+        # join code (the QR code on the projector stays valid)
         self.class_id = time.strftime("class-%Y%m%d-%H%M-") + secrets.token_hex(2)
         self.state_path = os.environ.get("SERVELAB_CLASS_STATE") or None
+        self.join_code = secrets.token_urlsafe(6)
         # and the same port when it is free: the same origin, so each phone's page keeps the
         # id it stored (localStorage is per origin) and its ballots and test stay its own
         self.port: int | None = None
@@ -561,7 +564,7 @@ class ClassRoom:
         port = self.port if self.port and port_is_free(host, self.port) else None
         self.attach(ClassServer.start(switches, on_network=on_network, port=port,
                                       kv_blocks=self.kv_blocks, class_id=self.class_id,
-                                      state=self.state_path))
+                                      state=self.state_path, join_code=self.join_code))
         self.port = int(self.server.url.rsplit(":", 1)[1])
 
     def stop(self, abort: bool = False) -> None:

@@ -47,8 +47,9 @@ Routes (`router(state, lessons)`):
   (engine/trace.py), the Classroom page's download (admin key).
 
 - `POST /class/token` (the join code): `{"phone": <token>}`, a token the server signs for
-  this phone at this address (`ServerState.phone_token`); the page sends it back with each
-  question as `X-ServeLab-Phone`.
+  this phone at this address (`ServerState.phone_token`) with the class's secret, kept in its
+  record, so a class server restarted on the same class accepts it; the page sends it back
+  with each question as `X-ServeLab-Phone`.
 
 Everything from a student is untrusted: nickname and question are length-limited with a clear
 400; a question's control characters are refused; a nickname loses its control, bidi-override
@@ -325,7 +326,7 @@ def routers(lessons: Lessons | None = None, limits: ClassLimits | None = None,
             classroom: Classroom | None = None) -> list[RouterFactory]:
     """What the class server hands `create_app(routers=...)`: the students' routes (with the
     votes), over `lessons` (default: the packaged `lessons`, `Lessons.load()`). `classroom`:
-    the class the votes keep (`classroom/serve.py` loads it from its class file; default a
+    the class the votes keep (`classroom/serve.py` loads it from its record on disk; default a
     new one, kept in memory only)."""
     lessons = lessons or Lessons.load()
     return [lambda state: router(state, lessons, limits, classroom)]
@@ -350,6 +351,9 @@ def router(state: ServerState, lessons: Lessons | None = None,
     # the class's votes and pre/post test (vote_routes.py) ride on the same class server
     votes = votes_router(classroom, lessons=lessons, limits=limits)
     state.votes = votes.classroom
+    # the phones' tokens are signed with the class's secret, kept in its record: a class
+    # server restarted on the same class accepts every token it signed before
+    state.phone_secret = votes.classroom.phone_secret
     r.include_router(votes)
     # the recent steps, for the teacher's trace download (a sink of the loop, as a recorder)
     recent = RecentSteps(name="python -m classroom.serve")

@@ -2,8 +2,9 @@
 
 Included by the class router (`classroom/server.py`), which keeps the `Classroom` on the
 server's state as `state.votes`. The state lives in one `Classroom` (`classroom/votes.py`)
-per server, driven only from the event loop (handlers do a few dict operations; the stepping
-thread never sees a vote). The self-test a round may open, the test's pairs and the
+per server, driven only from the event loop (handlers do a few dict operations and commit the
+change to the class's record, one small transaction, before they answer: classroom/record.py;
+the stepping thread never sees a vote). The self-test a round may open, the test's pairs and the
 misconceptions come in as data (`Lessons`), from whoever starts the server.
 
 Phone routes (the join code, like `/class/ask`; the phone's id in the `X-Phone` header,
@@ -42,7 +43,6 @@ from starlette.background import BackgroundTask
 
 from classroom.gains import class_gains, hand_gains, revisit_sentence, summary_markdown
 from classroom.votes import (
-    MAX_WORDS,
     Classroom,
     Lessons,
     Question,
@@ -137,7 +137,7 @@ def votes_router(classroom: Classroom | None = None,
         if pid not in room.phones and len(room.phones) >= MAX_PHONES:
             raise APIError(429, "课堂已满。" if lang == "zh" else "the class is full",
                            "rate_limit_error", code="class_full")
-        phone = room.join(pid, nick if isinstance(nick, str) else "")
+        phone = room.join(pid, nick if isinstance(nick, str) else "", lang)
         return {"phone": phone.pid, "class": room.class_id, "lang": lang}
 
     @router.get("/class/vote")
@@ -242,21 +242,8 @@ def votes_router(classroom: Classroom | None = None,
     def op_hide(body):
         if "handle" in body:  # a phone's name, by its pseudonymous id: hidden, or shown again
             room.set_hidden(str(body["handle"]), bool(body.get("hidden", True)))
-            return
         else:  # the round's question
-            r = room.current
-            if r is None:
-                raise VoteError("no_round")
-            r.hidden = bool(body.get("hidden", True))
-        room._changed()
-
-    def op_words(body):
-        words = body.get("words")
-        if not isinstance(words, list) or len(words) > MAX_WORDS or not all(
-                isinstance(w, str) and 0 < len(w.strip()) <= 40 for w in words):
-            raise ValueError(f"words: a list of up to {MAX_WORDS} words of 1 to 40 characters")
-        room.words = [w.strip() for w in words]
-        room._changed()
+            room.hide_question(bool(body.get("hidden", True)))
 
     def op_test_hand(body):
         room.test_hand_count(body.get("phase"), body.get("item"), body.get("form"),
@@ -265,7 +252,7 @@ def votes_router(classroom: Classroom | None = None,
     ops = {"open": op_open, "lock": lambda b: room.lock(), "extend": op_seconds("extend"),
            "revote": op_seconds("revote"), "reveal": op_reveal,
            "hand": lambda b: room.hand_count(b.get("counts")), "hide": op_hide,
-           "words": op_words, "test/start": lambda b: room.start_test(b.get("phase")),
+           "words": lambda b: room.set_words(b.get("words")), "test/start": lambda b: room.start_test(b.get("phase")),
            "test/stop": lambda b: room.stop_test(), "test/hand": op_test_hand}
     for name, fn in ops.items():
         router.add_api_route(f"{TEACHER}/{name}", teacher_op(fn), methods=["POST"])

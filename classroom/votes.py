@@ -21,25 +21,29 @@ What must hold:
   Phones alternate between group 0 (A first, B after) and group 1 (B first), in join order,
   so the class is counterbalanced. Both forms are held out of what the class sees between the
   tests: no self-test item is a test item, and a round opened on a test item anyway (its id or
-  its question's text) is marked `on_test_item`, in the teacher's state and the export.
+  its question's text) is marked `on_test_item`, in the teacher's state, the export and the
+  record.
+- With a record (`Classroom.load`, `classroom/record.py`), every change is committed to it
+  before the method that makes it returns: a join, ballot or test answer the route then
+  acknowledges is on disk. One the disk refuses is refused (`not_saved`) and not counted.
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import hashlib
 import io
 import json
 import os
 import secrets
-import tempfile
-import threading
+import sqlite3
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from typing import NamedTuple
+
+from classroom.record import CLASS_FILE_FORMAT, READS_CLASS_FILES, ClassFileError, ClassRecord
 
 LANGS = ("zh", "en")
 KINDS = ("prediction", "selftest", "test")
@@ -92,6 +96,9 @@ _ERRORS = {
                    "Hand counts need one whole number from 0 to 10000 for each choice."),
     "bad_nickname": (400, "昵称太长或含有控制字符。",
                      "The nickname is too long or holds control characters."),
+    "not_saved": (503, "课堂记录写不进磁盘，这一票没有记下：请告诉老师。",
+                  "The class record cannot be written to disk, so this was not kept: tell "
+                  "the teacher."),
 }
 
 
@@ -171,7 +178,7 @@ class Question:
 
     @classmethod
     def from_saved(cls, d: dict) -> Question:
-        """A question as `asdict` saved it (a class file's round), checked."""
+        """A question as `asdict` saved it (a round of a record or a class file), checked."""
         q = cls(d["qid"], d["kind"], _text(d["text"], "text"),
                 [_text(c, "choice") for c in d["choices"]], d["correct"],
                 [None if w is None else _text(w, "why") for w in d["why"]],
@@ -266,6 +273,7 @@ class Phone:
     pid: str
     group: int  # 0: form A first; 1: form B first
     nickname: str = ""
+    lang: str | None = None  # the language it joined in
     recent: deque = field(default_factory=deque)  # its last ballots' times (flood_votes kept)
 
 
@@ -294,8 +302,9 @@ class TestForm:
 
     @property
     def fingerprint(self) -> str:
-        """A short hash of both forms' items (ids, texts, choices, keys): a class file's test
-        answers are read only against the forms they were given on."""
+        """A short hash of both forms' items (ids, texts, choices, keys): a class's test
+        answers (its record's, or a JSON class file's) are read only against the forms they
+        were given on."""
         data = [[q.qid, q.text, q.choices, q.correct] for q in self.items()]
         blob = json.dumps(data, ensure_ascii=False, sort_keys=True).encode("utf-8")
         return hashlib.sha256(blob).hexdigest()[:16]
@@ -444,116 +453,29 @@ def _clean_nick(nick: str) -> str:
     return nick.strip()
 
 
-# 2: each round names the test item it showed (`on_test_item`) and the file names the test
-# forms its answers were given on (`test_forms`, TestForm.fingerprint). A format-1 file
-# loads when it holds no test answers; its answers were given on format-1 forms (form A the
-# self-test's items) and are refused, as are answers given on forms other than this course's.
-CLASS_FILE_FORMAT = 2
-READS_CLASS_FILES = (1, 2)
-
-
-class ClassFileError(Exception):
-    """A class file that cannot be loaded: `str()` names the file and what is wrong."""
-
-    def __init__(self, path: str, what: str):
-        super().__init__(f"class file {path}: {what}")
-        self.path, self.what = path, what
-
-
-class ClassFile:
-    """Keeps one class's file up to date: `changed()` on every change, `flush()` at shutdown.
-
-    Why not write on every change: the class's file holds every ballot, and 60 phones voting
-    at once are 60 changes in about a second; writing (serialize, write, fsync, rename) on
-    the event loop for each would stall every phone's request behind the disk. So a change
-    only marks the file dirty and, if no write is pending, starts a timer: one write at most
-    every `interval_s` (0.5 s) from that timer's thread, off the event loop, however many
-    changes came in. A crash loses at most the last `interval_s` of changes; a stop loses
-    none (`flush()`, called by the class server on its way out, and at exit).
-
-    Atomic: each write goes to a temporary file in the same folder (same file system), is
-    fsynced, then `os.replace`d over the file, so a reader (or a restart after a crash)
-    sees the old whole file or the new whole file, never a part of one."""
-
-    def __init__(self, path, room: Classroom, interval_s: float = 0.5):
-        self.path = os.fspath(path)
-        self.room, self.interval_s = room, interval_s
-        self.lock = threading.Lock()  # one write at a time (timer thread and flush)
-        self.dirty = False
-        self.timer: threading.Timer | None = None
-        self.writes = 0
-        self.error: str | None = None  # the last write's failure, for the server's log
-
-    def changed(self) -> None:
-        self.dirty = True
-        if self.timer is None:
-            t = threading.Timer(self.interval_s, self._tick)
-            t.daemon = True  # at exit, `flush` (atexit, the server's finally) writes
-            self.timer = t
-            t.start()
-
-    def _tick(self) -> None:
-        self.timer = None
-        self.flush()
-        if self.dirty:  # changed while this write ran: write again later
-            self.changed()
-
-    def flush(self) -> None:
-        """Write now if anything changed since the last write."""
-        with self.lock:
-            if not self.dirty:
-                return
-            self.dirty = False
-            for _ in range(3):
-                try:
-                    text = json.dumps(self.room.snapshot(), ensure_ascii=False)
-                    break
-                except RuntimeError:  # a container changed mid-copy: take it again
-                    continue
-            else:
-                self.dirty = True
-                return
-            try:
-                self._write(text)
-                self.writes += 1
-                self.error = None
-            except OSError as exc:
-                self.dirty = True
-                self.error = f"class file {self.path}: cannot be written ({exc})"
-
-    def _write(self, text: str) -> None:
-        folder = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(self.path) + ".", suffix=".tmp",
-                                   dir=folder)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-
-    def close(self) -> None:
-        """Cancel the pending timer and write what is left (shutdown)."""
-        t = self.timer
-        if t is not None:
-            t.cancel()
-            self.timer = None
-        self.flush()
+def _read_json(path) -> dict:
+    """A JSON class file (the format before the record): its data, or ClassFileError."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ClassFileError(path, f"cannot be read ({exc})") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ClassFileError(path, f"is not whole JSON (truncated or damaged: {exc})") from None
 
 
 class Classroom:
     """One class's phones, rounds and tests. Not thread-safe: one event loop drives it.
-    With a `state_path` it keeps a class file there (`ClassFile`); `Classroom.load` reads
-    one back."""
+    `Classroom.load` opens (or creates) its record on disk (`classroom/record.py`), which every
+    change is committed to before the method that makes it returns; without one (`record`
+    None) nothing is kept."""
 
     def __init__(self, class_id: str | None = None, forms: TestForm | None = None,
                  clock=time.monotonic, flood_votes: int = FLOOD_VOTES,
-                 flood_window_s: float = FLOOD_WINDOW_S, state_path=None):
+                 flood_window_s: float = FLOOD_WINDOW_S):
         self.class_id = class_id or secrets.token_urlsafe(6)
         self.clock = clock
         self.flood_votes, self.flood_window_s = flood_votes, flood_window_s
@@ -568,65 +490,99 @@ class Classroom:
         # the salt of the pseudonymous ids (`handle`): the CSV's and the teacher page's, never a
         # phone's bearer id, and not linkable across classes
         self.salt = secrets.token_hex(8)
+        # what the class server signs its phones' tokens with (`ServerState.phone_secret`)
+        # and the join code it asks for: kept with the class, so a restarted server accepts
+        # every phone's token and the code on the projector (classroom/serve.py)
+        self.phone_secret = secrets.token_bytes(32)
+        self.join_code: str | None = None
         self.version = 0  # bumped on every change a projector draws
         self.listeners: list = []  # callables run after every change (the router's wake-up)
-        # the class file (None: nothing is written); `load` fills a class from one
-        self.file = None if state_path is None else ClassFile(state_path, self)
+        self.record: ClassRecord | None = None  # `load` opens it; None: nothing is kept
+        self.migrated_from: str | None = None  # the JSON class file `load` read, if any
+        self.record_error: str | None = None  # the last write the disk refused, for the log
 
     # --- bookkeeping ------------------------------------------------------------------------
     def _changed(self) -> None:
         self.version += 1
         for fn in list(self.listeners):
             fn()
-        if self.file is not None:
-            self.file.changed()
 
-    # --- the class file -----------------------------------------------------------------------
+    def _write(self, what: str, *args, **kwargs) -> None:
+        """Commit one change to the record (`ClassRecord.<what>(...)`) before the caller
+        acknowledges it. A disk that refuses it refuses the request (VoteError 'not_saved',
+        503): nothing a phone is told was kept is missing from the record."""
+        if self.record is None:
+            return
+        try:
+            getattr(self.record, what)(*args, **kwargs)
+        except (sqlite3.Error, OSError) as exc:
+            self.record_error = f"class record {self.record.path}: cannot be written ({exc})"
+            raise VoteError("not_saved") from None
+
+    def _save_rounds(self, *rounds: Round) -> None:
+        """Rounds whose state, deadline, hand counts or question changed (and the current
+        round), into the record; their ballots go in one by one (`vote`)."""
+        if self.record is not None:
+            self._write("rounds", [(self.rounds.index(r) + 1, self._round_data(r))
+                                   for r in rounds],
+                        None if self.current is None else self.current.rid)
+
+    def _test_items(self) -> int | None:
+        return None if self.forms is None else len(self.forms.pairs)
+
+    def _test_forms(self) -> str | None:
+        """The fingerprint of the test forms this class's answers are taken on."""
+        return None if self.forms is None else self.forms.fingerprint
+
+    # --- the class's data: its record on disk, or a JSON class file of before ------------------
+    def _round_data(self, r: Round) -> dict:
+        return {"rid": r.rid, "number": r.number, "state": r.state,
+                "question": asdict(r.question),
+                "seconds_left": max(0.0, r.deadline - self.clock()),
+                "ballots": dict(r.ballots),
+                "hand": None if r.hand is None else list(r.hand),
+                "previous": None if r.previous is None else r.previous.rid,
+                "hidden": r.hidden, "measured": r.measured, "on_test_item": r.on_test_item}
+
+    @staticmethod
+    def _phone_data(p: Phone) -> dict:
+        return {"id": p.pid, "group": p.group, "nickname": p.nickname, "lang": p.lang}
+
     def snapshot(self) -> dict:
-        """The class as JSON-ready data: phones (id, nickname, form group), rounds (question,
-        state, ballots, hand counts, the revote's first round), the tests' answers and hand
-        counts, hidden names and the word list. Not the flood counters (a restart forgives).
-        An open round keeps the seconds it had left (the clock is this process's).
-
-        It may run on `ClassFile`'s writer thread while the event loop changes the class:
-        every dict and list is copied first (`dict(d)`, `list(l)`: one C call each, atomic
-        under the GIL), so it never iterates a container that changes under it. A snapshot
-        taken mid-change may miss that change; the change marked the file dirty again, so
-        the next write (at most `ClassFile.interval_s` later) has it."""
-        now = self.clock()
-        rounds = []
-        for r in list(self.rounds):
-            rounds.append({"rid": r.rid, "number": r.number, "state": r.state,
-                           "question": asdict(r.question),
-                           "seconds_left": max(0.0, r.deadline - now),
-                           "ballots": dict(r.ballots),
-                           "hand": None if r.hand is None else list(r.hand),
-                           "previous": None if r.previous is None else r.previous.rid,
-                           "hidden": r.hidden, "measured": r.measured,
-                           "on_test_item": r.on_test_item})
+        """The class as JSON-ready data: phones (id, nickname, language, form group), rounds
+        (question, state, ballots, hand counts, the revote's first round, the test item it
+        showed), the tests' answers and hand counts, the test forms they are taken on
+        (`test_forms`), hidden names, the word list, the salt, the phones' signing secret
+        and the join code. Not the flood counters (a restart forgives). An open round keeps
+        the seconds it has left (the clock is this process's). `ClassRecord.write_all`
+        writes it; `ClassRecord.read` gives it back; `restore` loads it."""
         tests = {}
-        for ph, t in dict(self.tests).items():
+        for ph, t in self.tests.items():
             tests[ph] = {"open": t.open,
-                         "answers": {pid: {str(i): c for i, c in dict(a).items()}
-                                     for pid, a in dict(t.answers).items()},
-                         "hand": {str(i): {f: list(c) for f, c in dict(by).items()}
-                                  for i, by in dict(t.hand).items()}}
+                         "answers": {pid: {str(i): c for i, c in a.items()}
+                                     for pid, a in t.answers.items()},
+                         "hand": {str(i): {f: list(c) for f, c in by.items()}
+                                  for i, by in t.hand.items()}}
         cur = self.current
         return {"format": CLASS_FILE_FORMAT, "class": self.class_id, "version": self.version,
-                "phones": [{"id": p.pid, "group": p.group, "nickname": p.nickname}
-                           for p in list(dict(self.phones).values())],
-                "rounds": rounds, "current": None if cur is None else cur.rid,
-                "tests": tests, "open_test": self.open_test,
-                "test_items": None if self.forms is None else len(self.forms.pairs),
-                "test_forms": None if self.forms is None else self.forms.fingerprint,
-                "hidden_nicks": sorted(set(self.hidden_nicks)), "words": list(self.words),
-                "salt": self.salt}
+                "phones": [self._phone_data(p) for p in self.phones.values()],
+                "rounds": [self._round_data(r) for r in self.rounds],
+                "current": None if cur is None else cur.rid,
+                "tests": tests, "open_test": self.open_test, "test_items": self._test_items(),
+                "test_forms": self._test_forms(),
+                "hidden_nicks": sorted(self.hidden_nicks), "words": list(self.words),
+                "salt": self.salt, "phone_secret": self.phone_secret.hex(),
+                "join_code": self.join_code}
 
     def restore(self, data: dict) -> None:
-        """Fill this (new, empty) class from `snapshot()`'s data. ValueError, KeyError or
-        TypeError on data that is not a class file (`load` turns them into ClassFileError)."""
+        """Fill this (new, empty) class from `snapshot()`'s data (a record's, or a JSON class
+        file's), checked as a whole. ValueError, KeyError or TypeError on data that is not a
+        class (`load` turns them into ClassFileError). Format 1 (before `on_test_item` and
+        `test_forms`) loads without test answers; with them it is refused, as are answers
+        taken on test forms other than this course's."""
         if not isinstance(data, dict) or data.get("format") not in READS_CLASS_FILES:
-            raise ValueError(f"not a class file of format {' or '.join(map(str, READS_CLASS_FILES))}")
+            raise ValueError(f"not a class of format "
+                             f"{' or '.join(map(str, READS_CLASS_FILES))}")
         now = self.clock()
         self.class_id = str(data["class"])
         self.version = int(data["version"])
@@ -634,7 +590,10 @@ class Classroom:
         for p in data["phones"]:
             if not isinstance(p["id"], str) or p["group"] not in (0, 1):
                 raise ValueError("a phone needs a string id and a group 0 or 1")
-            phones[p["id"]] = Phone(p["id"], p["group"], str(p["nickname"]),
+            lang = p.get("lang")
+            if lang not in (None, *LANGS):
+                raise ValueError(f"a phone's language {lang!r} is not one of {LANGS}")
+            phones[p["id"]] = Phone(p["id"], p["group"], str(p["nickname"]), lang,
                                     deque(maxlen=self.flood_votes))
         by_rid: dict[str, Round] = {}
         rounds = []
@@ -661,15 +620,16 @@ class Classroom:
         if data["tests"] and data["test_items"] != n:
             raise ValueError(f"its tests have {data['test_items']} items, this course's {n}")
         if data["tests"] and data["format"] == 1:
-            raise ValueError("its pre/post test was given on the old forms (class file format "
-                             "1: form A was the self-test's items); scored against this "
+            raise ValueError("its pre/post test was given on the old forms (format 1, a JSON "
+                             "class file's or a layout-1 record's: form A was the self-test's "
+                             "items); scored against this "
                              "course's forms its answers would mean other questions. Export its "
-                             "CSV with the version that wrote it, or start a new class file")
-        mine = None if self.forms is None else self.forms.fingerprint
+                             "CSV with the version that wrote it, or start a new class")
+        mine = self._test_forms()
         if data["tests"] and data["format"] > 1 and data["test_forms"] != mine:
-            raise ValueError(f"its pre/post test was given on other test forms ({data['test_forms']}"
-                             f", this course's {mine}): its answers would be scored against "
-                             f"other questions")
+            raise ValueError(f"its pre/post test was given on other test forms "
+                             f"({data['test_forms']}, this course's {mine}): its answers would "
+                             f"be scored against other questions")
         tests = {}
         for ph, d in data["tests"].items():
             if ph not in ("pre", "post"):
@@ -689,48 +649,78 @@ class Classroom:
         self.hidden_nicks = {str(p) for p in data["hidden_nicks"]}
         self.words = [str(w) for w in data["words"]]
         self.salt = str(data.get("salt") or self.salt)  # (a file from before the handles)
+        if data.get("phone_secret") is not None:  # (a JSON class file has none)
+            secret = bytes.fromhex(data["phone_secret"])
+            if len(secret) < 16:
+                raise ValueError("the phones' signing secret is too short")
+            self.phone_secret = secret
+        code = data.get("join_code")
+        if code is not None and (not isinstance(code, str) or not code):
+            raise ValueError("the join code is not a string")
+        self.join_code = code
 
     @classmethod
-    def load(cls, path, forms: TestForm | None = None, **kwargs) -> Classroom:
-        """The class saved at `path`, which it goes on writing (its `state_path`); a new
-        empty one when no file is there. ClassFileError, naming the file and what is
-        wrong with it, when it cannot be read or is not a whole class file: the caller
-        decides (the class server refuses to start, classroom/serve.py)."""
+    def load(cls, path, forms: TestForm | None = None, legacy=None, **kwargs) -> Classroom:
+        """The class kept in the record at `path` (`classroom/record.py`), open for its
+        changes. Nothing there: a new, empty class, its record made now; or, when `legacy`
+        names a JSON class file (the format before the record), that class, read into the new
+        record once (the JSON file is left as it is; `migrated_from` names it). A record of
+        the layout before (`ClassRecord.upgrade`) is brought to this one once its class loads.
+        ClassFileError, naming the file and what is wrong with it, when it cannot be read or
+        does not hold a whole class this course can load: the caller decides (the class
+        server refuses to start, classroom/serve.py)."""
         path = os.fspath(path)
         room = cls(forms=forms, **kwargs)
+        record = ClassRecord.open(path)
         try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except FileNotFoundError:
-            text = None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ClassFileError(path, f"cannot be read ({exc})") from None
-        if text is not None:
+            if not record.new:
+                room._restore_from(path, record.read)
+            elif legacy is not None and os.path.exists(legacy):
+                room._restore_from(os.fspath(legacy), lambda: _read_json(legacy))
+                room.migrated_from = os.fspath(legacy)
             try:
-                data = json.loads(text)
-            except ValueError as exc:
-                raise ClassFileError(path, f"is not whole JSON (truncated or damaged: {exc})"
-                                     ) from None
-            try:
-                room.restore(data)
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-                raise ClassFileError(path, f"is not a class file this course can load "
-                                           f"({what})") from None
-        room.file = ClassFile(path, room)
+                # a layout-1 record, its class loaded or none in it yet: to this layout
+                record.upgrade(room._test_forms())
+                if record.new:
+                    record.write_all(room.snapshot())
+            except sqlite3.Error as exc:
+                raise ClassFileError(path, f"cannot be written ({exc})") from None
+        except BaseException:
+            record.close()
+            raise
+        room.record = record
         return room
 
-    def join(self, pid: str | None = None, nickname: str = "") -> Phone:
-        """The phone's id: the one it kept if this class knows it, else a new one."""
+    def _restore_from(self, path: str, read) -> None:
+        try:
+            self.restore(read())
+        except ClassFileError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            raise ClassFileError(path, f"is damaged ({exc})") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise ClassFileError(path, f"does not hold a class this course can load "
+                                       f"({what})") from None
+
+    def join(self, pid: str | None = None, nickname: str = "", lang: str | None = None
+             ) -> Phone:
+        """The phone's id: the one it kept if this class knows it, else a new one. In the
+        record before it returns (the phone keeps the id it is given)."""
         nickname = _clean_nick(nickname)
+        lang = lang if lang in LANGS else None
         if pid and pid in self.phones:
             phone = self.phones[pid]
-            if nickname:
-                phone.nickname = nickname
+            nick, lang = nickname or phone.nickname, lang or phone.lang
+            if (nick, lang) != (phone.nickname, phone.lang):
+                self._write("phone", {**self._phone_data(phone), "nickname": nick,
+                                      "lang": lang})
+                phone.nickname, phone.lang = nick, lang
             return phone
         pid = secrets.token_urlsafe(12)
-        phone = self.phones[pid] = Phone(pid, len(self.phones) % 2, nickname,
-                                         deque(maxlen=self.flood_votes))
+        phone = Phone(pid, len(self.phones) % 2, nickname, lang, deque(maxlen=self.flood_votes))
+        self._write("phone", self._phone_data(phone))
+        self.phones[pid] = phone
         self._changed()
         return phone
 
@@ -753,19 +743,22 @@ class Classroom:
         r = self.current
         if r is not None and r.state == "open" and self.clock() >= r.deadline:
             r.state = "locked"
+            self._save_rounds(r)
             self._changed()
 
     # --- rounds -----------------------------------------------------------------------------
     def open_round(self, question: Question, seconds: float = 60.0) -> Round:
         if not 1 <= seconds <= MAX_ROUND_S:
             raise ValueError(f"seconds: between 1 and {MAX_ROUND_S:.0f}")
-        if self.current is not None and self.current.state == "open":
-            self.current.state = "locked"
+        before = self.current
+        if before is not None and before.state == "open":
+            before.state = "locked"
         r = Round(f"{self.class_id}-{len(self.rounds) + 1}", question, 1,
                   self.clock() + seconds,
                   on_test_item=None if self.forms is None else self.forms.holds(question))
         self.rounds.append(r)
         self.current = r
+        self._save_rounds(*([before] if before is not None else []), r)
         self._changed()
         return r
 
@@ -783,6 +776,7 @@ class Classroom:
         r = self._round(rid)
         if r.state == "open":
             r.state = "locked"
+            self._save_rounds(r)
             self._changed()
         return r
 
@@ -794,6 +788,7 @@ class Classroom:
         if not 0 < seconds <= MAX_ROUND_S:
             raise ValueError(f"seconds: between 0 and {MAX_ROUND_S:.0f}")
         r.deadline = max(r.deadline, self.clock()) + seconds
+        self._save_rounds(r)
         self._changed()
         return r
 
@@ -806,6 +801,7 @@ class Classroom:
                   hidden=first.hidden, on_test_item=first.on_test_item)
         self.rounds.append(r)
         self.current = r
+        self._save_rounds(r)
         self._changed()
         return r
 
@@ -825,6 +821,7 @@ class Classroom:
         r.state = "revealed"
         if r.previous is not None:
             r.previous.state = "revealed"
+        self._save_rounds(*([r.previous] if r.previous is not None else []), r)
         self._changed()
         return r
 
@@ -837,6 +834,7 @@ class Classroom:
         r.hand = list(counts)
         if r.state == "open":
             r.state = "locked"
+        self._save_rounds(r)
         self._changed()
         return r
 
@@ -858,6 +856,7 @@ class Classroom:
             raise VoteError("unknown_choice", str(choice)[:20])
         self._flood(phone)
         if r.ballots.get(pid) != choice:
+            self._write("ballot", r.rid, pid, choice)  # on disk before the phone hears of it
             r.ballots[pid] = choice
             self._changed()
         return r
@@ -917,7 +916,35 @@ class Classroom:
         pid = next((p for p in self.phones if self.handle(p) == handle), None)
         if pid is None:
             raise ValueError("handle: no such phone")
-        (self.hidden_nicks.add if hidden else self.hidden_nicks.discard)(pid)
+        new = self.hidden_nicks | {pid} if hidden else self.hidden_nicks - {pid}
+        self._write("meta", hidden_nicks=sorted(new))
+        self.hidden_nicks = new
+        self._changed()
+
+    def hide_question(self, hidden: bool) -> None:
+        """Hide the current round's question from the projector, or show it again."""
+        r = self.current
+        if r is None:
+            raise VoteError("no_round")
+        r.hidden = bool(hidden)
+        self._save_rounds(r)
+        self._changed()
+
+    def set_join_code(self, code: str) -> None:
+        """The join code the class server asks for, kept for its restarts."""
+        if not isinstance(code, str) or not code:
+            raise ValueError("join code: a non-empty string")
+        self._write("meta", join_code=code)
+        self.join_code = code
+
+    def set_words(self, words: list[str]) -> None:
+        """The word list every projected name passes through (`mask_name`)."""
+        if not isinstance(words, list) or len(words) > MAX_WORDS or not all(
+                isinstance(w, str) and 0 < len(w.strip()) <= 40 for w in words):
+            raise ValueError(f"words: a list of up to {MAX_WORDS} words of 1 to 40 characters")
+        words = [w.strip() for w in words]
+        self._write("meta", words=words)
+        self.words = words
         self._changed()
 
     def projector(self, lang: str) -> dict:
@@ -970,6 +997,7 @@ class Classroom:
             # the pre-test is the baseline: reopened after the post-test began, students who
             # saw the lesson could change their "before" answers
             raise ValueError("the post-test has started: the pre-test cannot be reopened")
+        self._write("test", phase, True, phase, self._test_items(), self._test_forms())
         t = self.tests.setdefault(phase, TestPhase(phase))
         t.open = True
         self.open_test = phase
@@ -978,6 +1006,8 @@ class Classroom:
 
     def stop_test(self) -> None:
         if self.open_test is not None:
+            self._write("test", self.open_test, False, None, self._test_items(),
+                        self._test_forms())
             self.tests[self.open_test].open = False
             self.open_test = None
             self._changed()
@@ -1006,6 +1036,7 @@ class Classroom:
                 0 <= choice < len(items[item].choices)):
             raise VoteError("unknown_choice", str(choice)[:20])
         self._flood(phone)
+        self._write("answer", t.phase, pid, item, choice)  # on disk before the phone hears
         t.answers.setdefault(pid, {})[item] = choice
         self._changed()
 
@@ -1021,6 +1052,8 @@ class Classroom:
         n = len(self.forms.form(form)[item].choices)
         if len(counts) != n or not all(isinstance(c, int) and c >= 0 for c in counts):
             raise ValueError(f"counts: {n} whole numbers")
+        self._write("test_hand", phase, item, form, list(counts), self._test_items(),
+                    self._test_forms())
         self.tests.setdefault(phase, TestPhase(phase, open=False)).hand.setdefault(
             item, {})[form] = list(counts)
         self._changed()

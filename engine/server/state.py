@@ -16,7 +16,7 @@ Who is asking (`client_of`), so limits fit them:
 - Class mode (a join code, `api_key`, is set): a student cannot mint identities at will, so
   limits are keyed by the address and, from the students' page, by a phone token the server
   signed for that address when the page joined (`phone_token`; HMAC with a secret made at
-  start). A `user` name or a nickname is a label, never a key. `max_requests_per_user` caps
+  start, or the class's own, kept in its record, which the class server hands over). A `user` name or a nickname is a label, never a key. `max_requests_per_user` caps
   each phone (or each address without a token), `max_requests_per_address` each address.
   The teacher (the admin key) has no per-client cap, and is the only one who may name users
   `sim-*` (the projector draws those as simulated riders) or ask more than
@@ -126,7 +126,9 @@ class ServerState:
         # (its detokenizers) is never used by two threads at once
         self.tokenizer = copy.deepcopy(engine.tokenizer)
         self._tokenize_pool = concurrent.futures.ThreadPoolExecutor(1, "tokenize")
-        self._secret = secrets.token_bytes(32)  # signs phone tokens; new at every start
+        # signs phone tokens: new at every start, unless whoever mounts the routes keeps one
+        # (the class server hands over its class's, so a restart accepts the same tokens)
+        self.phone_secret = secrets.token_bytes(32)
 
     # --- who is asking ----------------------------------------------------------------------
     def address_of(self, request) -> str:
@@ -152,7 +154,7 @@ class ServerState:
         return f"{pid}.{self._sign(pid, address)}"
 
     def _sign(self, pid: str, address: str) -> str:
-        mac = hmac.new(self._secret, f"{pid}|{address}".encode(), hashlib.sha256).digest()
+        mac = hmac.new(self.phone_secret, f"{pid}|{address}".encode(), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(mac[:18]).decode()
 
     def phone_of(self, request, address: str) -> str | None:

@@ -181,7 +181,7 @@ def test_one_name_hidden_and_shown_by_handle_everywhere_it_is_projected():
     assert c.masking()["hidden"] == ["badword99"] and c.display_name(a) == "小明"
     with pytest.raises(ValueError, match="handle"):
         c.set_hidden("nope", True)
-    # the handles survive the class file (the CSV's ids stay the same after a restart)
+    # the handles survive the class's record (the CSV's ids stay the same after a restart)
     d = Classroom("cls")
     d.restore(c.snapshot())
     assert d.handle(a) == c.handle(a)
