@@ -158,6 +158,11 @@ def test_item_warning(state: dict | None) -> str | None:
     return (r or {}).get("test_item_warning")
 
 
+def open_round(payload: dict, seconds: int = 90) -> None:
+    """Open a round on the attached class server now (a button's action, not its callback)."""
+    _open(payload, seconds)
+
+
 def _open(payload: dict, seconds: int) -> None:
     state = call("POST", "open", question=payload, seconds=seconds)
     if state is not None:
@@ -253,7 +258,12 @@ def projector(measured: dict | None = None) -> None:
 
 
 def _measured(r: dict, measured: dict | None) -> dict:
-    """A prediction's reveal: the range the engine landed in and its value, once measured."""
+    """A prediction's reveal: the range the engine landed in and its value, once measured;
+    for a why round (app/why_round.py), the engine's reason kept on this side."""
+    if r["kind"] == "prediction" and r["qid"].startswith("why-"):
+        from app.why_round import answer_for
+
+        return answer_for(r["qid"])
     if r["kind"] != "prediction" or r["qid"] not in (measured or {}):
         return {}
     from app.classplan import stop_by_id

@@ -57,6 +57,7 @@ from app.predict import REVEALS  # noqa: E402
 from app.sidebar import KEEP, WIDGET_FOR  # noqa: E402
 from app.votes_panel import attach  # noqa: E402
 from app.votes_panel import projector as vote_projector  # noqa: E402
+from app.why_round import ask_button  # noqa: E402
 from classroom.client import (  # noqa: E402
     ARRIVALS,
     DEFAULT_KV_BLOCKS,
@@ -267,6 +268,7 @@ def live(room: ClassRoom, show_questions: bool, large: bool = False) -> None:
     with seats_col:
         st.html(seats_html(shown, titles=full))
         st.html(door_html(report, owners, labels))
+        ask_button(report, lambda rid: labels.get(rid, rid))  # masked as on the projector
         if rows := student_rows(history, owners):  # (st.html refuses an empty body)
             st.html(students_html(rows))
             timeline_picker(rows, room.timeline)  # a click on a name: its request's timeline
