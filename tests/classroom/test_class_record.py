@@ -239,7 +239,9 @@ def test_a_restarted_class_server_keeps_its_class_join_code_and_tokens(tmp_path,
 
     class Signer(ServerState):  # the server's own signing, without an engine
         def __init__(self):
-            self.loop = None  # the routes' engine loop: unused until a request comes
+            # the routes' engine loop: unused until a request comes, but for the sink the
+            # class's recent steps (the trace download) hang on
+            self.loop = SimpleNamespace(sinks=[])
 
     before = Signer()
     router(before, lessons, classroom=room)
