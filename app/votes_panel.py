@@ -27,6 +27,9 @@ from app.i18n import get_lang
 from classroom.votes import TestForm, load_test_forms, packaged_lessons, quiz_question
 
 _SERVER = {"url": None, "headers": {}}
+# a why round's answer (app/why_round.py), kept on this side until the reveal: qid -> index of
+# the engine's reason
+WHY_ANSWERS = "why_round_answers"
 
 S = {
     "panel": {"zh": "课堂投票（手机）", "en": "Class vote (phones)"},
@@ -260,10 +263,9 @@ def projector(measured: dict | None = None) -> None:
 def _measured(r: dict, measured: dict | None) -> dict:
     """A prediction's reveal: the range the engine landed in and its value, once measured;
     for a why round (app/why_round.py), the engine's reason kept on this side."""
-    if r["kind"] == "prediction" and r["qid"].startswith("why-"):
-        from app.why_round import answer_for
-
-        return answer_for(r["qid"])
+    if r["kind"] == "prediction" and r["qid"] in st.session_state.get(WHY_ANSWERS, {}):
+        index = st.session_state[WHY_ANSWERS][r["qid"]]
+        return {"correct": index}
     if r["kind"] != "prediction" or r["qid"] not in (measured or {}):
         return {}
     from app.classplan import stop_by_id

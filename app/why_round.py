@@ -5,9 +5,11 @@ the head of the queue and the reason the scheduler gave it this step (engine/wai
 a question for the phones: four reasons to choose from, the engine's among them. The round
 opens as a prediction (`correct` None), so the class server holds no answer and no phone or
 projector can show one before the reveal; the answer stays on the teacher's side
-(`st.session_state[ANSWERS]`) and goes to the server only with the reveal. The choices are
-the reasons' short names (app/i18n.py `wait.<code>`), in zh and en; the other three are
-drawn from the reasons a request at the door can have, the same for the same step.
+(`st.session_state[app.votes_panel.WHY_ANSWERS]`) and goes to the server only with the
+reveal, as the index of the right choice (no measured text: the right choice is the engine's
+reason, which every screen shows in its own language). The choices are the reasons' short
+names (app/i18n.py `wait.<code>`), in zh and en; the other three are drawn from the reasons a
+request at the door can have, the same for the same step.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import random
 
 from app.i18n import STRINGS
 
-ANSWERS = "why_round_answers"  # qid -> (index of the engine's reason, None)
 # a request at the door with a reason of its own (not "behind the head", not a running
 # prompt's chunk): what the class chooses from
 DOOR_CODES = ("seats_full", "token_budget", "kv_short", "kv_fragmented", "bus_running",
@@ -45,9 +46,9 @@ def head_wait(report: dict) -> tuple[str, dict] | None:
     return None
 
 
-def why_question(report: dict, who: str) -> tuple[dict, tuple[int, None]] | None:
+def why_question(report: dict, who: str) -> tuple[dict, int] | None:
     """The round's question for the step `report` (a dict as the step stream sends it) and the
-    engine's answer, kept apart: (payload for the class server, (index, None));
+    engine's answer, kept apart: (payload for the class server, index of its reason);
     None when no request at the door has a reason of its own. `who`: the request's name as
     the projector shows it (masked)."""
     head = head_wait(report)
@@ -68,9 +69,7 @@ def why_question(report: dict, who: str) -> tuple[dict, tuple[int, None]] | None
                             for lang in ("zh", "en")},
                "choices": [{lang: STRINGS[f"wait.{c}"][lang] for lang in ("zh", "en")}
                            for c in codes]}
-    # no measured text: the engine's answer is the right choice itself, which every screen
-    # shows in its own language (the step is in the question)
-    return payload, (index, None)
+    return payload, index
 
 
 def ask_button(report: dict | None, who_of, key: str = "why_ask") -> None:
@@ -79,7 +78,7 @@ def ask_button(report: dict | None, who_of, key: str = "why_ask") -> None:
     import streamlit as st
 
     from app.i18n import t
-    from app.votes_panel import attached, open_round
+    from app.votes_panel import WHY_ANSWERS, attached, open_round
 
     if not attached() or report is None:
         return
@@ -89,16 +88,6 @@ def ask_button(report: dict | None, who_of, key: str = "why_ask") -> None:
     if st.button(t("why.ask"), key=key):
         made = why_question(report, who_of(head_wait(report)[0]))
         if made is not None:
-            payload, answer = made
-            st.session_state.setdefault(ANSWERS, {})[payload["id"]] = answer
+            payload, index = made
+            st.session_state.setdefault(WHY_ANSWERS, {})[payload["id"]] = index
             open_round(payload)
-
-
-def answer_for(qid: str) -> dict:
-    """The reveal's arguments for a why round opened here ({} for any other round)."""
-    import streamlit as st
-
-    index, measured = st.session_state.get(ANSWERS, {}).get(qid, (None, None))
-    if index is None:
-        return {}
-    return {"correct": index} if measured is None else {"correct": index, "measured": measured}

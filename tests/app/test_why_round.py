@@ -17,11 +17,14 @@ def _crowded_step(eng) -> dict:
     """A step of the servers' small engine (its 8 seats) with ten requests: eight board, the
     ninth waits for a seat, the tenth behind it (the step stream's dict)."""
     seats = eng.config.max_num_seqs
-    for i in range(seats + 2):
-        eng.add_request(PROMPTS[i % len(PROMPTS)], SamplingParams(max_tokens=2))
+    rids = [eng.add_request(PROMPTS[i % len(PROMPTS)], SamplingParams(max_tokens=2))
+            for i in range(seats + 2)]
     report = eng.step().to_dict()
     while eng.has_unfinished():
         eng.step()
+    for rid in rids:  # the shared engine is left empty, as every test leaves it
+        eng.forget(rid)
+    assert not eng.requests
     return json.loads(json.dumps(report))  # as it crosses the step stream
 
 
@@ -30,15 +33,15 @@ def test_the_round_asks_about_the_head_and_the_engine_answers_it(engine):
     head = head_wait(report)
     assert head is not None and head[1]["code"] == "seats_full", report["waits"]
     assert report["waits"][report["waiting"][1]]["code"] == "queued_behind"
-    payload, (index, measured) = why_question(report, "小明")
+    payload, index = why_question(report, "小明")
     codes = [next(c for c in DOOR_CODES if STRINGS[f"wait.{c}"]["en"] == ch["en"])
              for ch in payload["choices"]]
     assert len(set(codes)) == 4 and codes[index] == "seats_full"
     assert codes == [c for c in DOOR_CODES if c in codes]  # a fixed order, not the answer's
     assert all(ch["zh"] == STRINGS[f"wait.{c}"]["zh"] for c, ch in zip(codes, payload["choices"]))
     assert f"第 {report['step']} 步" in payload["question"]["zh"] and "小明" in payload["question"]["zh"]
-    # the class server is handed no answer: a prediction, `correct` None, no why, no measure
-    assert payload["kind"] == "prediction" and payload["correct"] is None and measured is None
+    # the class server is handed no answer: a prediction, `correct` None, no why
+    assert payload["kind"] == "prediction" and payload["correct"] is None
     assert why_question(report, "小明")[0] == payload  # the same step, the same round
 
     room = Classroom()
