@@ -985,6 +985,10 @@ STRINGS.update({
     "cls.start": {"zh": "启动课堂服务器", "en": "Start the class server"},
     "cls.starting": {"zh": "正在启动 python -m classroom.serve ……",
                      "en": "starting python -m classroom.serve ..."},
+    "cls.starting.download": {"zh": "下载模型（中断后下次启动会接着下载）：{what}",
+                              "en": "downloading the model (a cancelled download resumes on "
+                                    "the next start): {what}"},
+    "cls.start.cancel": {"zh": "取消启动", "en": "Cancel the start"},
     "cls.adopt": {"zh": "连接到 {url}", "en": "Connect to {url}"},
     "cls.switches": {"zh": "课堂引擎的开关", "en": "The class engine's switches"},
     "cls.engine_now": {"zh": "现在的引擎：{config} · KV 池 {kv} 块",

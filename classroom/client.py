@@ -67,6 +67,9 @@ HISTORY = 600  # steps the gauges' history keeps (every step: the stream loses n
 # empty); the teacher's knob changes it
 DEFAULT_KV_BLOCKS = 192
 DRAIN_S = 60.0  # the bound on "finish the answers in flight" before a switch flip cuts them
+# a starting class server silent this long (nothing new in its log: no download moving, no
+# line from the engine's start) is given up; one that writes waits as long as it writes
+START_QUIET_S = 180.0
 ARRIVALS = ("poisson", "rate", "all-at-once")
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # processes to end at interpreter exit
 
@@ -214,7 +217,8 @@ class ClassServer:
         """Start `python -m classroom.serve` on 127.0.0.1 (only this computer can join), or on
         this machine's network address when the teacher asks for it (phones on the same
         network can; the join code is then required). `join_code`: the class's (default: a
-        new one)."""
+        new one). `ready_timeout`: `wait_ready`'s; 0 returns at once (the caller polls
+        `starting()`, as the Classroom page does while a model downloads)."""
         host = (lan_address() or "127.0.0.1") if on_network else "127.0.0.1"
         port = port or free_port(host)
         join_code = join_code or secrets.token_urlsafe(6)  # short: read off a projector
@@ -235,7 +239,8 @@ class ClassServer:
         _LIVE.add(proc)
         srv = cls(url=f"http://{host}:{port}", join_code=join_code, admin_key=admin_key,
                   host=host, switches=dict(switches), proc=proc, log_path=Path(log.name))
-        srv.wait_ready(ready_timeout)
+        if ready_timeout:
+            srv.wait_ready(ready_timeout)
         return srv
 
     @classmethod
@@ -267,17 +272,36 @@ class ClassServer:
             return ""
         return self.log_path.read_text(errors="replace")[-n:]
 
-    def wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError("the class server exited while starting:\n"
-                                   + self.log_tail())
-            if self.alive():
-                return
+    def starting(self) -> bool:
+        """True while the server is still starting (no answer yet, nothing wrong); False once
+        it answers. RuntimeError, with its log's tail, when it exited."""
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError("the class server exited while starting:\n" + self.log_tail())
+        return not self.alive()
+
+    def log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size if self.log_path is not None else 0
+        except OSError:
+            return 0
+
+    def wait_ready(self, timeout: float, on_progress=None) -> None:
+        """Until the server answers. `timeout` counts from its last sign of life: a start that
+        writes to its log (a model downloading, its progress bar moving) waits as long as it
+        moves; one silent for `timeout` seconds is stopped. `on_progress(fraction, text)`
+        gets the log's newest progress line (`start_progress`) at each look."""
+        last_size, quiet_since = -1, time.monotonic()
+        while self.starting():
+            size = self.log_size()
+            if size != last_size:
+                last_size, quiet_since = size, time.monotonic()
+            elif time.monotonic() - quiet_since > timeout:
+                self.stop()
+                raise RuntimeError(f"the class server did not answer, and wrote nothing, for "
+                                   f"{timeout:.0f} s")
+            if on_progress is not None and (line := start_progress(self.log_tail())):
+                on_progress(*line)
             time.sleep(0.3)
-        self.stop()
-        raise RuntimeError(f"the class server did not answer within {timeout:.0f} s")
 
     def engine_status(self, timeout: float = 5.0) -> dict:
         """The server's engine swap status and configuration (`GET /v1/servelab/engine`)."""
@@ -335,6 +359,28 @@ class ClassServer:
         if self.log_path is not None:
             with contextlib.suppress(OSError):
                 self.log_path.unlink()
+
+
+# a progress bar as tqdm writes it into a log (huggingface_hub's downloads): "name:  45%|###
+# | 445M/988M [00:10<00:12, 44.5MB/s]", each update after a carriage return
+_BAR = re.compile(r"^(?P<name>.*?):?\s*(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<rest>.*)$")
+
+
+def start_progress(log_text: str) -> tuple[float | None, str] | None:
+    """What a starting class server is doing, from its log's tail: the newest line, as
+    (fraction done, text) for a download's progress bar ("model.safetensors 45% · 445M/988M
+    [00:10<00:12, 44.5MB/s]"), (None, the line) for any other; None for an empty log."""
+    for line in reversed(re.split(r"[\r\n]+", log_text)):
+        line = line.strip()
+        if not line:
+            continue
+        m = _BAR.match(line)
+        if m:
+            pct = min(100, int(m["pct"]))
+            name = m["name"].strip() or "download"
+            return pct / 100, f"{name} {pct}% · {m['rest'].strip()}"
+        return None, line[-200:]
+    return None
 
 
 def switches_of(config: dict) -> dict:
@@ -496,6 +542,8 @@ class ClassRoom:
         self.load: LoadRun | None = None
         self.table: dict[str, dict] = {}  # configuration -> measured row
         self.pending: dict | None = None  # a switch flip under way: its switches and start
+        self.launching: ClassServer | None = None  # a server started, not answering yet
+        self.launch_log = (-1, 0.0)  # its log's size and since when (its last sign of life)
         self.error = ""
         self.on_network = False
         self.kv_blocks = DEFAULT_KV_BLOCKS
@@ -558,14 +606,58 @@ class ClassRoom:
         self.stream = StepStream(server.url, server.headers)
 
     def start(self, switches: dict, on_network: bool, kv_blocks: int | None = None) -> None:
+        """Start the class server and wait until it answers (`begin_start` and `poll_start`
+        are the same in steps, for a page that shows the progress and offers Cancel)."""
+        self.begin_start(switches, on_network, kv_blocks)
+        self.launching.wait_ready(START_QUIET_S)
+        self.poll_start()
+
+    def begin_start(self, switches: dict, on_network: bool, kv_blocks: int | None = None
+                    ) -> None:
+        """Launch the class server and return at once; `poll_start` follows it."""
         self.on_network = on_network
         self.kv_blocks = kv_blocks or self.kv_blocks
         host = (lan_address() or "127.0.0.1") if on_network else "127.0.0.1"
         port = self.port if self.port and port_is_free(host, self.port) else None
-        self.attach(ClassServer.start(switches, on_network=on_network, port=port,
-                                      kv_blocks=self.kv_blocks, class_id=self.class_id,
-                                      state=self.state_path, join_code=self.join_code))
-        self.port = int(self.server.url.rsplit(":", 1)[1])
+        self.launching = ClassServer.start(switches, on_network=on_network, port=port,
+                                           kv_blocks=self.kv_blocks, class_id=self.class_id,
+                                           state=self.state_path, join_code=self.join_code,
+                                           ready_timeout=0)
+        self.launch_log = (-1, time.monotonic())  # (log size, since): its last sign of life
+
+    def poll_start(self) -> tuple[float | None, str] | None:
+        """A look at the server being started: once it answers it is attached (and None is
+        returned); while it starts, its progress (`start_progress`); RuntimeError (and
+        nothing attached) when it exited or stayed silent for START_QUIET_S seconds."""
+        srv = self.launching
+        if srv is None:
+            return None
+        try:
+            still = srv.starting()
+        except RuntimeError:
+            self.launching = None
+            srv.stop()
+            raise
+        if not still:
+            self.launching = None
+            self.attach(srv)
+            self.port = int(srv.url.rsplit(":", 1)[1])
+            return None
+        size, since = self.launch_log
+        if srv.log_size() != size:
+            self.launch_log = (srv.log_size(), time.monotonic())
+        elif time.monotonic() - since > START_QUIET_S:
+            self.cancel_start()
+            raise RuntimeError(f"the class server did not answer, and wrote nothing, for "
+                               f"{START_QUIET_S:.0f} s")
+        return start_progress(srv.log_tail()) or (None, "")
+
+    def cancel_start(self) -> None:
+        """Stop the server being started (a download the teacher gave up on: huggingface_hub
+        resumes it on the next start)."""
+        srv, self.launching = self.launching, None
+        if srv is not None:
+            srv.stop(abort=True)
 
     def stop(self, abort: bool = False) -> None:
         if self.load is not None:

@@ -118,6 +118,9 @@ def controls(room: ClassRoom) -> None:
     srv = room.server
     if room.error:
         st.error(room.error)
+    if room.launching is not None:
+        start_progress_view(room)
+        return
     if srv is None:
         st.subheader(t("cls.start.title"))
         # a new class starts with the k the teacher set in the sidebar on another page (the
@@ -140,11 +143,10 @@ def controls(room: ClassRoom) -> None:
         a, b = st.columns(2)
         if a.button(t("cls.start"), type="primary", key="cls_start"):
             room.error = ""
-            with st.spinner(t("cls.starting")):
-                try:
-                    room.start(switches, on_net, kv_blocks=int(kv_blocks))
-                except RuntimeError as exc:
-                    room.error = str(exc)
+            try:  # the server starts in the background; the page follows it (and can cancel)
+                room.begin_start(switches, on_net, kv_blocks=int(kv_blocks))
+            except (RuntimeError, OSError) as exc:
+                room.error = str(exc)
             st.rerun()
         if (conf := configured_server(_secrets())) and b.button(t("cls.adopt", url=conf["url"]),
                                                       key="cls_adopt"):
@@ -173,6 +175,30 @@ def controls(room: ClassRoom) -> None:
     if not srv.adopted and st.button(t("cls.stop"), key="cls_stop"):
         room.stop()
         st.rerun()
+
+
+@st.fragment(run_every=0.5)
+def start_progress_view(room: ClassRoom) -> None:
+    """The class server starting, followed on the page: what it is doing (a model's download
+    with its progress bar, then the engine's start), and Cancel; the whole page once it
+    answers, or its error."""
+    try:
+        progress = room.poll_start()
+    except RuntimeError as exc:
+        room.error = str(exc)
+        st.rerun(scope="app")
+        return
+    if room.launching is None:  # it answers: the class page
+        st.rerun(scope="app")
+        return
+    st.info(t("cls.starting"))
+    fraction, text = progress
+    text = text.replace("`", "'")  # the server's own words, shown as code (its log's)
+    if fraction is not None:
+        st.progress(fraction, text=t("cls.starting.download", what=f"`{text}`"))
+    elif text:
+        st.caption(f"`{text}`")
+    st.button(t("cls.start.cancel"), key="cls_start_cancel", on_click=room.cancel_start)
 
 
 @st.fragment(run_every=0.5)

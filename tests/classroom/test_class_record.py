@@ -320,8 +320,14 @@ def test_the_apps_class_restarts_on_its_class_its_join_code_and_its_port(monkeyp
         def stop(self, abort=False):
             pass
 
+        def wait_ready(self, timeout, on_progress=None):
+            pass
+
+        def starting(self):  # it answers at once
+            return False
+
     def start(switches, on_network=False, port=None, kv_blocks=None, class_id=None,
-              state=None, join_code=None):
+              state=None, join_code=None, ready_timeout=0):
         calls.append((port, class_id, join_code))
         return Fake(port or client.free_port())
 
