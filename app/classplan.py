@@ -103,6 +103,28 @@ class Stop:
     def settings(self) -> Settings:
         return Settings(**self.knobs)
 
+    @property
+    def run_steps(self) -> int | None:
+        """How many steps the stop's run takes to its end (RUN_STEPS), None where unknown."""
+        return RUN_STEPS.get(self.id)
+
+    @property
+    def stride(self) -> int:
+        """Engine steps a tick of Play advances on this stop: enough that the run ends within
+        about PLAY_TICKS ticks (its minute on the projector), one where the run is short."""
+        steps = self.run_steps
+        return max(1, math.ceil(steps / PLAY_TICKS)) if steps else 1
+
+
+# A stop's run fits its minute: at Play's default pace (app/sidebar.py PLAY_INTERVAL_S, 0.5 s)
+# this many ticks are 50 s. A longer run advances several steps a tick (Stop.stride).
+PLAY_TICKS = 100
+# Each stop's run length in steps, measured headless (tests/app/test_stops.py checks it to
+# within RUN_STEPS_SLACK: greedy tokens, so only a CPU whose rounding moves an EOS differs)
+RUN_STEPS = {"bus": 72, "uniform": 96, "hall": 266, "waste": 123, "draft": 48, "quiet": 48,
+             "load": 51}
+RUN_STEPS_SLACK = 0.15
+
 
 def _T(zh: str, en: str) -> Text:
     return Text(zh=zh, en=en)
@@ -486,13 +508,20 @@ def measure_headless(stop: Stop, max_steps: int = 2000, race=None) -> float | No
     """Run `stop`'s preset as its page does, without a browser: the page's runs on one
     session, stepped together to the end, then the stop's own measurement. The home race is
     run by `race(settings)` (the page's race function), given by the caller."""
-    from app.state import Session
-
     if stop.prediction is None:
         return None
     if stop.page == "home":
         extra = {"race": race(stop.settings)} if race else {}
         return stop.prediction.measure([], extra)
+    views, _steps = run_headless(stop, max_steps)
+    return stop.prediction.measure(views, {})
+
+
+def run_headless(stop: Stop, max_steps: int = 2000) -> tuple[list[RunView], int]:
+    """`stop`'s page's runs on one session, stepped together to the end: their views and the
+    steps that took (RUN_STEPS)."""
+    from app.state import Session
+
     session = Session(settings=stop.settings)
     variants = page_variants(stop.page, stop.settings)
     runs = [session.run(v) for v in variants]
@@ -501,8 +530,7 @@ def measure_headless(stop: Stop, max_steps: int = 2000, race=None) -> float | No
             raise RuntimeError(f"stop {stop.id}: not done after {max_steps} steps")
         session.step()
         runs = [session.run(v) for v in variants]
-    views = [(r.settings, r.history, r.done) for r in runs]
-    return stop.prediction.measure(views, {})
+    return [(r.settings, r.history, r.done) for r in runs], session.tick
 
 
 def stop_by_id(stop_id: str) -> Stop:

@@ -716,6 +716,9 @@ STRINGS: dict[str, dict[str, str]] = {
               "speaks of a 7B model on a GPU and thousands of users. Ratios and directions "
               "carry over, absolute numbers do not."},
     "predict.title": {"zh": "先预测：", "en": "Predict first:"},
+    "predict.progress": {"zh": "第 {step} / {total} 步（播放时每次前进 {stride} 步），约剩 {s} 秒",
+                         "en": "Step {step} of {total} (Play advances {stride} a tick), about "
+                               "{s} s left"},
     "predict.choose": {"zh": "你的预测", "en": "Your prediction"},
     "predict.lock": {"zh": "锁定预测", "en": "Lock in my prediction"},
     "predict.before": {"zh": "先锁定预测，再按「单步」或「播放」。",

@@ -71,7 +71,7 @@ def runs_for(session: Session, variants: list[Settings]) -> list[Run]:
 def _play_tick(session: Session, interval: float) -> None:
     now = time.monotonic()
     if now - session.last_play_s >= 0.8 * interval:
-        session.tick += 1
+        session.tick += session.stride
         session.last_play_s = now
 
 

@@ -15,7 +15,7 @@ import streamlit as st
 
 from app.classplan import Stop, stop_by_id
 from app.i18n import get_lang, t
-from app.sidebar import set_knobs, set_playing
+from app.sidebar import PLAY_INTERVAL_S, set_knobs, set_playing
 from app.state import Run, Session
 from app.votes_panel import open_button, prediction_payload
 
@@ -34,6 +34,7 @@ def start_stop(stop: Stop, session: Session) -> None:
     set_knobs(stop.knobs)
     session.settings = stop.settings  # what the sidebar will show; the runs start over
     session.reset()
+    session.stride = stop.stride  # a long run advances several steps a tick: its minute
     st.session_state[CURRENT] = stop.id
     st.session_state.setdefault(PREDICTIONS, {}).pop(stop.id, None)
     st.session_state.setdefault(REVEALS, {}).pop(stop.id, None)
@@ -85,6 +86,7 @@ def prediction_box(slug: str, runs: list[Run], extra: dict | None = None,
         left.markdown(f"{t('predict.yours')}: **{pred.choices[chosen].get(lang)}**")
         if reveal is None and session is not None and runs:
             _play_button(right, session)
+            _run_progress(stop, session)
         if reveal is None:
             st.caption(t("predict.waiting_race" if slug == "home" else "predict.waiting"))
             return
@@ -120,6 +122,19 @@ def _scroll_into_view(css_class: str) -> None:
       }};
       [0, 300, 1000, 2000, 3000].forEach((ms) => setTimeout(go, ms));
     }})();</script>""", unsafe_allow_javascript=True)
+
+
+def _run_progress(stop: Stop, session: Session) -> None:
+    """How far the stop's run is and about how long Play still takes: its steps against the
+    run's length (measured headless, Stop.run_steps), at Play's pace and the stop's stride."""
+    total = stop.run_steps
+    if not total or session.tick == 0 or session.settings != stop.settings:
+        return  # (a knob changed since the stop was set up: its run is another length)
+    interval = float(st.session_state.get("ctl_speed", PLAY_INTERVAL_S))
+    left = max(0, total - session.tick) / session.stride * interval
+    st.progress(min(1.0, session.tick / total),
+                text=t("predict.progress", step=min(session.tick, total), total=total,
+                       s=f"{left:.0f}", stride=session.stride))
 
 
 def _play_button(where, session: Session) -> None:

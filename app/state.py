@@ -169,6 +169,7 @@ class Session:
     runs: dict[Settings, Run] = field(default_factory=dict)
     tick: int = 0
     playing: bool = False
+    stride: int = 1  # steps a tick of Play advances (a class-plan stop's, app/classplan.py)
     last_play_s: float = 0.0  # when Play last advanced the clock
     progress: object = None  # callback(fraction, message) used while an engine is built
 
@@ -226,6 +227,7 @@ class Session:
         self.runs.clear()
         self.tick = 0
         self.playing = False
+        self.stride = 1
 
     def step(self) -> None:
         """Advance the clock by one; every run catches up when it is next drawn."""

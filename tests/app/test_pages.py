@@ -457,6 +457,28 @@ def test_a_prediction_is_locked_before_the_run_and_revealed_after_it():
     assert any("This class predicted" in c.value for c in at.caption)
 
 
+def test_a_long_stop_plays_several_steps_a_tick_and_shows_how_far_it_is():
+    """Stop 4's run is 266 steps: Play advances it 3 a tick (its minute on the projector),
+    and after the lock its progress says the step, the run's length and the time left."""
+    from app.classplan import stop_by_id
+    from app.live import _play_tick
+
+    hall = stop_by_id("hall")
+    at = goto(start(), "plan")
+    at.button(key="plan_hall").click().run()
+    at = goto(at, "paging")
+    assert session(at).stride == hall.stride == 3
+    at.radio(key="pred_hall_choice").set_value(1)
+    at.button(key="pred_hall_lock").click().run()
+    step(at, 1)
+    progress = [p.text for p in at.get("progress")]
+    assert any("Step 1 of 266 (Play advances 3 a tick)" in p for p in progress), progress
+    s = session(at)
+    s.last_play_s = 0.0
+    _play_tick(s, 0.5)
+    assert s.tick == 4  # a tick of Play: three steps
+
+
 def test_the_race_stop_clears_an_earlier_race_and_names_its_button():
     """The race's answer must not be on screen before the class predicts: setting up the stop
     drops a race run earlier; its caption names the button the page shows."""

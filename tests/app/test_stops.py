@@ -22,7 +22,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as app/main.py: a shared 2-core CPU
 
-from app.classplan import STOPS, measure_headless, page_variants, race_ratio, tpot_ratio  # noqa: E402
+from app.classplan import (  # noqa: E402
+    PLAY_TICKS,
+    RUN_STEPS_SLACK,
+    STOPS,
+    measure_headless,
+    page_variants,
+    race_ratio,
+    run_headless,
+    tpot_ratio,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +55,16 @@ TIMED = (race_ratio, tpot_ratio)  # the measures that read the clock
                          ids=lambda s: s.id)
 def test_the_stop_lands_in_its_chapter_range(stop):
     pred = stop.prediction
-    value = measure_headless(stop, race=race)
+    if stop.page == "home":
+        value = measure_headless(stop, race=race)
+    else:  # and the run's length is the one its progress bar and its stride are set by
+        views, steps = run_headless(stop)
+        value = pred.measure(views, {})
+        assert stop.run_steps is not None, f"{stop.id}: its run length is not in RUN_STEPS"
+        assert abs(steps - stop.run_steps) <= RUN_STEPS_SLACK * stop.run_steps, (
+            f"stop {stop.id}: ran {steps} steps, RUN_STEPS says {stop.run_steps}")
+        # Play ends it within its minute: at most PLAY_TICKS ticks of `stride` steps
+        assert math.ceil(steps / stop.stride) <= PLAY_TICKS * (1 + RUN_STEPS_SLACK), stop.id
     assert value is not None and math.isfinite(value), f"{stop.id}: nothing measured"
     lo, hi = pred.expect
     assert pred.expected(value), (
