@@ -715,6 +715,9 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "Scale: a 135M-parameter model on a CPU and tens of requests here; the chapter "
               "speaks of a 7B model on a GPU and thousands of users. Ratios and directions "
               "carry over, absolute numbers do not."},
+    "paging.fullest": {"zh": "全部跑完。下面是它最满的时刻：第 {step} 步，{n} 个请求同时占着 KV。",
+                       "en": "All done. Below, its fullest moment: step {step}, {n} requests "
+                             "holding KV at once."},
     "predict.title": {"zh": "先预测：", "en": "Predict first:"},
     "predict.progress": {"zh": "第 {step} / {total} 步（播放时每次前进 {stride} 步），约剩 {s} 秒",
                          "en": "Step {step} of {total} (Play advances {stride} a tick), about "

@@ -4,7 +4,9 @@ Two engines of the session, equal but for the KV layout, on the same workload an
 KV budget: each shows its physical block map first, then useful KV %, held-but-unwritten
 slots, free total next to the largest free run (external fragmentation) and how many
 requests run at once; the selected request's page table (logical block -> physical block)
-sits underneath, and the legend and the request picker below the maps.
+sits underneath, and the legend and the request picker below the maps. Once a run is done,
+its map shows the step it held the most requests at (its last step's map is empty): the
+picture stop 4's reveal stands beside.
 """
 
 import pathlib
@@ -49,11 +51,22 @@ def _pick_request(runs: list[Run]) -> str | None:
     return kept_select(SELECTED, options, label=t("paging.select"), help=t("paging.select.help"))
 
 
+def fullest(run: Run) -> dict | None:
+    """The step of a finished run whose KV held the most requests (the earliest of equals):
+    what the page shows once every request is done, since the last step's map is empty."""
+    if not run.done or not run.history:
+        return None
+    return max(run.history, key=lambda r: (len(r["kv"]["block_tables"]), -r["step"]))
+
+
 def draw_run(run: Run, selected: str | None) -> None:
     last = run.last
     if last is None:
         st.info(t("live.press_step", n=len(run.names)))
         return
+    if (peak := fullest(run)) is not None:  # done: the map at its fullest, which says it
+        st.caption(t("paging.fullest", step=peak["step"], n=len(peak["kv"]["block_tables"])))
+        last = peak
     kv = last["kv"]
     s = kv_stats(kv)
     st.html(kv_grid_html(kv, selected))  # the picture first: on a projector it is on screen

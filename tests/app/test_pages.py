@@ -479,6 +479,28 @@ def test_a_long_stop_plays_several_steps_a_tick_and_shows_how_far_it_is():
     assert s.tick == 4  # a tick of Play: three steps
 
 
+def test_a_finished_paging_run_shows_its_fullest_moment():
+    """Done, the paging page draws each map at the step it held the most requests (the last
+    step's map is empty), and says which step that is."""
+    from app.pages.paging import fullest
+
+    at = goto(start(), "paging")
+    at.slider(key="sz_requests").set_value(3).run()
+    for _ in range(300):
+        if all(r.done for r in session(at).runs.values()):
+            break
+        at.button(key="ctl_step").click().run()
+    assert all(r.done for r in session(at).runs.values())
+    for run in session(at).runs.values():
+        peak = fullest(run)
+        most = max(len(r["kv"]["block_tables"]) for r in run.history)
+        assert len(peak["kv"]["block_tables"]) == most > 0 == len(run.last["kv"]["block_tables"])
+        assert peak["step"] == min(r["step"] for r in run.history
+                                   if len(r["kv"]["block_tables"]) == most)
+    shown = [c.value for c in at.caption if "fullest moment" in c.value]
+    assert len(shown) == 2, shown  # one a layout
+
+
 def test_the_race_stop_clears_an_earlier_race_and_names_its_button():
     """The race's answer must not be on screen before the class predicts: setting up the stop
     drops a race run earlier; its caption names the button the page shows."""
