@@ -386,14 +386,15 @@ STOPS: tuple[Stop, ...] = (
              why=_T("回答在 EOS 处结束，远不到 max_tokens。请求还在跑时，预留里的斜纹部分只是「还没写」："
                     "有的在等以后的 token（预留未用），有的等回答在 EOS 处停下就再也不会写入（内部碎片）；"
                     "哪些属于哪种，要到请求结束、整段预留一起释放时才知道。这种占着却空着的空间，"
-                    "就是章节说的“60% 以上被浪费”那类浪费，只是分母不同（见下）。"
+                    "就是章节说的“{{figure:chapter_waste}} 以上被浪费”那类浪费，只是分母不同（见下）。"
                     "分页只剩每个请求最后一块没写满的部分。",
                     "Answers end at EOS far below max_tokens. While a request runs, the hatched "
                     "part of its reservation is not yet written: some of it waits for tokens still "
                     "to come (reserved), the rest will never be written once the answer stops at "
                     "EOS (internal fragmentation), and which is which is known only when the "
                     "request ends and its whole reservation is freed. Room held but empty is the "
-                    "kind of waste behind the chapter's \"60%+ wasted\", though counted over "
+                    "kind of waste behind the chapter's \"over {{figure:chapter_waste}} wasted\", though "
+                    "counted over "
                     "another divisor (below). Paged leaves only each request's last, partly "
                     "filled block."),
              detail=waste_detail)),

@@ -675,18 +675,20 @@ STRINGS: dict[str, dict[str, str]] = {
     # ---- the Classroom page's recommended model for a Chinese class (app/components/model_choice.py)
     "mc.zh.button": {"zh": "中文课堂：用 {name}", "en": "For a Chinese class: use {name}"},
     "mc.zh.facts": {
-        "zh": "{name}：能用中文回答的小模型，{{figure:qwen25_05b_params}} 参数（引用：模型卡）。第一次启动课堂服务器时"
-              "下载 {{figure:qwen25_05b_download}}（引用；经 HF_ENDPOINT 设的镜像，之后用本机缓存）。在这台电脑上它按 "
-              "{dtype} 运行，每解码一步读一遍全部权重，共 {step}（计算：{{figure:qwen25_05b_params}} 个参数 × 每个 {nbytes} 字节）；这台电脑刚测得"
-              "的内存读速度是 {bw}（实测），所以每步至少约 {ms}（计算：{step} ÷ {bw}）。它每步读的字节"
-              "是自带模型（每步 {{figure:gguf_step_mb}}，实测）的 {ratio} 倍。",
-        "en": "{name}: a small model that answers in Chinese, {{figure:qwen25_05b_params}} parameters (cited: its "
-              "model card). The class server downloads {{figure:qwen25_05b_download}} on its first start (cited; "
-              "through the mirror HF_ENDPOINT names, then from this computer's cache). Here it "
-              "runs in {dtype}, and every decode step reads all its weights once, {step} "
-              "(computed: {{figure:qwen25_05b_params}} parameters × {nbytes} bytes each); this computer's memory read speed, measured just now, is "
-              "{bw}, so a step takes at least about {ms} (computed: {step} ÷ {bw}). It reads {ratio} "
-              "times the bytes a step of the bundled model reads ({{figure:gguf_step_mb}}, measured)."},
+        "zh": "{name}：能用中文回答的小模型，{{figure:qwen25_05b_params}} 个参数（据模型卡）。第一次启动"
+              "课堂服务器时下载 {{figure:qwen25_05b_download}}（经 HF_ENDPOINT 设的镜像，之后用本机缓存）。"
+              "在这台电脑上它按 {dtype} 运行，每解码一步读一遍全部权重：{step}，即每个参数 {nbytes} 字节。"
+              "这台电脑刚测得的内存读速度是 {bw}（实测），所以每步至少约 {ms}（计算：两者相除）。它每步读"
+              "的字节是自带模型（每步 {{figure:gguf_step_mb}}）的 {ratio} 倍（计算）。",
+        "en": "{name}: a small model that answers in Chinese, {{figure:qwen25_05b_params}} "
+              "parameters (its model card). The class server downloads "
+              "{{figure:qwen25_05b_download}} on its first start (through the mirror "
+              "HF_ENDPOINT names, then from this computer's cache). Here it runs in {dtype}, "
+              "and every decode step reads all its weights once: {step}, {nbytes} bytes a "
+              "parameter. This computer's memory read speed, measured just now, is {bw}, so a "
+              "step takes at least about {ms} (computed: the one divided by the other). It "
+              "reads {ratio} times (computed) the bytes a step of the bundled model reads "
+              "({{figure:gguf_step_mb}})."},
     # the bytes a step of the recommended model reads, by the dtype this machine's plan gives it
     "mc.zh.step.bfloat16": {"zh": "{{figure:qwen25_05b_step_bf16}}",
                             "en": "{{figure:qwen25_05b_step_bf16}}"},
@@ -928,7 +930,7 @@ def t(key: str, **fmt: object) -> str:
     lang = get_lang()
     text = entry.get(lang) or entry["zh"]
     if "{{" in text:  # a figure from lessons/figures.json, filled before `fmt` reads braces
-        text = fill_figures(text, lang, key)
+        text = fill_figures(text, lang, key, tag="words")  # each figure says its kind
     return text.format(**fmt) if fmt else text
 
 

@@ -133,9 +133,10 @@ def _split_try_it(text: str, where: str) -> tuple[str, list[DemoLink]]:
 
 def load_lesson(slug: str, lang: str) -> str:
     """The lesson's markdown for `slug` in `lang`, without the machine-readable try-it block,
-    its figures filled in from `lessons/figures.json`."""
+    its figures filled in from `lessons/figures.json`, each with its kind's badge."""
     where = f"{lang}/{slug}.md"
-    return fill_figures(_split_try_it(_lesson_text(slug, lang), where)[0], lang, where)
+    return fill_figures(_split_try_it(_lesson_text(slug, lang), where)[0], lang, where,
+                        tag="badge")
 
 
 def lesson_try_it(slug: str, lang: str = "en") -> list[DemoLink]:
@@ -159,7 +160,7 @@ class Text:
         if "{{" in text:
             from lessons.figures import fill_figures
 
-            text = fill_figures(text, lang, "text")
+            text = fill_figures(text, lang, "text", tag="words")
         return text
 
     @classmethod
@@ -361,7 +362,8 @@ def _fill_texts(data: object, where: str) -> object:
     """A copy of quiz or glossary data with the figures filled in every {zh, en} text."""
     if isinstance(data, dict):
         if set(data) >= set(LANGS) and all(isinstance(data[k], str) for k in LANGS):
-            return {k: fill_figures(v, k, where) if k in LANGS else _fill_texts(v, where)
+            return {k: fill_figures(v, k, where, tag="words") if k in LANGS
+                    else _fill_texts(v, where)
                     for k, v in data.items()}
         return {k: _fill_texts(v, where) for k, v in data.items()}
     if isinstance(data, list):

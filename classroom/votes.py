@@ -368,11 +368,12 @@ def quiz_question(q: dict, kind: str = "selftest", qid: str | None = None,
 
 
 def _filled(node):
-    """`node` (a quiz question's JSON) with every zh or en text's figures filled."""
+    """`node` (a quiz question's JSON) with every zh or en text's figures filled, each with
+    its kind in words (a phone shows plain text)."""
     from lessons.figures import fill_figures
 
     if isinstance(node, dict):
-        return {k: (fill_figures(v, k) if k in ("zh", "en") and isinstance(v, str)
+        return {k: (fill_figures(v, k, tag="words") if k in ("zh", "en") and isinstance(v, str)
                     else _filled(v)) for k, v in node.items()}
     if isinstance(node, list):
         return [_filled(v) for v in node]

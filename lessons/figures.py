@@ -99,20 +99,50 @@ def source_text(name: str, lang: str, data: dict | None = None) -> str:
     return src["cite"]
 
 
-def fill_figures(text: str, lang: str, where: str = "text") -> str:
+# What a figure is, as a reader is told next to it: a source's kind as the reader's word. A
+# "measured" source is a recorded run (its command, machine and date in figures.json); what
+# a page measures live on this machine it says itself.
+KIND_WORDS = {"paper": {"zh": "引用", "en": "cited"},
+              "measured": {"zh": "记录", "en": "recorded"},
+              "computed": {"zh": "计算", "en": "computed"}}
+TAGS = ("", "words", "badge")
+
+
+def figure_kind(name: str, lang: str, data: dict | None = None) -> str:
+    """The figure's kind in `lang`'s word: cited, recorded or computed (KIND_WORDS)."""
+    data = data or load_figures()
+    fig = data["figures"].get(name)
+    if fig is None:
+        raise ValueError(f"no figure {name!r} in lessons/figures.json")
+    kind = data["sources"][fig["source"]]["kind"]
+    return KIND_WORDS[kind]["en" if lang == "en" else "zh"]
+
+
+def fill_figures(text: str, lang: str, where: str = "text", tag: str = "") -> str:
     """`text` with each `{{figure:NAME}}` and `{{source:NAME}}` replaced; ValueError naming
-    `where` and the name when one is unknown."""
+    `where` and the name when one is unknown. `tag` marks each figure with its kind: "words"
+    in brackets ("1.52 倍（记录）", "1.52x (recorded)": any text, a phone's too), "badge" as
+    a small Streamlit markdown badge (a page's markdown), "" not at all (a number a sentence
+    already names the kind of)."""
     if "{{" not in text:
         return text
+    if tag not in TAGS:
+        raise ValueError(f"tag must be one of {TAGS}")
     data = load_figures()
 
     def one(m: re.Match) -> str:
         try:
-            if m.group(1) == "figure":
-                return figure_text(m.group(2), lang, data)
-            return source_text(m.group(2), lang, data)
+            if m.group(1) == "source":
+                return source_text(m.group(2), lang, data)
+            shown = figure_text(m.group(2), lang, data)
+            kind = figure_kind(m.group(2), lang, data)
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
+        if tag == "words":
+            return f"{shown}（{kind}）" if lang != "en" else f"{shown} ({kind})"
+        if tag == "badge":
+            return f"{shown} :gray-badge[{kind}]"
+        return shown
 
     return FIGURE_REF.sub(one, text)
 

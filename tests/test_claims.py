@@ -217,6 +217,62 @@ def test_every_figure_is_used_somewhere():
     assert not unused, f"figures no text reads: {unused}"
 
 
+def test_every_figure_a_reader_sees_says_its_kind():
+    """Each figure on a page carries its kind: in the lessons and the teacher's notes a small
+    badge (cited, recorded, computed; zh and en), in every other text (the class plan, the
+    quiz and the test, UI strings, what a phone shows) the word in brackets."""
+    from app.lessons import Text, load_lesson
+    from lessons.figures import KIND_WORDS, fill_figures
+
+    words = {w for kind in KIND_WORDS.values() for w in kind.values()}
+    badge = re.compile(r":gray-badge\[([^\]]+)\]")
+    for lang in LANGS:
+        for slug in LESSON_PAGES:
+            raw, shown = raw_lesson(slug, lang), load_lesson(slug, lang)
+            tags = badge.findall(shown)
+            assert len(tags) == raw.count("{{figure:") and set(tags) <= words, (slug, lang)
+        notes = (LESSONS_DIR / "notes" / f"{lang}.md").read_text(encoding="utf-8")
+        filled = fill_figures(notes, lang, tag="badge")
+        assert "{{" not in filled and len(badge.findall(filled)) == notes.count("{{figure:")
+    text = Text(zh="论文的 {{figure:paper_useful_kv}}", en="the paper's {{figure:paper_useful_kv}}")
+    assert text.get("zh").endswith("（引用）") and text.get("en").endswith(" (cited)")
+    assert fill_figures("{{figure:fp16_7b_weights}}", "en", tag="words").endswith("(computed)")
+    assert fill_figures("{{figure:gguf_step_mb}}", "zh", tag="words").endswith("（记录）")
+
+
+# A number with a unit of measure, written into a text rather than quoted from figures.json
+# (not a factor in a formula: "2 × parameters", "k + 1 倍")
+UNIT_NUMBER = re.compile(
+    r"(?<![\w.{:])(?<![+×÷*/]\s)\d+(?:[.,]\d+)*\s*(?:%|x\b|倍|ms\b|毫秒|GB\b|MB\b|KiB\b|"
+    r"MiB\b|GiB\b|TB/s|GB/s|tok/s|TFLOPS?)")
+# the listed constants: goals and definitions, not findings (the speculation page's targets of
+# 1.5x and 2x a draft is built for; p99, the 99th percentile)
+LISTED_CONSTANTS = {"1.5x", "2x", "1.5 倍", "2 倍", "99%"}
+
+
+def _prediction_ranges() -> set[str]:
+    """A prediction's choices are its ranges' bounds ("1.3x to 2.5x"): set by the plan, the
+    bins a measure falls in, not findings."""
+    from app.classplan import STOPS
+
+    return {getattr(c, lang) for s in STOPS if s.prediction is not None
+            for c in s.prediction.choices for lang in LANGS}
+
+
+def test_no_text_states_a_measure_that_is_not_a_figure():
+    """A number with a unit (a share, a speed-up, a time, a size, a rate) in a lesson, note,
+    item, plan text or UI string is a figure, with its kind and source, unless it is a listed
+    constant; a placeholder ({n}) or code is not a number here."""
+    found, ranges = [], _prediction_ranges()
+    for where, text in raw_texts().items():
+        if text in ranges:
+            continue
+        text = re.sub(r"\{\{(figure|source):[^}]+\}\}|`[^`]*`|\{[a-z_]+(:[^}]*)?\}", "", text)
+        found += [f"{where}: {m}" for m in UNIT_NUMBER.findall(text)
+                  if m.strip() not in LISTED_CONSTANTS]
+    assert not found, found
+
+
 @pytest.mark.parametrize("slug", LESSON_PAGES)
 def test_zh_and_en_lessons_quote_the_same_figures(slug):
     assert figure_names(raw_lesson(slug, "zh")) == figure_names(raw_lesson(slug, "en"))

@@ -19,6 +19,7 @@ from app.nav import ensure_shell  # noqa: E402
 from app.pagelist import page_info  # noqa: E402
 from app.predict import GOTO, PREDICTIONS, REVEALS, start_stop  # noqa: E402
 from app.votes_panel import open_button, prediction_payload  # noqa: E402
+from lessons.figures import fill_figures  # noqa: E402
 
 
 def knob_text(stop: Stop) -> str:
@@ -84,7 +85,8 @@ def main() -> None:
             with col:
                 draw_stop(n, stop, lang)
     with st.expander(t("plan.notes"), expanded=False):
-        st.markdown((LESSONS_DIR / "notes" / f"{lang}.md").read_text(encoding="utf-8"))
+        notes = (LESSONS_DIR / "notes" / f"{lang}.md").read_text(encoding="utf-8")
+        st.markdown(fill_figures(notes, lang, f"notes/{lang}.md", tag="badge"))
 
 
 main()
