@@ -60,7 +60,8 @@ def request(flag: str) -> None:
 
 def runs_for(session: Session, variants: list[Settings]) -> list[Run]:
     """Build and catch up the runs for `variants`, with a spinner when that takes a while."""
-    slow = any(v not in session.runs or session.tick - session.runs[v].ticks > 2
+    # (a tick of Play is `stride` steps: only more than two ticks' catching up is slow)
+    slow = any(v not in session.runs or session.tick - session.runs[v].ticks > 2 * session.stride
                for v in variants)
     if slow:
         with st.spinner(t("live.preparing")):

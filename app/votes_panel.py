@@ -22,6 +22,7 @@ import time
 import httpx
 import streamlit as st
 
+from app.class_timeline import md_escape
 from app.components.votes import count_html, gains_html, reveal_html
 from app.i18n import get_lang
 from classroom.votes import TestForm, load_test_forms, packaged_lessons, quiz_question
@@ -219,7 +220,8 @@ def projector(measured: dict | None = None) -> None:
             st.caption(tr("nicks"))
             cols = st.columns(min(6, len(names)))
             for i, n in enumerate(names[:48]):
-                label = (tr("show_name", name=n["name"]) if n["hidden"] else n["name"])
+                name = md_escape(n["name"])  # a name of stars is no rule, `<b>` no tag
+                label = tr("show_name", name=name) if n["hidden"] else name
                 cols[i % len(cols)].button(label, key=f"vote_nick_{i}", on_click=call,
                                            args=("POST", "hide"),
                                            kwargs={"handle": n["handle"],

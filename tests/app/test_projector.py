@@ -57,6 +57,12 @@ REVEALED_JS = "id => !!document.querySelector(`.st-key-pred_${id} [data-testid=s
 # page for a moment during the rerun Play's click starts, and a Pause judged then is never sent
 PLAYED_JS = ("([id, n]) => (" + STEP_JS + ")() >= n || (" + REVEALED_JS + ")(id)")
 PLAY_STEPS = 2
+PAUSE_TRIES, PAUSE_WAIT_MS = 3, 20_000
+PAUSE_LABELS = [STRINGS["side.pause"][lang] for lang in ("zh", "en")]
+# the run is paused (its button reads Play again) or ended (the reveal took its place)
+PAUSED_JS = """([id, pause]) => { const b = document.querySelector('.st-key-pred_play button');
+  return b ? !pause.includes(b.innerText.trim())
+           : !!document.querySelector(`.st-key-pred_${id} [data-testid=stAlert]`); }"""
 # Pause, found and clicked in one step in the page (the run may end at any moment): "paused",
 # or "revealed" when the reveal has taken its place; null (wait on) while neither is drawn
 PAUSE_JS = """id => { const b = document.querySelector('.st-key-pred_play button');
@@ -135,12 +141,23 @@ def test_each_stops_prediction_and_run_control_are_on_screen(chromium, app_url, 
                 start = tab.page.evaluate(STEP_JS)
                 tab.page.locator(".st-key-pred_play button").click()
                 tab.page.wait_for_function(PLAYED_JS, arg=[stop.id, start + PLAY_STEPS])
-                since = tab.runs()
-                paused = tab.page.wait_for_function(PAUSE_JS, arg=stop.id).json_value() == "paused"
-                tab.settle(since if paused else None)
-                play = tab.page.locator(".st-key-pred_play button")
-                if paused and play.count() and play.inner_text() == STRINGS["side.pause"][lang]:
-                    problems.append(f"{where}: Pause left the run playing")
+                # Pause; a click Streamlit takes only after the running fragment's turn (a busy
+                # CPU) is given PAUSE_WAIT_MS to show, and clicked again, as a teacher would
+                for _attempt in range(PAUSE_TRIES):
+                    since = tab.runs()
+                    paused = tab.page.wait_for_function(PAUSE_JS, arg=stop.id).json_value()
+                    if paused != "paused":
+                        break
+                    with contextlib.suppress(PlaywrightTimeout):
+                        tab.page.wait_for_function(PAUSED_JS, arg=[stop.id, PAUSE_LABELS],
+                                                   timeout=PAUSE_WAIT_MS, polling=100)
+                        break
+                else:
+                    problems.append(f"{where}: {PAUSE_TRIES} clicks of Pause left it playing")
+                try:
+                    tab.settle(since if paused == "paused" else None)
+                except AssertionError as exc:
+                    raise AssertionError(f"{where}: {exc}") from None
             # the page scrolls the prediction to the top up to 3 s after it draws (each run,
             # app/predict.py): give that scroll its time before judging the fold
             with contextlib.suppress(PlaywrightTimeout):
