@@ -29,7 +29,7 @@ import pytest
 
 from classroom.votes import load_test_forms
 from engine.threads import server_env
-from tests.conftest import free_port
+from tests.conftest import end_process, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 JOIN, ADMIN = "join-kill", "teacher-kill"
@@ -68,15 +68,6 @@ def wait_ready(proc: subprocess.Popen, url: str, timeout: float, log: Path) -> f
         time.sleep(0.05)
 
 
-def end(proc: subprocess.Popen) -> None:
-    """This test's own server, by its process id."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 class Phone(threading.Thread):
@@ -192,4 +183,4 @@ def test_a_kill_mid_vote_loses_no_acknowledged_vote_and_the_class_resumes(tmp_pa
             state = c.get("/v1/servelab/votes/state", headers=TEACHER).json()
             assert state["phones"] == PHONES and state["round"]["voted"] == PHONES
     finally:
-        end(proc)
+        end_process(proc)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import free_port
+from tests.conftest import end_process, free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -42,12 +42,7 @@ def test_serve_prints_its_plan_at_start():
             if line.startswith("plan: "):
                 break
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
+        end_process(proc)
     plan_lines = [ln for ln in lines if ln.startswith("plan: ")]
     assert plan_lines, "".join(lines)[-3000:]
     assert plan_lines[0].startswith("plan: cpu float32 ") and "attention " in plan_lines[0]
