@@ -156,6 +156,7 @@ def test_projector_panel_runs_a_round_and_reveals_it(router_server):
     room = router_server
     ph = [room.join(nickname=f"s{i}").pid for i in range(39)] + [
         room.join(nickname="badword7").pid]
+    room.join(nickname="**b**")  # joins, does not vote: a name Markdown would read as bold
     r = room.open_round(Question.from_dict(Q), 120)
     for i, p in enumerate(ph):
         room.vote(p, r.rid, 1 if i % 10 < 4 else 0)
@@ -167,6 +168,8 @@ def test_projector_panel_runs_a_round_and_reveals_it(router_server):
     at.session_state["vote_words"] = "BADWORD"
     at.button(key="vote_words_save").click().run()
     assert room.words == ["BADWORD"] and "badword7" not in str(at.button)
+    labels = [b.label for b in at.button if b.key and b.key.startswith("vote_nick_")]
+    assert "\\*\\*b\\*\\*" in labels, labels  # shown as typed, not bold
     at.button(key="vote_nick_0").click().run()
     assert ph[0] in room.hidden_nicks
     assert at.button(key="vote_nick_0").label == "show s0"  # a second click shows it again
