@@ -46,15 +46,16 @@ def head_wait(report: dict) -> tuple[str, dict] | None:
     return None
 
 
-def why_question(report: dict, who: str) -> tuple[dict, int] | None:
+def why_question(report: dict, who_of) -> tuple[dict, int] | None:
     """The round's question for the step `report` (a dict as the step stream sends it) and the
     engine's answer, kept apart: (payload for the class server, index of its reason);
-    None when no request at the door has a reason of its own. `who`: the request's name as
-    the projector shows it (masked)."""
+    None when no request at the door has a reason of its own. `who_of(request id)`: its name
+    as the projector shows it (masked)."""
     head = head_wait(report)
     if head is None:
         return None
-    _rid, wait = head
+    rid, wait = head
+    who = who_of(rid)
     step, code = int(report["step"]), wait["code"]
     others = [c for c in DOOR_CODES if c != code]
     drawn = random.Random(step).sample(others, CHOICES - 1)
@@ -82,12 +83,11 @@ def ask_button(report: dict | None, who_of, key: str = "why_ask") -> None:
 
     if not attached() or report is None:
         return
-    if head_wait(report) is None:
+    made = why_question(report, who_of)
+    if made is None:
         st.caption(t("why.none"))
         return
     if st.button(t("why.ask"), key=key):
-        made = why_question(report, who_of(head_wait(report)[0]))
-        if made is not None:
-            payload, index = made
-            st.session_state.setdefault(WHY_ANSWERS, {})[payload["id"]] = index
-            open_round(payload)
+        payload, index = made
+        st.session_state.setdefault(WHY_ANSWERS, {})[payload["id"]] = index
+        open_round(payload)

@@ -208,6 +208,7 @@ class ClassServer:
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
     adopted: bool = False
+    _log_seen: tuple | None = field(default=None, repr=False)  # (log size, since when)
 
     @classmethod
     def start(cls, switches: dict, on_network: bool = False, port: int | None = None,
@@ -217,8 +218,9 @@ class ClassServer:
         """Start `python -m classroom.serve` on 127.0.0.1 (only this computer can join), or on
         this machine's network address when the teacher asks for it (phones on the same
         network can; the join code is then required). `join_code`: the class's (default: a
-        new one). `ready_timeout`: `wait_ready`'s; 0 returns at once (the caller polls
-        `starting()`, as the Classroom page does while a model downloads)."""
+        new one). `ready_timeout`: how long it may stay silent while starting (`starting`); 0
+        returns at once (the caller polls `starting()`, as the Classroom page does while a
+        model downloads)."""
         host = (lan_address() or "127.0.0.1") if on_network else "127.0.0.1"
         port = port or free_port(host)
         join_code = join_code or secrets.token_urlsafe(6)  # short: read off a projector
@@ -272,35 +274,34 @@ class ClassServer:
             return ""
         return self.log_path.read_text(errors="replace")[-n:]
 
-    def starting(self) -> bool:
-        """True while the server is still starting (no answer yet, nothing wrong); False once
-        it answers. RuntimeError, with its log's tail, when it exited."""
+    def starting(self, quiet_s: float | None = None) -> bool:
+        """True while the server is still starting, False once it answers. RuntimeError, the
+        server stopped: when it exited (with its log's tail), or when it answered nothing and
+        wrote nothing to its log for `quiet_s` seconds (default START_QUIET_S). A start that
+        writes (a model downloading, its progress bar moving) may take as long as it writes."""
+        quiet_s = START_QUIET_S if quiet_s is None else quiet_s
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError("the class server exited while starting:\n" + self.log_tail())
-        return not self.alive()
+        if self.alive():
+            return False
+        size, now = self._log_size(), time.monotonic()
+        if self._log_seen is None or size != self._log_seen[0]:
+            self._log_seen = (size, now)  # its last sign of life
+        elif now - self._log_seen[1] > quiet_s:
+            self.stop(abort=True)
+            raise RuntimeError(f"the class server did not answer, and wrote nothing, for "
+                               f"{quiet_s:.0f} s")
+        return True
 
-    def log_size(self) -> int:
+    def _log_size(self) -> int:
         try:
             return self.log_path.stat().st_size if self.log_path is not None else 0
         except OSError:
             return 0
 
-    def wait_ready(self, timeout: float, on_progress=None) -> None:
-        """Until the server answers. `timeout` counts from its last sign of life: a start that
-        writes to its log (a model downloading, its progress bar moving) waits as long as it
-        moves; one silent for `timeout` seconds is stopped. `on_progress(fraction, text)`
-        gets the log's newest progress line (`start_progress`) at each look."""
-        last_size, quiet_since = -1, time.monotonic()
-        while self.starting():
-            size = self.log_size()
-            if size != last_size:
-                last_size, quiet_since = size, time.monotonic()
-            elif time.monotonic() - quiet_since > timeout:
-                self.stop()
-                raise RuntimeError(f"the class server did not answer, and wrote nothing, for "
-                                   f"{timeout:.0f} s")
-            if on_progress is not None and (line := start_progress(self.log_tail())):
-                on_progress(*line)
+    def wait_ready(self, quiet_s: float | None = None) -> None:
+        """Until the server answers (`starting`)."""
+        while self.starting(quiet_s):
             time.sleep(0.3)
 
     def engine_status(self, timeout: float = 5.0) -> dict:
@@ -543,7 +544,6 @@ class ClassRoom:
         self.table: dict[str, dict] = {}  # configuration -> measured row
         self.pending: dict | None = None  # a switch flip under way: its switches and start
         self.launching: ClassServer | None = None  # a server started, not answering yet
-        self.launch_log = (-1, 0.0)  # its log's size and since when (its last sign of life)
         self.error = ""
         self.on_network = False
         self.kv_blocks = DEFAULT_KV_BLOCKS
@@ -609,7 +609,7 @@ class ClassRoom:
         """Start the class server and wait until it answers (`begin_start` and `poll_start`
         are the same in steps, for a page that shows the progress and offers Cancel)."""
         self.begin_start(switches, on_network, kv_blocks)
-        self.launching.wait_ready(START_QUIET_S)
+        self.launching.wait_ready()
         self.poll_start()
 
     def begin_start(self, switches: dict, on_network: bool, kv_blocks: int | None = None
@@ -623,7 +623,6 @@ class ClassRoom:
                                            kv_blocks=self.kv_blocks, class_id=self.class_id,
                                            state=self.state_path, join_code=self.join_code,
                                            ready_timeout=0)
-        self.launch_log = (-1, time.monotonic())  # (log size, since): its last sign of life
 
     def poll_start(self) -> tuple[float | None, str] | None:
         """A look at the server being started: once it answers it is attached (and None is
@@ -643,13 +642,6 @@ class ClassRoom:
             self.attach(srv)
             self.port = int(srv.url.rsplit(":", 1)[1])
             return None
-        size, since = self.launch_log
-        if srv.log_size() != size:
-            self.launch_log = (srv.log_size(), time.monotonic())
-        elif time.monotonic() - since > START_QUIET_S:
-            self.cancel_start()
-            raise RuntimeError(f"the class server did not answer, and wrote nothing, for "
-                               f"{START_QUIET_S:.0f} s")
         return start_progress(srv.log_tail()) or (None, "")
 
     def cancel_start(self) -> None:

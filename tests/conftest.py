@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import socket
 import threading
 import time
@@ -313,6 +314,11 @@ def reference_grouped_pack(rows, fmt: str, width: int):
 # the configuration every server test shares, and `LLMEngine.generate` is compared against
 SMALL = dict(dtype="float32", max_num_seqs=8, max_model_len=256, block_size=16,
              max_num_batched_tokens=256)
+
+
+# three or more English words in a row: an English sentence, on a page or a phone that reads
+# Chinese (names like KV, TTFT or ServeLab stand alone)
+ENGLISH_RUN = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ ,:;]+[A-Za-z][A-Za-z'’-]*){2,}")
 
 
 def free_port() -> int:

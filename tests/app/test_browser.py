@@ -20,6 +20,7 @@ import pytest
 from app.pagelist import LIVE_PAGES, OWN_ENGINE_PAGES, PAGE_TABLE, PAGES
 from app.sidebar import PLAY_INTERVAL_S
 from tests.browsing import SHOTS, Tab
+from tests.conftest import ENGLISH_RUN
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VIEWPORTS = ((1920, 1080), (1280, 800))
@@ -40,7 +41,6 @@ PAGE_TEXT_JS = """() => { const app = document.querySelector('[data-testid="stAp
   app.querySelectorAll('[data-testid="stIconMaterial"], code, pre, style, script')
     .forEach(e => e.remove());
   return app.textContent; }"""
-ENGLISH_RUN = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ ,:;]+[A-Za-z][A-Za-z'’-]*){2,}")
 
 
 CHAT_MARKUP = re.compile(r"<\|[a-z_]+\|>(?:user|assistant|system)?")

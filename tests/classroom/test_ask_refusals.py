@@ -20,6 +20,7 @@ from classroom.server import FIELDS_ZH, REFUSALS, ClassLimits, _Students, reques
 from engine.server.errors import add_error_handlers
 from engine.server.metrics import ServerMetrics
 from engine.server.protocol import APIError
+from tests.conftest import ENGLISH_RUN
 
 ZH = {"params": {"lang": "zh"}}
 ZH_HEADER = {"headers": {"Accept-Language": "zh-CN,zh;q=0.9,en;q=0.8"}}
@@ -195,10 +196,6 @@ def test_the_page_sends_its_language_with_each_request():
     from classroom.page import PAGE
     for path in ('"/class/ask?lang=" + lang', '"/class/token?lang=" + lang', '"&lang=" + lang'):
         assert path in PAGE, path
-
-
-# three or more English words in a row: an English sentence on a Chinese phone
-ENGLISH_RUN = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ ,:;]+[A-Za-z][A-Za-z'’-]*){2,}")
 
 
 def test_no_english_sentence_in_the_chinese_phones_words():

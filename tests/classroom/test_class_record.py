@@ -320,10 +320,10 @@ def test_the_apps_class_restarts_on_its_class_its_join_code_and_its_port(monkeyp
         def stop(self, abort=False):
             pass
 
-        def wait_ready(self, timeout, on_progress=None):
+        def wait_ready(self, quiet_s=None):
             pass
 
-        def starting(self):  # it answers at once
+        def starting(self, quiet_s=None):  # it answers at once
             return False
 
     def start(switches, on_network=False, port=None, kv_blocks=None, class_id=None,
